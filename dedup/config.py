@@ -1,0 +1,182 @@
+"""Settings of a `Deduplicator`: one frozen dataclass, with defaults read from the environment.
+
+`DedupConfig()` holds the documented defaults; `DedupConfig.from_env()` overrides them from
+DEDUP_* variables. Every value is validated on construction, so a bad setting fails at import
+time with a `ConfigError` naming the setting, not at the first event.
+
+How `lease_seconds` relates to the function timeout
+---------------------------------------------------
+A lease is taken when a delivery starts the handler and lasts `lease_seconds` on the
+database's clock. Two consequences:
+
+* The lease must outlast the handler's worst-case run time, i.e. the function timeout
+  (Cloud Functions 2nd gen: 60 s by default for event functions, up to 540 s). If the
+  handler is still running when its lease expires, a redelivery can take the lease over and
+  run the handler a second time; the slow run then gets `LeaseLost` and its outcome is not
+  recorded, but its side effect may already have happened. Set `lease_seconds` to at least
+  the function timeout plus a few seconds.
+* A run whose process crashed (out of memory, instance killed) holds its lease until it
+  expires: redeliveries before that raise `LeaseHeld`, and the first one after it runs
+  the handler again. A longer lease therefore delays recovery from a crash.
+
+The default of 60 s matches the default function timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal
+
+from dedup.errors import ConfigError
+
+PayloadMismatchPolicy = Literal["log", "raise"]
+"""What to do when a key arrives with a payload fingerprint other than the recorded one."""
+
+DEFAULT_COLLECTION = "triggerEvents"
+DEFAULT_LEASE_SECONDS = 60
+DEFAULT_RETENTION_DAYS = 7
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_CACHE_SIZE = 1000
+DEFAULT_DATABASE = "(default)"
+
+_COLLECTION_SEGMENT = re.compile(r"[^/]+")
+
+
+def utc_now() -> datetime:
+    """The instance's current time, timezone-aware (UTC): the default `DedupConfig.clock`."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Validated settings of one `Deduplicator`; immutable, safe to share between threads.
+
+    Raises `ConfigError` on construction when a value is out of range.
+    """
+
+    collection: str = DEFAULT_COLLECTION
+    """Collection path of the dedup records (`triggerEvents`); DEDUP_COLLECTION."""
+
+    lease_seconds: int = DEFAULT_LEASE_SECONDS
+    """Lease length on the database clock; must exceed the function timeout (see module doc).
+    DEDUP_LEASE_SECONDS."""
+
+    retention_days: int = DEFAULT_RETENTION_DAYS
+    """How long records are kept: `expireAt` = now + this, for a Firestore TTL policy.
+    Keep it longer than the platform's retry window (Pub/Sub and Eventarc retry for up to
+    7 days), or a late redelivery finds no record and runs again. DEDUP_RETENTION_DAYS."""
+
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    """Attempts (handler starts, including crashed ones) before the record becomes `dead`.
+
+    10 lets the platform's exponential backoff (10 s doubling to 600 s) ride out a
+    downstream outage of roughly half an hour, yet stops a poison event, even one that
+    crashes the process, instead of letting it retry for days. DEDUP_MAX_ATTEMPTS (>= 1)."""
+
+    max_event_age_seconds: float | None = None
+    """Events older than this (by the event's own time versus the instance clock) are
+    dropped as `too_old`; None = no limit. DEDUP_MAX_EVENT_AGE_SECONDS."""
+
+    project: str | None = None
+    """Google Cloud project; None lets the client infer it. GOOGLE_CLOUD_PROJECT or
+    GCLOUD_PROJECT."""
+
+    database: str = DEFAULT_DATABASE
+    """Firestore database id."""
+
+    cache_size: int = DEFAULT_CACHE_SIZE
+    """Capacity of the per-instance LRU of finished keys (0 disables it). DEDUP_CACHE_SIZE."""
+
+    on_payload_mismatch: PayloadMismatchPolicy = "log"
+    """"log": report at ERROR and treat the delivery as the recorded event; "raise": raise
+    `PayloadMismatch`. DEDUP_ON_PAYLOAD_MISMATCH."""
+
+    clock: Callable[[], datetime] = field(default=utc_now, repr=False)
+    """The instance clock (timezone-aware). Used only for `expireAt` and `max_event_age`;
+    leases are judged on the database clock. Injectable for tests."""
+
+    def __post_init__(self) -> None:
+        """Validate every setting; raise `ConfigError` naming the first bad one."""
+        segments = self.collection.split("/")
+        if len(segments) % 2 != 1 or not all(_COLLECTION_SEGMENT.fullmatch(s) for s in segments):
+            raise ConfigError(
+                f"collection (DEDUP_COLLECTION) must be a collection path such as "
+                f"'triggerEvents' or 'dedup/app/triggerEvents'; got {self.collection!r}"
+            )
+        _require_at_least("lease_seconds (DEDUP_LEASE_SECONDS)", self.lease_seconds, 1)
+        _require_at_least("retention_days (DEDUP_RETENTION_DAYS)", self.retention_days, 1)
+        _require_at_least("max_attempts (DEDUP_MAX_ATTEMPTS)", self.max_attempts, 1)
+        _require_at_least("cache_size (DEDUP_CACHE_SIZE)", self.cache_size, 0)
+        age = self.max_event_age_seconds
+        if age is not None and (isinstance(age, bool) or not age > 0):
+            raise ConfigError(
+                "max_event_age_seconds (DEDUP_MAX_EVENT_AGE_SECONDS) must be a positive number "
+                f"of seconds, or unset for no limit; got {age!r}"
+            )
+        if self.on_payload_mismatch not in ("log", "raise"):
+            raise ConfigError(
+                "on_payload_mismatch (DEDUP_ON_PAYLOAD_MISMATCH) must be 'log' or 'raise'; "
+                f"got {self.on_payload_mismatch!r}"
+            )
+        if not self.database:
+            raise ConfigError("database must be a Firestore database id such as '(default)'")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DedupConfig:
+        """Defaults overridden by DEDUP_* variables (and the project variables).
+
+        `environ` defaults to `os.environ`. Empty variables count as unset. Raises
+        `ConfigError` naming the variable and the accepted form when a value is malformed.
+        """
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name, "").strip()
+            return value or None
+
+        age = get("DEDUP_MAX_EVENT_AGE_SECONDS")
+        policy = get("DEDUP_ON_PAYLOAD_MISMATCH") or "log"
+        if policy not in ("log", "raise"):
+            raise ConfigError(
+                f"DEDUP_ON_PAYLOAD_MISMATCH must be 'log' or 'raise'; got {policy!r}"
+            )
+        return cls(
+            collection=get("DEDUP_COLLECTION") or DEFAULT_COLLECTION,
+            lease_seconds=_int_var(get, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
+            retention_days=_int_var(get, "DEDUP_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
+            max_attempts=_int_var(get, "DEDUP_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+            max_event_age_seconds=None
+            if age is None
+            else _float_var("DEDUP_MAX_EVENT_AGE_SECONDS", age),
+            project=get("GOOGLE_CLOUD_PROJECT") or get("GCLOUD_PROJECT"),
+            cache_size=_int_var(get, "DEDUP_CACHE_SIZE", DEFAULT_CACHE_SIZE),
+            on_payload_mismatch="raise" if policy == "raise" else "log",
+        )
+
+
+def _require_at_least(name: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be a whole number >= {minimum}; got {value!r}")
+
+
+def _int_var(get: Callable[[str], str | None], name: str, default: int) -> int:
+    raw = get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a whole number such as {default}; got {raw!r}") from exc
+
+
+def _float_var(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{name} must be a number of seconds such as 3600, or unset; got {raw!r}"
+        ) from exc

@@ -1,0 +1,71 @@
+"""The exceptions of the dedup package: one root, `DedupError`, and a few documented subclasses.
+
+Retryable errors (`LeaseHeld`, `LeaseLost`, `StoreUnavailable`) are meant to escape the function
+so that the platform redelivers the event later. Configuration errors (`ConfigError`,
+`InvalidSuffix`, `DuplicateSuffix`) are raised at import or decoration time, before any event.
+"""
+
+from __future__ import annotations
+
+
+class DedupError(Exception):
+    """Root of every error raised by this package; catch it to handle all of them at once."""
+
+
+class ConfigError(DedupError, ValueError):
+    """A configuration value is invalid; the message names the setting and the accepted form."""
+
+
+class MissingEventId(DedupError, ValueError):  # noqa: N818 - public name fixed by the design
+    """The event carries no id, so it cannot be deduplicated; the handler was not run.
+
+    Fix the event source (every CloudEvent has an `id`, every Pub/Sub message a `messageId`);
+    the package never runs a handler unprotected.
+    """
+
+
+class InvalidSuffix(DedupError, ValueError):  # noqa: N818 - public name fixed by the design
+    """A suffix is not 1 to 100 characters of `[A-Za-z0-9_-]`; rename it in the decorator."""
+
+
+class DuplicateSuffix(DedupError):  # noqa: N818 - public name fixed by the design
+    """Two handlers in one process registered the same suffix; give each function its own."""
+
+
+class LeaseHeld(DedupError):  # noqa: N818 - public name fixed by the design
+    """Another live delivery holds the lease on this event; let the platform retry later.
+
+    Raised, not returned, so the platform redelivers: if the holder finishes, the retry is a
+    duplicate; if it crashed, the retry takes the lease over once it expires.
+    """
+
+
+class LeaseLost(DedupError):  # noqa: N818 - public name fixed by the design
+    """This delivery's lease expired and was taken over; its outcome was not recorded.
+
+    The delivery that took over decides the record. Raise the function's timeout or
+    `lease_seconds` if this happens for handlers that are merely slow.
+    """
+
+
+class PayloadMismatch(DedupError):  # noqa: N818 - public name fixed by the design
+    """The record for this key was written for an event with a different payload fingerprint.
+
+    Raised only with `on_payload_mismatch="raise"`; by default the mismatch is logged at
+    ERROR and the delivery is treated as the recorded event.
+    """
+
+
+class StoreUnavailable(DedupError):  # noqa: N818 - public name fixed by the design
+    """Firestore could not be reached or refused a dedup operation; retryable.
+
+    The underlying Google API error is chained as `__cause__`. Let it escape so the platform
+    redelivers the event.
+    """
+
+
+class TerminalError(DedupError):
+    """Raise from a handler when retrying cannot help (e.g. a webhook answered 4xx).
+
+    The record becomes `failed`, the delivery returns normally and the event is not retried.
+    """

@@ -1,0 +1,174 @@
+"""Adapters from a platform's event object to what deduplication needs.
+
+Supported event objects:
+
+* `firebase_functions.firestore_fn.Event` (Firestore triggers): the CloudEvent `id`; the
+  document path from `event.document`.
+* `firebase_functions.core.CloudEvent[MessagePublishedData]` (`pubsub_fn`): the message's
+  `message_id`. The emulators give each delivery a fresh CloudEvent id; the message id is
+  stable (and equals the CloudEvent id in production).
+* `cloudevents` `CloudEvent` (functions-framework `@cloud_event`): for the type
+  `google.cloud.pubsub.topic.v1.messagePublished`, `data["message"]["messageId"]` (or
+  `"message_id"`); otherwise the `id` attribute. The document path of a Firestore CloudEvent
+  comes from its `document` extension attribute, or a subject `documents/<path>`.
+
+The payload fingerprint is the sha256 of a canonical rendering (sorted-key JSON):
+Pub/Sub: message data and sorted attributes (the same for both Pub/Sub adapters);
+Firestore: document path plus the before/after update times and data;
+other CloudEvents: the data (bytes as they are, anything else as canonical JSON).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cloudevents.abstract import CloudEvent as RawCloudEvent
+from firebase_functions import core as ff_core
+from firebase_functions import firestore_fn, pubsub_fn
+
+PUBSUB_EVENT_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
+
+SUPPORTED_EVENTS = (
+    "firebase_functions.firestore_fn.Event, "
+    "firebase_functions CloudEvent[pubsub_fn.MessagePublishedData], "
+    "cloudevents CloudEvent (functions_framework.cloud_event)"
+)
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """What the deduplicator needs from one event."""
+
+    event_id: str | None
+    """The id deliveries of one event share (None/empty is rejected later, loudly)."""
+    payload: bytes
+    """Canonical rendering of the payload; its sha256 is the fingerprint."""
+    event_time: datetime | None
+    """When the event happened (timezone-aware), if the event says."""
+    document_path: str | None
+    """Path of the Firestore document the event is about (`users/u1`), if any."""
+
+
+def describe(event: object) -> EventInfo:
+    """Extract id, canonical payload, time and document path from a supported event.
+
+    Raises `TypeError` naming the supported event types for anything else.
+    """
+    if isinstance(event, firestore_fn.Event):
+        return _firestore_event(event)
+    if isinstance(event, ff_core.CloudEvent) and isinstance(
+        event.data, pubsub_fn.MessagePublishedData
+    ):
+        message = event.data.message
+        return EventInfo(
+            event_id=message.message_id,
+            payload=_pubsub_payload(message.data, message.attributes),
+            event_time=_aware(event.time),
+            document_path=None,
+        )
+    if isinstance(event, RawCloudEvent):
+        return _raw_cloud_event(event)
+    raise TypeError(
+        f"trigger_once cannot deduplicate a {type(event).__module__}.{type(event).__qualname__}: "
+        f"supported events are {SUPPORTED_EVENTS}; for anything else call "
+        "Deduplicator.run(event_id, suffix, handler) yourself"
+    )
+
+
+def _firestore_event(event: firestore_fn.Event[Any]) -> EventInfo:
+    data = event.data
+    if isinstance(data, ff_core.Change):
+        rendered = {"before": _snapshot(data.before), "after": _snapshot(data.after)}
+    else:
+        rendered = {"value": _snapshot(data)}
+    rendered["document"] = event.document
+    return EventInfo(
+        event_id=event.id,
+        payload=_canonical(rendered),
+        event_time=_aware(event.time),
+        document_path=event.document,
+    )
+
+
+def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
+    attributes = event.get_attributes()
+    data = event.get_data()
+    event_id: Any = attributes.get("id")
+    if attributes.get("type") == PUBSUB_EVENT_TYPE and isinstance(data, Mapping):
+        message = data.get("message") or {}
+        event_id = message.get("messageId") or message.get("message_id")
+        payload = _pubsub_payload(message.get("data"), message.get("attributes") or {})
+    elif isinstance(data, bytes | bytearray):
+        payload = bytes(data)
+    else:
+        payload = _canonical(data)
+    return EventInfo(
+        event_id=None if event_id is None else str(event_id),
+        payload=payload,
+        event_time=_parse_time(attributes.get("time")),
+        document_path=_document_path(attributes),
+    )
+
+
+def _document_path(attributes: Mapping[str, Any]) -> str | None:
+    document = attributes.get("document")
+    if isinstance(document, str) and document:
+        return document
+    subject = attributes.get("subject")
+    if isinstance(subject, str) and subject.startswith("documents/"):
+        return subject.removeprefix("documents/")
+    return None
+
+
+def _pubsub_payload(data: Any, attributes: Mapping[str, str]) -> bytes:
+    return _canonical({"data": data, "attributes": dict(sorted(attributes.items()))})
+
+
+def _snapshot(snapshot: Any) -> Any:
+    if snapshot is None or not getattr(snapshot, "exists", False):
+        return None
+    return {"updateTime": snapshot.update_time, "data": snapshot.to_dict()}
+
+
+def _canonical(value: Any) -> bytes:
+    text = json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
+    )
+    return text.encode("utf-8")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    path = getattr(value, "path", None)  # DocumentReference
+    if isinstance(path, str):
+        return {"ref": path}
+    if hasattr(value, "latitude") and hasattr(value, "longitude"):  # GeoPoint
+        return {"lat": value.latitude, "lng": value.longitude}
+    if hasattr(value, "to_map_value"):  # Vector
+        return list(value)
+    return repr(value)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return _aware(value)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return _aware(datetime.fromisoformat(value))
+    except ValueError:
+        return None

@@ -1,0 +1,97 @@
+"""Document ids of dedup records: `<event id>-<suffix>`, with unsafe event ids mapped.
+
+Firestore rejects a document id that contains "/", is "." or "..", matches `__.*__`, or is
+longer than 1,500 bytes of UTF-8. An event id is used as it is unless the key built from it
+would break one of these rules, the id starts with "~", or it is not valid UTF-8. Then the
+*safe id* is
+
+    "~" + readable prefix + "~" + sha256(event id as UTF-8).hexdigest()
+
+where the readable prefix is the id's first 40 characters with every character outside
+`[A-Za-z0-9_.-]` replaced by "_". The mapping is deterministic and distinct ids get distinct
+safe ids (the hash covers the whole id). Unmapped ids never start with "~", so a mapped id can
+never collide with an unmapped one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from dedup.errors import InvalidSuffix, MissingEventId
+
+MAX_KEY_BYTES = 1500
+"""Firestore's limit on a document id, in bytes of UTF-8."""
+
+MAPPED_PREFIX = "~"
+"""First character of every mapped event id; reserved, so unmapped ids may not start with it."""
+
+READABLE_PREFIX_CHARS = 40
+"""How many leading characters of a mapped id are kept readable in its safe id."""
+
+SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,100}")
+"""What a suffix may be: it names one function, and appears in every one of its keys."""
+
+_RESERVED_ID = re.compile(r"__.*__", re.DOTALL)
+_UNREADABLE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def validate_suffix(suffix: str) -> str:
+    """Return `suffix` unchanged if it is 1-100 characters of `[A-Za-z0-9_-]`.
+
+    Raises `InvalidSuffix` (with the rule and a fix) otherwise.
+    """
+    if not isinstance(suffix, str) or not SUFFIX_PATTERN.fullmatch(suffix):
+        raise InvalidSuffix(
+            f"suffix {suffix!r} is invalid: use 1 to 100 characters of letters, digits, '_' "
+            "and '-', unique per function, e.g. trigger_once('sendWelcomeEmail')"
+        )
+    return suffix
+
+
+def dedup_key(event_id: str | None, suffix: str) -> str:
+    """The record's document id for this event and function; deterministic and Firestore-safe.
+
+    Distinct `(event_id, suffix)` pairs give distinct keys. Raises `MissingEventId` for a
+    missing or empty id and `InvalidSuffix` for a bad suffix.
+    """
+    validate_suffix(suffix)
+    if event_id is None or event_id == "":
+        raise MissingEventId(
+            "the event has no id, so it cannot be deduplicated and the handler was not run: "
+            "pass the CloudEvent id (or the Pub/Sub messageId) as event_id"
+        )
+    if not isinstance(event_id, str):
+        raise TypeError(f"event_id must be a str; got {type(event_id).__name__}")
+    return f"{safe_event_id(event_id, suffix)}-{suffix}"
+
+
+def safe_event_id(event_id: str, suffix: str) -> str:
+    """`event_id` itself when the key built from it is a valid document id, else its mapping."""
+    return _mapped(event_id) if _needs_mapping(event_id, suffix) else event_id
+
+
+def payload_hash(payload: bytes) -> str:
+    """Fingerprint of a canonical payload rendering: sha256, hex."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _needs_mapping(event_id: str, suffix: str) -> bool:
+    key = f"{event_id}-{suffix}"
+    try:
+        key_bytes = len(key.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates: not storable as a document id
+        return True
+    return (
+        "/" in event_id
+        or event_id in (".", "..")
+        or event_id.startswith(MAPPED_PREFIX)
+        or _RESERVED_ID.fullmatch(key) is not None
+        or key_bytes > MAX_KEY_BYTES
+    )
+
+
+def _mapped(event_id: str) -> str:
+    readable = _UNREADABLE.sub("_", event_id[:READABLE_PREFIX_CHARS])
+    digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{MAPPED_PREFIX}{readable}{MAPPED_PREFIX}{digest}"

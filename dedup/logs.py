@@ -1,0 +1,103 @@
+"""One structured log line per delivery, in Cloud Logging's JSON shape.
+
+Lines go to `logging.getLogger("dedup")`. Each carries `severity`, `message`, `eventId`,
+`suffix`, `key`, `outcome`, `attempt` and `ms` (plus `error` when relevant), never payloads.
+
+If neither the "dedup" logger nor the root logger has a handler when the first line is
+logged, a stdout handler with `CloudLoggingFormatter` is attached to "dedup" (and its level set
+to INFO if unset), so lines reach Cloud Logging as structured entries with no setup. Configure
+logging yourself, before the first event, to route them elsewhere; then nothing is attached.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from typing import Any
+
+LOGGER_NAME = "dedup"
+logger = logging.getLogger(LOGGER_NAME)
+
+_FIELDS = ("eventId", "suffix", "key", "outcome", "attempt", "ms", "error", "path")
+_setup_lock = threading.Lock()
+_setup_done = False
+
+
+class CloudLoggingFormatter(logging.Formatter):
+    """Formats a record as one JSON object Cloud Logging parses: severity, message, fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render `record` as a single JSON line; dedup fields come from `extra=`."""
+        entry: dict[str, Any] = {
+            "severity": _severity(record.levelno),
+            "message": record.getMessage(),
+        }
+        for name in _FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["stack_trace"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def ensure_handler() -> None:
+    """Attach the stdout JSON handler once, only if the application configured no logging."""
+    global _setup_done
+    if _setup_done:
+        return
+    with _setup_lock:
+        if _setup_done:
+            return
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stdout)
+            handler.setFormatter(CloudLoggingFormatter())
+            logger.addHandler(handler)
+            if logger.level == logging.NOTSET:
+                logger.setLevel(logging.INFO)
+        _setup_done = True
+
+
+def log_delivery(
+    level: int,
+    message: str,
+    *,
+    event_id: str | None,
+    suffix: str,
+    key: str | None,
+    outcome: str,
+    attempt: int,
+    ms: int,
+    error: str | None = None,
+    path: str | None = None,
+) -> None:
+    """Emit the one line describing a delivery's outcome (no traceback, no payload)."""
+    ensure_handler()
+    logger.log(
+        level,
+        message,
+        extra={
+            "eventId": event_id,
+            "suffix": suffix,
+            "key": key,
+            "outcome": outcome,
+            "attempt": attempt,
+            "ms": ms,
+            "error": error,
+            "path": path,
+        },
+    )
+
+
+def _severity(levelno: int) -> str:
+    if levelno >= logging.CRITICAL:
+        return "CRITICAL"
+    if levelno >= logging.ERROR:
+        return "ERROR"
+    if levelno >= logging.WARNING:
+        return "WARNING"
+    if levelno >= logging.INFO:
+        return "INFO"
+    return "DEBUG"

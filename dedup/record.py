@@ -1,0 +1,205 @@
+"""The dedup record: one Firestore document per (event, function), its schema and its reader.
+
+Document `<collection>/<key>` (collection `triggerEvents` by default, key from
+`dedup.keys.dedup_key`). Field names are camelCase and form a stable schema; tools such as the
+CLI read records only through `Record.from_snapshot`.
+
+==================  ===================  ===================================================
+Field               Type                 Meaning
+==================  ===================  ===================================================
+eventId             string               The original event id (before any safe-id mapping).
+suffix              string               The function's suffix.
+state               string               "in_progress" | "sent" | "failed" | "dead".
+sent                bool                 True once the effect is done (state "sent").
+owner               string | null        Lease owner token (uuid4 hex) of the delivery running
+                                         the handler; null = no lease (released or finished).
+leaseStartedAt      timestamp | null     Server timestamp of the lease start; null = no lease.
+leaseSeconds        int                  Lease length chosen by the owner.
+attempts            int                  Handler starts so far, including crashed ones.
+firstAttemptAt      timestamp            Server timestamp of the first attempt.
+lastAttemptAt       timestamp            Server timestamp of the latest attempt.
+sentAt              timestamp | null     Server timestamp of the successful attempt.
+expireAt            timestamp            Instance time + retention; point a TTL policy here.
+lastError           string | null        Last handler error, <= 1000 chars, URL credentials
+                                         and query strings removed.
+payloadHash         string | null        sha256 hex of the event payload's canonical form.
+mode                string               "lease" | "transaction" | "write_only".
+==================  ===================  ===================================================
+
+Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
+compared with a read time of the database. It is not stored as one field because Firestore
+cannot add a duration to a server timestamp, and writing an instance-clock expiry would let a
+skewed instance steal a live lease or wait on a dead one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Protocol
+
+MAX_ERROR_CHARS = 1000
+"""`lastError` is truncated to this many characters."""
+
+
+class State(StrEnum):
+    """Lifecycle of a record; `sent`, `failed` and `dead` are final."""
+
+    IN_PROGRESS = "in_progress"
+    """A delivery holds (or held, then released) the lease; the effect is not done."""
+    SENT = "sent"
+    """The handler succeeded and its outcome was recorded: later deliveries are duplicates."""
+    FAILED = "failed"
+    """The handler raised `TerminalError`: not retried."""
+    DEAD = "dead"
+    """`max_attempts` was reached: a poison event, not retried."""
+
+
+class Mode(StrEnum):
+    """How a handler's effect is made exactly once."""
+
+    LEASE = "lease"
+    """Any effect (HTTP, email...): a lease guards the run, a sent flag records the outcome.
+    An effect whose process dies mid-way is retried with the same `Delivery.key`."""
+    TRANSACTION = "transaction"
+    """The effect is Firestore reads and writes: they commit with the marker in one
+    transaction; no lease. The handler may be called again if the transaction retries."""
+    WRITE_ONLY = "write_only"
+    """The effect is Firestore writes needing no reads: they commit in one batch with the
+    marker's create, one round trip. The handler may be called again if the batch is rebuilt."""
+
+
+FINAL_STATES = frozenset({State.SENT, State.FAILED, State.DEAD})
+
+
+class Field:
+    """Field names of the record document (the schema table above)."""
+
+    EVENT_ID = "eventId"
+    SUFFIX = "suffix"
+    STATE = "state"
+    SENT = "sent"
+    OWNER = "owner"
+    LEASE_STARTED_AT = "leaseStartedAt"
+    LEASE_SECONDS = "leaseSeconds"
+    ATTEMPTS = "attempts"
+    FIRST_ATTEMPT_AT = "firstAttemptAt"
+    LAST_ATTEMPT_AT = "lastAttemptAt"
+    SENT_AT = "sentAt"
+    EXPIRE_AT = "expireAt"
+    LAST_ERROR = "lastError"
+    PAYLOAD_HASH = "payloadHash"
+    MODE = "mode"
+
+
+class SnapshotLike(Protocol):
+    """The parts of a Firestore `DocumentSnapshot` that `Record.from_snapshot` reads."""
+
+    @property
+    def id(self) -> str:
+        ...
+
+    @property
+    def exists(self) -> bool:
+        ...
+
+    def to_dict(self) -> dict[str, Any] | None:
+        ...
+
+
+@dataclass(frozen=True)
+class Record:
+    """An immutable view of one dedup record, as read from Firestore."""
+
+    key: str
+    """The document id."""
+    event_id: str
+    suffix: str
+    state: State
+    sent: bool
+    owner: str | None
+    lease_started_at: datetime | None
+    lease_seconds: int
+    attempts: int
+    first_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    sent_at: datetime | None
+    expire_at: datetime | None
+    last_error: str | None
+    payload_hash: str | None
+    mode: Mode
+
+    @classmethod
+    def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
+        """The record in `snapshot`, or None if the document does not exist.
+
+        Tolerates missing fields (older or hand-written records) with neutral defaults.
+        """
+        if not snapshot.exists:
+            return None
+        data = snapshot.to_dict() or {}
+        return cls(
+            key=snapshot.id,
+            event_id=str(data.get(Field.EVENT_ID, "")),
+            suffix=str(data.get(Field.SUFFIX, "")),
+            state=State(data.get(Field.STATE, State.IN_PROGRESS)),
+            sent=bool(data.get(Field.SENT, False)),
+            owner=data.get(Field.OWNER),
+            lease_started_at=data.get(Field.LEASE_STARTED_AT),
+            lease_seconds=int(data.get(Field.LEASE_SECONDS, 0)),
+            attempts=int(data.get(Field.ATTEMPTS, 0)),
+            first_attempt_at=data.get(Field.FIRST_ATTEMPT_AT),
+            last_attempt_at=data.get(Field.LAST_ATTEMPT_AT),
+            sent_at=data.get(Field.SENT_AT),
+            expire_at=data.get(Field.EXPIRE_AT),
+            last_error=data.get(Field.LAST_ERROR),
+            payload_hash=data.get(Field.PAYLOAD_HASH),
+            mode=Mode(data.get(Field.MODE, Mode.LEASE)),
+        )
+
+    @property
+    def is_sent(self) -> bool:
+        """True when the effect is done and recorded."""
+        return self.state is State.SENT
+
+    @property
+    def is_final(self) -> bool:
+        """True for `sent`, `failed` and `dead`: no delivery will run the handler again."""
+        return self.state in FINAL_STATES
+
+    @property
+    def has_lease(self) -> bool:
+        """True when an owner holds a lease (live or expired); False once released."""
+        return self.owner is not None and self.lease_started_at is not None
+
+    @property
+    def lease_expires_at(self) -> datetime | None:
+        """`leaseStartedAt + leaseSeconds` (database clock), or None when there is no lease."""
+        if not self.has_lease or self.lease_started_at is None:
+            return None
+        return self.lease_started_at + timedelta(seconds=self.lease_seconds)
+
+    def lease_live(self, at: datetime) -> bool:
+        """True when a lease is held and has not expired at `at` (a database read time)."""
+        expires = self.lease_expires_at
+        return expires is not None and at < expires
+
+
+_URL_USERINFO_QUERY = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:[^/\s@]*@)?(?P<rest>[^\s?#]*)(?:[?#]\S*)?"
+)
+
+
+def error_text(error: BaseException) -> str:
+    """`lastError` for an exception: type and message, URL secrets scrubbed, <= 1000 chars.
+
+    `https://user:pw@host/path?token=1` becomes `https://host/path`: credentials and query
+    strings of URLs often carry secrets, and records are readable by operators.
+    """
+    text = f"{type(error).__name__}: {error}"
+    text = _URL_USERINFO_QUERY.sub(lambda m: m.group("scheme") + m.group("rest"), text)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text
