@@ -11,12 +11,19 @@ EMULATORS   := $(PY) tools/emulators.py
 STAMP_PY    := $(VENV)/.installed
 STAMP_NODE  := $(FIREBASE_DIR)/node_modules/.installed
 
-# Deployment settings (deploy-*, ttl, topics): make deploy-gcloud PROJECT=my-project REGION=europe-west1
+# Deployment settings (deploy-*, rules, ttl, topics): make deploy-gcloud PROJECT=my-project REGION=europe-west1
 PROJECT ?=
 REGION  ?= us-central1
+FIRESTORE_LOCATION ?= $(REGION)# where the database lives (nam5, eur3, or a region): Firestore triggers must match
+ENV_FILE ?= .env.$(PROJECT)# the functions' variables (WEBHOOK_ROUTES, NOTIFY_URL); firebase reads it too
+ENV_YAML := .cache/env.$(PROJECT).yaml
+DEDUP_COLLECTION ?= triggerEvents
+TOPICS ?= webhooks
+GCLOUD_DEPLOY = gcloud functions deploy --gen2 --runtime=python312 --region=$(REGION) \
+  --project=$(PROJECT) --source=. --retry --env-vars-file=$(ENV_YAML) --quiet
 
 .PHONY: help install demo test lint format check emulators bench deploy-firebase deploy-gcloud \
-        ttl topics clean
+        rules ttl topics guard-project clean
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -39,7 +46,7 @@ $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
 	@touch $@
 
 demo: install ## The main job: the scripted story on the local emulators, checked row by row.
-	$(EMULATORS) exec -- $(PY) -m demo
+	$(EMULATORS) exec --only firestore,pubsub -- $(PY) -m demo
 
 test: install ## All tests, against the real Firestore, Pub/Sub and Functions emulators.
 	$(EMULATORS) exec -- $(PY) -m pytest
@@ -47,7 +54,7 @@ test: install ## All tests, against the real Firestore, Pub/Sub and Functions em
 lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dedup functions main.py tools/emulators.py
+	$(VENV)/bin/mypy dedup functions demo main.py tools/emulators.py tools/deploy.py
 
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
 	$(VENV)/bin/ruff check --fix .
@@ -61,17 +68,48 @@ emulators: install ## Start the emulators in the foreground (Ctrl-C stops them).
 bench: install ## The price of exactly-once, measured on the Firestore emulator.
 	@echo "make bench: not built yet (issue 6)."
 
-deploy-firebase: install ## Deploy with the Firebase CLI: make deploy-firebase PROJECT=...
-	@echo "make deploy-firebase: not built yet (issue 4)."
+deploy-firebase: install guard-project ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
+	$(PY) tools/deploy.py manifest functions.yaml
+	$(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT); \
+	  status=$$?; rm -f functions.yaml; exit $$status
 
-deploy-gcloud: ## Deploy with gcloud (2nd gen): make deploy-gcloud PROJECT=... REGION=...
-	@echo "make deploy-gcloud: not built yet (issue 4)."
+# gcloud deploys the same main.py: each firebase-functions handler takes the raw CloudEvent,
+# so functions-framework must serve it as a CloudEvent function (FUNCTION_SIGNATURE_TYPE).
+# Every event function gets --retry: a released lease is only ever retried by the platform.
+deploy-gcloud: $(STAMP_PY) guard-project ## Deploy with gcloud (2nd gen): make deploy-gcloud PROJECT=... REGION=...
+	$(PY) tools/deploy.py env-yaml $(ENV_FILE) $(ENV_YAML)
+	$(GCLOUD_DEPLOY) sync_published_count --entry-point=sync_published_count \
+	  --trigger-event-filters=type=google.cloud.firestore.document.v1.written \
+	  --trigger-event-filters=database='(default)' \
+	  --trigger-event-filters-path-pattern=document='posts/{postId}' \
+	  --trigger-location=$(FIRESTORE_LOCATION)
+	$(GCLOUD_DEPLOY) send_post_notification --entry-point=send_post_notification \
+	  --trigger-event-filters=type=google.cloud.firestore.document.v1.written \
+	  --trigger-event-filters=database='(default)' \
+	  --trigger-event-filters-path-pattern=document='posts/{postId}' \
+	  --trigger-location=$(FIRESTORE_LOCATION)
+	$(GCLOUD_DEPLOY) relay_outbox --entry-point=relay_outbox \
+	  --trigger-event-filters=type=google.cloud.firestore.document.v1.created \
+	  --trigger-event-filters=database='(default)' \
+	  --trigger-event-filters-path-pattern=document='outbox/{outboxId}' \
+	  --trigger-location=$(FIRESTORE_LOCATION)
+	$(GCLOUD_DEPLOY) forward_webhook --entry-point=forward_webhook \
+	  --trigger-topic=webhooks
 
-ttl: ## Create the TTL policy on triggerEvents.expireAt.
-	@echo "make ttl: not built yet (issue 4)."
+rules: install guard-project ## Deploy firestore.rules and firestore.indexes.json (gcloud users too).
+	$(EMULATORS) firebase deploy --only firestore --project $(PROJECT)
 
-topics: ## Create the Pub/Sub topics the functions use.
-	@echo "make topics: not built yet (issue 4)."
+ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expireAt.
+	gcloud firestore fields ttls update expireAt --collection-group=$(DEDUP_COLLECTION) \
+	  --enable-ttl --project=$(PROJECT) --quiet
+
+topics: guard-project ## Create the Pub/Sub topics the functions use.
+	for topic in $(TOPICS); do \
+	  gcloud pubsub topics describe $$topic --project=$(PROJECT) >/dev/null 2>&1 || \
+	  gcloud pubsub topics create $$topic --project=$(PROJECT); done
+
+guard-project:
+	@[ -n "$(PROJECT)" ] || { echo "error: set PROJECT, e.g. make $(MAKECMDGOALS) PROJECT=my-project"; exit 2; }
 
 clean: ## Remove the venv, the Firebase CLI, caches and emulator logs.
 	rm -rf $(VENV) $(FIREBASE_DIR)/node_modules .cache .pytest_cache .mypy_cache .ruff_cache *-debug.log

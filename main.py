@@ -1,7 +1,13 @@
-from firebase_functions import firestore_fn
-from google.cloud import firestore
+"""Entry point of the functions, for `firebase deploy`, `gcloud functions deploy` and the emulator.
 
-@firestore_fn.on_document_written(document="posts/{postId}")
-def spike(event: firestore_fn.Event) -> None:
-    print("SPIKE EVENT", event.id, event.document)
-    firestore.Client(project="demo-exactly-once").collection("spike").document(event.id).set({"ok": True})
+Each name below is a deployed function (its entry point for gcloud). The functions are
+firebase-functions handlers: they take the raw CloudEvent, so gcloud serves them with
+`FUNCTION_SIGNATURE_TYPE=cloudevent` (the Makefile sets it).
+"""
+
+from functions.forward_webhook import forward_webhook
+from functions.relay_outbox import relay_outbox
+from functions.send_post_notification import send_post_notification
+from functions.sync_published_count import sync_published_count
+
+__all__ = ["forward_webhook", "relay_outbox", "send_post_notification", "sync_published_count"]

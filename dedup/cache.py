@@ -1,13 +1,20 @@
-"""A bounded, thread-safe LRU of keys known to be finished, so a repeated duplicate costs no RPC.
+"""Per-instance memory: an LRU of finished keys, and per-key turns for concurrent deliveries.
 
-Only final records (sent, failed, dead) are cached: they never change back, so a cached answer
-cannot be wrong, only evicted. The cache is per instance and lost on a cold start.
+`FinishedKeys`: only final records (sent, failed, dead) are cached; they never change back, so
+a cached answer cannot be wrong, only evicted. Lost on a cold start.
+
+`KeyTurns`: deliveries of one key on one instance take turns. Firestore transactions take
+read locks, so N transactions that read the same record deadlock until the database aborts
+all but one (the emulator after a 2 s lock timeout): letting one go first turns the rest into
+cheap duplicates. An optimization only; correctness never depends on it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class FinishedKeys:
@@ -30,7 +37,7 @@ class FinishedKeys:
             return key in self._entries
 
     def lookup(self, key: str) -> tuple[bool, str | None]:
-        """(True, payload hash) if `key` is known finished, refreshing its recency; else (False, None)."""
+        """(True, payload hash) if `key` is known finished (refreshing it), else (False, None)."""
         with self._lock:
             if key not in self._entries:
                 return False, None
@@ -46,3 +53,34 @@ class FinishedKeys:
             self._entries.move_to_end(key)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
+
+
+class KeyTurns:
+    """Mutual exclusion per key within one process; holds no memory for idle keys."""
+
+    def __init__(self) -> None:
+        """No key is busy."""
+        self._lock = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextmanager
+    def turn(self, key: str) -> Iterator[None]:
+        """Wait until no other thread of this process is inside `turn(key)`, then enter."""
+        with self._lock:
+            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._lock:
+                lock, users = self._locks[key]
+                if users <= 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        """Number of keys with a delivery inside or waiting."""
+        with self._lock:
+            return len(self._locks)

@@ -141,9 +141,7 @@ class DedupConfig:
         age = get("DEDUP_MAX_EVENT_AGE_SECONDS")
         policy = get("DEDUP_ON_PAYLOAD_MISMATCH") or "log"
         if policy not in ("log", "raise"):
-            raise ConfigError(
-                f"DEDUP_ON_PAYLOAD_MISMATCH must be 'log' or 'raise'; got {policy!r}"
-            )
+            raise ConfigError(f"DEDUP_ON_PAYLOAD_MISMATCH must be 'log' or 'raise'; got {policy!r}")
         return cls(
             collection=get("DEDUP_COLLECTION") or DEFAULT_COLLECTION,
             lease_seconds=_int_var(get, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),

@@ -16,7 +16,7 @@ class ConfigError(DedupError, ValueError):
     """A configuration value is invalid; the message names the setting and the accepted form."""
 
 
-class MissingEventId(DedupError, ValueError):  # noqa: N818 - public name fixed by the design
+class MissingEventId(DedupError, ValueError):
     """The event carries no id, so it cannot be deduplicated; the handler was not run.
 
     Fix the event source (every CloudEvent has an `id`, every Pub/Sub message a `messageId`);
@@ -24,15 +24,15 @@ class MissingEventId(DedupError, ValueError):  # noqa: N818 - public name fixed 
     """
 
 
-class InvalidSuffix(DedupError, ValueError):  # noqa: N818 - public name fixed by the design
+class InvalidSuffix(DedupError, ValueError):
     """A suffix is not 1 to 100 characters of `[A-Za-z0-9_-]`; rename it in the decorator."""
 
 
-class DuplicateSuffix(DedupError):  # noqa: N818 - public name fixed by the design
+class DuplicateSuffix(DedupError):
     """Two handlers in one process registered the same suffix; give each function its own."""
 
 
-class LeaseHeld(DedupError):  # noqa: N818 - public name fixed by the design
+class LeaseHeld(DedupError):
     """Another live delivery holds the lease on this event; let the platform retry later.
 
     Raised, not returned, so the platform redelivers: if the holder finishes, the retry is a
@@ -40,7 +40,7 @@ class LeaseHeld(DedupError):  # noqa: N818 - public name fixed by the design
     """
 
 
-class LeaseLost(DedupError):  # noqa: N818 - public name fixed by the design
+class LeaseLost(DedupError):
     """This delivery's lease expired and was taken over; its outcome was not recorded.
 
     The delivery that took over decides the record. Raise the function's timeout or
@@ -48,7 +48,7 @@ class LeaseLost(DedupError):  # noqa: N818 - public name fixed by the design
     """
 
 
-class PayloadMismatch(DedupError):  # noqa: N818 - public name fixed by the design
+class PayloadMismatch(DedupError):
     """The record for this key was written for an event with a different payload fingerprint.
 
     Raised only with `on_payload_mismatch="raise"`; by default the mismatch is logged at
@@ -56,7 +56,7 @@ class PayloadMismatch(DedupError):  # noqa: N818 - public name fixed by the desi
     """
 
 
-class StoreUnavailable(DedupError):  # noqa: N818 - public name fixed by the design
+class StoreUnavailable(DedupError):
     """Firestore could not be reached or refused a dedup operation; retryable.
 
     The underlying Google API error is chained as `__cause__`. Let it escape so the platform

@@ -1,8 +1,10 @@
 """Document ids of dedup records: `<event id>-<suffix>`, with unsafe event ids mapped.
 
 Firestore rejects a document id that contains "/", is "." or "..", matches `__.*__`, or is
-longer than 1,500 bytes of UTF-8. An event id is used as it is unless the key built from it
-would break one of these rules, the id starts with "~", or it is not valid UTF-8. Then the
+longer than 1,500 bytes of UTF-8. An event id is used as it is unless it or the key built from
+it would break one of these rules (an id matching `__.*__` is mapped even though the suffix
+would make the key legal: it is reserved-looking, and mapping costs nothing), the id starts
+with "~", or it is not valid UTF-8. Then the
 *safe id* is
 
     "~" + readable prefix + "~" + sha256(event id as UTF-8).hexdigest()
@@ -86,6 +88,7 @@ def _needs_mapping(event_id: str, suffix: str) -> bool:
         "/" in event_id
         or event_id in (".", "..")
         or event_id.startswith(MAPPED_PREFIX)
+        or _RESERVED_ID.fullmatch(event_id) is not None
         or _RESERVED_ID.fullmatch(key) is not None
         or key_bytes > MAX_KEY_BYTES
     )

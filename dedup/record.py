@@ -98,15 +98,12 @@ class SnapshotLike(Protocol):
     """The parts of a Firestore `DocumentSnapshot` that `Record.from_snapshot` reads."""
 
     @property
-    def id(self) -> str:
-        ...
+    def id(self) -> str: ...
 
     @property
-    def exists(self) -> bool:
-        ...
+    def exists(self) -> bool: ...
 
-    def to_dict(self) -> dict[str, Any] | None:
-        ...
+    def to_dict(self) -> dict[str, Any] | None: ...
 
 
 @dataclass(frozen=True)
@@ -192,14 +189,19 @@ _URL_USERINFO_QUERY = re.compile(
 )
 
 
-def error_text(error: BaseException) -> str:
-    """`lastError` for an exception: type and message, URL secrets scrubbed, <= 1000 chars.
+def scrub_urls(text: str) -> str:
+    """`text` with every URL's credentials, query string and fragment removed.
 
     `https://user:pw@host/path?token=1` becomes `https://host/path`: credentials and query
-    strings of URLs often carry secrets, and records are readable by operators.
+    strings of URLs often carry secrets, and records and logs are readable by operators.
     """
-    text = f"{type(error).__name__}: {error}"
-    text = _URL_USERINFO_QUERY.sub(lambda m: m.group("scheme") + m.group("rest"), text)
+    return _URL_USERINFO_QUERY.sub(lambda m: m.group("scheme") + m.group("rest"), text)
+
+
+def error_text(error: BaseException) -> str:
+    """`lastError` for an exception: type and message, URLs scrubbed (`scrub_urls`), <= 1000
+    characters."""
+    text = scrub_urls(f"{type(error).__name__}: {error}")
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 1] + "…"
     return text

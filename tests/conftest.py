@@ -14,7 +14,19 @@ import pytest
 import requests
 from google.cloud import firestore
 
+from demo.receiver import Receiver, running_receiver
+
 PROJECT = os.environ.get("GCLOUD_PROJECT", "demo-exactly-once")
+RECEIVER_PORT = 8765
+"""Where `.env.local` points the emulator's functions; the in-process ones are told the same."""
+RECEIVER_URL = f"http://127.0.0.1:{RECEIVER_PORT}"
+FUNCTION_ENV = {
+    "WEBHOOK_ROUTES": (
+        f'{{"default": "{RECEIVER_URL}/webhooks/default", "line": "{RECEIVER_URL}/webhooks/line"}}'
+    ),
+    "NOTIFY_URL": f"{RECEIVER_URL}/notify",
+}
+os.environ.update(FUNCTION_ENV)  # before any test imports main.py
 
 
 def _emulator_host(variable: str) -> str:
@@ -51,9 +63,52 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(autouse=True)
 def clean_firestore(firestore_host: str) -> Iterator[None]:
     """Each test starts with an empty database (the emulator's documented reset endpoint)."""
-    url = (
-        f"http://{firestore_host}/emulator/v1/projects/{PROJECT}"
-        "/databases/(default)/documents"
-    )
+    url = f"http://{firestore_host}/emulator/v1/projects/{PROJECT}/databases/(default)/documents"
     requests.delete(url, timeout=10).raise_for_status()
-    yield
+    return
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """End-to-end tests run first, while the Functions emulator's triggers are still on."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
+_triggers_on = True
+
+
+@pytest.fixture(autouse=True)
+def emulator_triggers(request: pytest.FixtureRequest) -> None:
+    """The Functions emulator's background triggers: on for `e2e` tests, off for the others.
+
+    Most tests play the platform themselves, delivering the events they build, so the
+    emulator's own deliveries of the same writes would be extra effects. They are switched off
+    once, after the end-to-end tests (which run first): switching them back on re-registers
+    each trigger, and the emulator then delivers every write twice, under two event ids.
+    """
+    global _triggers_on
+    wants_triggers = request.node.get_closest_marker("e2e") is not None
+    if wants_triggers:
+        assert _triggers_on, "end-to-end tests must run before the others (see the collection hook)"
+        return
+    hub = os.environ.get("FIREBASE_EMULATOR_HUB")
+    if _triggers_on and hub:  # no hub: a bare Firestore emulator, no triggers to switch
+        url = f"http://{hub}/functions/disableBackgroundTriggers"
+        requests.put(url, timeout=120).raise_for_status()
+    _triggers_on = False
+
+
+@pytest.fixture(scope="session")
+def session_receiver() -> Iterator[Receiver]:
+    """The HTTP receiver the functions deliver to, on the port `.env.local` names."""
+    try:
+        with running_receiver(RECEIVER_PORT) as receiver:
+            yield receiver
+    except OSError as exc:
+        pytest.exit(f"port {RECEIVER_PORT} for the test receiver is taken: {exc}", returncode=2)
+
+
+@pytest.fixture
+def receiver(session_receiver: Receiver) -> Receiver:
+    """The receiver, emptied of earlier tests' requests and faults."""
+    session_receiver.reset()
+    return session_receiver

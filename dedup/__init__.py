@@ -1,0 +1,50 @@
+"""Exactly-once effects for Cloud Functions triggers, with Firestore dedup records.
+
+Platforms deliver events at least once. Wrap a handler with `trigger_once(suffix)` (or call
+`Deduplicator.run` explicitly) and its effect happens once: duplicates are skipped, a run that
+failed is retried, a run whose process died is retried with the same `Delivery.key` so that a
+downstream receiver can drop the copy. See `dedup.record` for the record schema and
+`dedup.config` for settings.
+"""
+
+from dedup.config import DedupConfig
+from dedup.core import Deduplicator, Delivery, Outcome, OutcomeKind
+from dedup.decorator import SuffixRegistry, trigger_once
+from dedup.errors import (
+    ConfigError,
+    DedupError,
+    DuplicateSuffix,
+    InvalidSuffix,
+    LeaseHeld,
+    LeaseLost,
+    MissingEventId,
+    PayloadMismatch,
+    StoreUnavailable,
+    TerminalError,
+)
+from dedup.keys import dedup_key
+from dedup.record import Mode, Record, State
+
+__all__ = [
+    "ConfigError",
+    "DedupConfig",
+    "DedupError",
+    "Deduplicator",
+    "Delivery",
+    "DuplicateSuffix",
+    "InvalidSuffix",
+    "LeaseHeld",
+    "LeaseLost",
+    "MissingEventId",
+    "Mode",
+    "Outcome",
+    "OutcomeKind",
+    "PayloadMismatch",
+    "Record",
+    "State",
+    "StoreUnavailable",
+    "SuffixRegistry",
+    "TerminalError",
+    "dedup_key",
+    "trigger_once",
+]

@@ -1,0 +1,130 @@
+"""`trigger_once`: one decorator for every supported event kind, a thin adapter over
+`Deduplicator.run`.
+
+    @firestore_fn.on_document_written(document="posts/{postId}")
+    @trigger_once("countPosts", mode=Mode.TRANSACTION)
+    def count_posts(event: firestore_fn.Event[...], delivery: Delivery) -> None:
+        ...
+
+The decorated function takes the event only, so it sits under firebase-functions decorators
+and `@functions_framework.cloud_event` alike.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from dedup.config import DedupConfig
+from dedup.core import Deduplicator, Delivery, default_deduplicator
+from dedup.errors import ConfigError, DuplicateSuffix
+from dedup.events import describe
+from dedup.keys import validate_suffix
+from dedup.record import Mode
+
+type EventHandler[E] = Callable[[E, Delivery], None]
+"""A decorated handler: `handler(event, delivery) -> None`."""
+
+
+class HandlerDecorator(Protocol):
+    """What `trigger_once(...)` returns: turns `handler(event, delivery)` into `fn(event)`."""
+
+    def __call__[E](self, handler: EventHandler[E], /) -> Callable[[E], None]:
+        """Wrap `handler`; the result takes the event only."""
+        ...
+
+
+_COPIED_ATTRIBUTES = ("__module__", "__name__", "__qualname__", "__doc__")
+
+
+class SuffixRegistry:
+    """Which handler owns each suffix; a second registration of a suffix fails.
+
+    One process-wide registry (`DEFAULT_REGISTRY`) backs `trigger_once`; tests pass their own
+    instance to stay isolated. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        """An empty registry."""
+        self._owners: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def register(self, suffix: str, owner: str) -> None:
+        """Record `owner` (module.qualname) for `suffix`; raise `DuplicateSuffix` if taken."""
+        with self._lock:
+            existing = self._owners.get(suffix)
+            if existing is not None:
+                raise DuplicateSuffix(
+                    f"suffix {suffix!r} is used by both {existing} and {owner}: two functions "
+                    "sharing a suffix would skip each other's events; give each its own suffix"
+                )
+            self._owners[suffix] = owner
+
+    def owner(self, suffix: str) -> str | None:
+        """The handler registered for `suffix`, if any."""
+        with self._lock:
+            return self._owners.get(suffix)
+
+
+DEFAULT_REGISTRY = SuffixRegistry()
+"""The process-wide suffix registry used when `trigger_once` gets no `registry`."""
+
+
+def trigger_once(
+    suffix: str,
+    *,
+    mode: Mode = Mode.LEASE,
+    config: DedupConfig | None = None,
+    deduplicator: Deduplicator | None = None,
+    registry: SuffixRegistry | None = None,
+    event_id_from: Callable[[Any], str | None] | None = None,
+) -> HandlerDecorator:
+    """Make a handler's effect happen once per event, however often the event is delivered.
+
+    `suffix` names the function (1-100 of `[A-Za-z0-9_-]`, unique in the process); it is
+    checked here, at import time (`InvalidSuffix`, `DuplicateSuffix`). The wrapper extracts
+    the event id, payload fingerprint, time and document path (`dedup.events`) and calls
+    `Deduplicator.run`: it returns None when the platform should stop retrying, and raises
+    when it should retry (`LeaseHeld`, `LeaseLost`, `StoreUnavailable`, the handler's own
+    error). Pass `config` for a shared deduplicator with that config, or a `deduplicator`.
+
+    `event_id_from(event)` replaces the event's id as the dedup id, to run once per business
+    entity rather than once per event: `event_id_from=lambda e: f"post-{e.params['postId']}"`
+    notifies once per post, however many writes publish it. It must be deterministic.
+    """
+    validate_suffix(suffix)
+    if config is not None and deduplicator is not None:
+        raise ConfigError("pass either config or deduplicator to trigger_once, not both")
+    mode = Mode(mode)
+    suffixes = registry if registry is not None else DEFAULT_REGISTRY
+
+    def decorate[E](handler: EventHandler[E]) -> Callable[[E], None]:
+        owner = f"{handler.__module__}.{handler.__qualname__}"
+        suffixes.register(suffix, owner)
+        runner = deduplicator if deduplicator is not None else default_deduplicator(config)
+
+        def once(event: E) -> None:
+            info = describe(event)
+            event_id = info.event_id if event_id_from is None else event_id_from(event)
+
+            def run_handler(delivery: Delivery) -> None:
+                handler(event, delivery)
+
+            runner.run(
+                event_id,
+                suffix,
+                run_handler,
+                mode=mode,
+                payload=info.payload,
+                event_time=info.event_time,
+                document_path=info.document_path,
+            )
+
+        # Copy the identity (name, doc) but not the signature: the wrapper takes one argument,
+        # and frameworks that inspect it must not see the handler's (event, delivery).
+        for attribute in _COPIED_ATTRIBUTES:
+            setattr(once, attribute, getattr(handler, attribute, None))
+        return once
+
+    return decorate

@@ -1,0 +1,266 @@
+"""The scripted story `make demo` tells, and the table that checks it.
+
+Authors create, publish, unpublish and delete posts; webhook messages are published; orders
+are enqueued through the transactional outbox, and one transaction is rolled back. Every event
+goes to its functions four times at once and is retried until one delivery succeeds; the
+webhook receiver fails the first request of one route with a 503. Then each function's
+effects are counted where they land (the counters, the receiver, a Pub/Sub subscription) and
+compared with what exactly-once predicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.api_core.exceptions import AlreadyExists
+from google.cloud import firestore
+from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
+
+from dedup.outbox import enqueue
+from demo.events import firestore_event, pubsub_event
+from demo.platform import DeliveryLog, deliver_at_least_once
+from demo.receiver import Receiver, running_receiver
+from demo.serve import ServedFunction, served_function
+
+PROJECT = os.environ.get("GCLOUD_PROJECT", "demo-exactly-once")
+ORDERS_TOPIC = "demo-orders"
+ORDERS_AUDIT = "demo-orders-audit"
+FUNCTIONS = ("sync_published_count", "send_post_notification", "forward_webhook", "relay_outbox")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the result table."""
+
+    function: str
+    events: int
+    deliveries: int
+    effects: int
+    expected: int
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        """Effects match the expectation."""
+        return self.effects == self.expected
+
+
+class Story:
+    """Writes to the emulators, builds each resulting event, delivers it at least once."""
+
+    def __init__(
+        self, db: firestore.Client, servers: dict[str, ServedFunction], receiver: Receiver
+    ):
+        """Use `db` for writes and `servers` (one per function) for deliveries."""
+        self.db = db
+        self.servers = servers
+        self.receiver = receiver
+        self.logs = {name: DeliveryLog() for name in FUNCTIONS}
+        self.publisher = PublisherClient()
+        self.subscriber = SubscriberClient()
+        self.expected_notifications = 0
+        self.expected_webhooks = 0
+        self.expected_orders = 0
+
+    # --- the platform's side ------------------------------------------------------------------
+
+    def _deliver(self, function: str, event: Any) -> None:
+        deliver_at_least_once(self.servers[function], event, self.logs[function])
+
+    def write_post(
+        self, post_id: str, change: Callable[[firestore.DocumentReference], object]
+    ) -> None:
+        """Apply `change` to posts/<post_id>; deliver the event to both post functions."""
+        ref = self.db.collection("posts").document(post_id)
+        before = ref.get()
+        change(ref)
+        after = ref.get()
+        event = firestore_event(ref.path, before, after, project=PROJECT)
+        for function in ("sync_published_count", "send_post_notification"):
+            self._deliver(function, event)
+
+    def publish_webhook(self, body: dict[str, Any], route: str | None) -> None:
+        """Publish a webhook message to the `webhooks` topic and deliver its event."""
+        topic = self.publisher.topic_path(PROJECT, "webhooks")
+        attributes = {"route": route} if route else {}
+        data = json.dumps(body).encode()
+        message_id = self.publisher.publish(topic, data, **attributes).result(timeout=30)
+        self.expected_webhooks += 1
+        event = pubsub_event(
+            "webhooks", data, project=PROJECT, message_id=message_id, attributes=attributes
+        )
+        self._deliver("forward_webhook", event)
+
+    def place_order(self, order_id: str, *, roll_back: bool = False) -> None:
+        """Write orders/<id> and enqueue its message in one transaction; deliver the event."""
+        transaction = self.db.transaction()
+        holder: dict[str, firestore.DocumentReference] = {}
+
+        @firestore.transactional
+        def place(tx: firestore.Transaction) -> None:
+            tx.set(self.db.collection("orders").document(order_id), {"total": 42})
+            holder["outbox"] = enqueue(
+                tx, ORDERS_TOPIC, json.dumps({"orderId": order_id}), {"kind": "order"}
+            )
+            if roll_back:
+                raise RuntimeError("payment declined")  # rolls the whole transaction back
+
+        try:
+            place(transaction)
+        except RuntimeError:
+            assert not holder["outbox"].get().exists, "a rolled-back outbox document exists"
+            return
+        self.expected_orders += 1
+        outbox = holder["outbox"]
+        event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
+        self._deliver("relay_outbox", event)
+
+    # --- the story ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Play every scene."""
+        users = self.db.collection("users")
+        users.document("alice").set({"followers": ["bob", "carol"], "fcmToken": "token-alice"})
+        users.document("bob").set({"followers": ["alice"], "fcmToken": "token-bob"})
+        users.document("carol").set({"followers": ["alice", "dave"], "fcmToken": "token-carol"})
+        users.document("dave").set({"followers": []})
+
+        self.write_post("p1", lambda r: r.set({"authorId": "alice", "published": True}))
+        self.write_post("p2", lambda r: r.set({"authorId": "alice", "published": False}))
+        self.write_post("p2", lambda r: r.update({"published": True}))
+        self.write_post("p3", lambda r: r.set({"authorId": "bob", "published": True}))
+        self.write_post("p2", lambda r: r.update({"published": False}))
+        self.write_post("p2", lambda r: r.update({"published": True}))  # republished: no new notice
+        self.write_post("p3", lambda r: r.delete())
+        self.write_post("p4", lambda r: r.set({"authorId": "carol", "published": True}))
+        self.write_post("p4", lambda r: r.update({"title": "edited"}))
+        self.write_post("p5", lambda r: r.set({"authorId": "dave", "published": False}))
+        self.write_post("p4", lambda r: r.delete())
+        self.expected_notifications = 4  # first publications: p1, p2, p3, p4
+
+        self.receiver.fail("/webhooks/line", 503, times=1)  # fails once, then succeeds on retry
+        for n, route in enumerate(["line", "line", None, "billing", "line"]):
+            self.publish_webhook({"events": [{"type": "message", "n": n}]}, route)
+
+        for order in ("o1", "o2", "o3"):
+            self.place_order(order)
+        self.place_order("o4", roll_back=True)
+
+    # --- the count ------------------------------------------------------------------------------
+
+    def relayed_orders(self) -> list[str]:
+        """outboxId of every message that reached the orders topic."""
+        subscription = self.subscriber.subscription_path(PROJECT, ORDERS_AUDIT)
+        ids: list[str] = []
+        while True:
+            response = self.subscriber.pull(
+                request={
+                    "subscription": subscription,
+                    "max_messages": 100,
+                    "return_immediately": True,
+                },
+                timeout=10,
+            )
+            if not response.received_messages:
+                return ids
+            ids.extend(m.message.attributes["outboxId"] for m in response.received_messages)
+            self.subscriber.acknowledge(
+                request={
+                    "subscription": subscription,
+                    "ack_ids": [m.ack_id for m in response.received_messages],
+                }
+            )
+
+    def rows(self) -> list[Row]:
+        """Effects per function, counted where they land."""
+        counts = {
+            d.id: (d.to_dict() or {}).get("publishedPostCount", 0)
+            for d in self.db.collection("users").stream()
+        }
+        expected_counts = {"alice": 2, "bob": 0, "carol": 0, "dave": 0}
+        counts_text = " ".join(f"{user}={counts.get(user, 0)}" for user in expected_counts)
+        notices = self.receiver.requests("/notify")
+        webhooks = [r for r in self.receiver.requests() if r.path.startswith("/webhooks/")]
+        orders = self.relayed_orders()
+        counts_right = all(counts.get(user, 0) == n for user, n in expected_counts.items())
+        line_tries = self.receiver.attempts["/webhooks/line"]
+        return [
+            self._row(
+                "sync_published_count",
+                sum(abs(counts.get(user, 0)) for user in expected_counts),
+                sum(expected_counts.values()),
+                f"publishedPostCount {counts_text}" + ("" if counts_right else " (WRONG)"),
+            ),
+            self._row(
+                "send_post_notification",
+                len(notices),
+                self.expected_notifications,
+                f"POST /notify, {len({r.idempotency_key for r in notices})} distinct keys",
+            ),
+            self._row(
+                "forward_webhook",
+                len(webhooks),
+                self.expected_webhooks,
+                f"POST /webhooks/*; a 503 was retried ({line_tries} tries on /line)",
+            ),
+            self._row(
+                "relay_outbox",
+                len(orders),
+                self.expected_orders,
+                f"on {ORDERS_TOPIC}, {len(set(orders))} distinct outboxIds; a rollback sent none",
+            ),
+        ]
+
+    def _row(self, function: str, effects: int, expected: int, detail: str) -> Row:
+        log = self.logs[function]
+        return Row(function, log.events, log.deliveries, effects, expected, detail)
+
+
+def ensure_topics(project: str) -> None:
+    """The topics and the audit subscription the story uses (idempotent)."""
+    publisher, subscriber = PublisherClient(), SubscriberClient()
+    for topic in ("webhooks", ORDERS_TOPIC):
+        with suppress(AlreadyExists):
+            publisher.create_topic(name=publisher.topic_path(project, topic))
+    with suppress(AlreadyExists):
+        subscriber.create_subscription(
+            name=subscriber.subscription_path(project, ORDERS_AUDIT),
+            topic=publisher.topic_path(project, ORDERS_TOPIC),
+        )
+
+
+@contextmanager
+def demo_servers(receiver: Receiver, log_dir: Path) -> Iterator[dict[str, ServedFunction]]:
+    """Each function served on its own, configured to talk to the receiver."""
+    env = {
+        "WEBHOOK_ROUTES": json.dumps(
+            {
+                "default": f"{receiver.base_url}/webhooks/default",
+                "line": f"{receiver.base_url}/webhooks/line",
+            }
+        ),
+        "NOTIFY_URL": f"{receiver.base_url}/notify",
+        "DEDUP_LEASE_SECONDS": "20",
+    }
+    with ExitStack() as stack:
+        yield {
+            name: stack.enter_context(served_function(name, env, log=log_dir / f"{name}.log"))
+            for name in FUNCTIONS
+        }
+
+
+def play(log_dir: Path) -> list[Row]:
+    """Run the whole story against the emulators and return the table."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    ensure_topics(PROJECT)
+    db = firestore.Client(project=PROJECT)
+    with running_receiver() as receiver, demo_servers(receiver, log_dir) as servers:
+        story = Story(db, servers, receiver)
+        story.run()
+        return story.rows()

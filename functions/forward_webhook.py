@@ -1,0 +1,110 @@
+"""`forward_webhook`: forward each webhook message published to the `webhooks` topic to the
+receiver its route names, exactly once.
+
+The message body is the webhook payload as received (for example a LINE webhook); the message
+attribute `route` picks a receiver from `WEBHOOK_ROUTES`, a JSON object of route name -> URL
+that must have a `default` entry (an unknown or missing route goes to `default`, logged). The
+attribute `contentType` gives the body's content type (default `application/json`). The body
+is forwarded unchanged with `Idempotency-Key: <dedup key>`.
+
+Exactly once, lease mode, keyed by the Pub/Sub message id. Receiver answers: see
+`functions.http_delivery` (5xx, 429, timeouts and refused connections are retried; any other
+4xx is a terminal failure, recorded and not retried).
+
+Configuration errors surface at start-up: the instance serving this function (its
+`FUNCTION_TARGET`) refuses to start when `WEBHOOK_ROUTES` is missing or invalid, with a message
+that says what is expected. Bad input: a JSON content type whose body is not JSON is a terminal
+failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import os
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from firebase_functions import pubsub_fn
+
+from dedup import Delivery, TerminalError, trigger_once
+from dedup.errors import ConfigError
+from functions.http_delivery import post_once
+
+SUFFIX = "forward_webhook"
+TOPIC = "webhooks"
+DEFAULT_ROUTE = "default"
+DEFAULT_CONTENT_TYPE = "application/json"
+logger = logging.getLogger(__name__)
+
+
+def parse_routes(raw: str | None) -> Mapping[str, str]:
+    """Route name -> URL from the `WEBHOOK_ROUTES` text; `ConfigError` says what is wrong."""
+    example = '{"default": "https://example.com/hook", "line": "https://example.com/line"}'
+    if not raw or not raw.strip():
+        raise ConfigError(f"WEBHOOK_ROUTES is not set: set it to a JSON object such as {example}")
+    try:
+        routes = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"WEBHOOK_ROUTES is not valid JSON ({exc.msg}): expected {example}"
+        ) from None
+    if not isinstance(routes, dict) or DEFAULT_ROUTE not in routes:
+        raise ConfigError(
+            f"WEBHOOK_ROUTES must be a JSON object with a 'default' entry, like {example}"
+        )
+    for name, url in routes.items():
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"WEBHOOK_ROUTES[{name!r}] must be an http:// or https:// URL")
+    return routes
+
+
+@cache
+def routes() -> Mapping[str, str]:
+    """The routes of this instance, read once."""
+    return parse_routes(os.environ.get("WEBHOOK_ROUTES"))
+
+
+if os.environ.get("FUNCTION_TARGET") == "forward_webhook":
+    routes()  # fail at start-up, not on the first message
+
+
+def pick_route(attributes: Mapping[str, str]) -> tuple[str, str]:
+    """(route name, URL) for a message's attributes; unknown routes fall back to `default`."""
+    table = routes()
+    name = attributes.get("route") or DEFAULT_ROUTE
+    if name not in table:
+        logger.warning("unknown webhook route %r: forwarding to 'default'", name)
+        name = DEFAULT_ROUTE
+    return name, table[name]
+
+
+def message_body(message: pubsub_fn.Message[Any]) -> bytes:
+    """The message's payload bytes; `TerminalError` when it is not valid base64."""
+    try:
+        return base64.b64decode(message.data or "", validate=True)
+    except (binascii.Error, ValueError):
+        raise TerminalError("message data is not valid base64") from None
+
+
+@pubsub_fn.on_message_published(topic=TOPIC)
+@trigger_once(SUFFIX)
+def forward_webhook(
+    event: pubsub_fn.CloudEvent[pubsub_fn.MessagePublishedData[Any]], delivery: Delivery
+) -> None:
+    """Forward the message body to its route's receiver, with the dedup key."""
+    message = event.data.message
+    body = message_body(message)
+    content_type = message.attributes.get("contentType") or DEFAULT_CONTENT_TYPE
+    if "json" in content_type:
+        try:
+            json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise TerminalError(
+                f"body is not JSON although its content type is {content_type}"
+            ) from None
+    _, url = pick_route(message.attributes)
+    post_once(url, body, content_type=content_type, idempotency_key=delivery.key)

@@ -1,0 +1,79 @@
+"""`relay_outbox`: publish each `outbox/{id}` document to its Pub/Sub topic, exactly once.
+
+The other half of `dedup.outbox.enqueue` (see that module for the document schema). Fires when
+an outbox document is created, publishes its `data` with its `attributes` plus `outboxId`, and
+marks the document with `publishedAt` and `messageId`.
+
+Exactly once, lease mode: a publish cannot join a Firestore transaction. A relay that crashes
+after publishing and before recording it publishes again on retry, with the same `outboxId`
+attribute for consumers to drop the copy.
+
+Bad input: a document without a valid `topic`, or with `data` that is not bytes or a string,
+or attributes that are not a map of strings, is a terminal failure: recorded, not retried. A
+topic that does not exist is retried (create it with `make topics`).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from firebase_functions import firestore_fn
+from google.cloud import firestore
+from google.cloud.pubsub_v1 import PublisherClient
+
+from dedup import Delivery, TerminalError, trigger_once
+from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN
+
+SUFFIX = "relay_outbox"
+PUBLISH_TIMEOUT_SECONDS = 30.0
+
+
+@cache
+def _publisher() -> PublisherClient:
+    """One publisher per instance (it holds a channel and batching threads)."""
+    return PublisherClient()
+
+
+def topic_path(topic: str, project: str) -> str:
+    """A full topic path for a topic id or path stored in an outbox document."""
+    return topic if topic.startswith("projects/") else f"projects/{project}/topics/{topic}"
+
+
+def outbox_message(fields: dict[str, Any]) -> tuple[str, bytes, dict[str, str]]:
+    """(topic, data, attributes) of an outbox document; `TerminalError` when malformed."""
+    topic, data, attributes = (
+        fields.get("topic"),
+        fields.get("data", b""),
+        fields.get("attributes") or {},
+    )
+    if not isinstance(topic, str) or not TOPIC_PATTERN.fullmatch(topic):
+        raise TerminalError(f"outbox document has no valid topic (got {topic!r})")
+    if isinstance(data, str):
+        data = data.encode()
+    if not isinstance(data, bytes):
+        raise TerminalError(f"outbox data must be bytes or a string, got {type(data).__name__}")
+    if not isinstance(attributes, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
+    ):
+        raise TerminalError("outbox attributes must be a map of strings")
+    return topic, data, attributes
+
+
+@firestore_fn.on_document_created(document="outbox/{outboxId}")
+@trigger_once(SUFFIX)
+def relay_outbox(
+    event: firestore_fn.Event[firestore_fn.DocumentSnapshot | None], delivery: Delivery
+) -> None:
+    """Publish the outbox document's message, then mark the document published."""
+    snapshot = event.data
+    if snapshot is None or not snapshot.exists:
+        raise TerminalError("the outbox event carries no document")
+    topic, data, attributes = outbox_message(snapshot.to_dict() or {})
+    future = _publisher().publish(
+        topic_path(topic, event.project), data, **attributes, **{OUTBOX_ID_ATTRIBUTE: snapshot.id}
+    )
+    message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
+    delivery.client.document(snapshot.reference.path).update(
+        {"publishedAt": firestore.SERVER_TIMESTAMP, "messageId": message_id}
+    )

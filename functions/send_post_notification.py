@@ -1,0 +1,78 @@
+"""`send_post_notification`: when a post is published for the first time, notify the author's
+followers.
+
+Fires on every write to `posts/{postId}`; only a write that makes a well-formed post published
+(created published, or `published` false -> true) goes further. The dedup key is the *post*,
+not the event: a post published, unpublished and published again notifies once.
+
+Exactly once, lease mode: the notification leaves the process, so it cannot join a Firestore
+transaction. A crash after sending and before recording "sent" is retried with the same
+idempotency key (`Idempotency-Key` header over HTTP, `idempotencyKey` in FCM data).
+
+Bad input: the author document missing, or no follower with a token, sends nothing and is
+recorded as sent (there is nobody to notify; a retry would not change that).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cache
+
+from firebase_functions import firestore_fn
+from google.cloud.firestore import DocumentSnapshot
+
+from dedup import Delivery, trigger_once
+from functions.notifier import Notification, Notifier, notifier_from_env, unique_tokens
+
+SUFFIX = "send_post_notification"
+logger = logging.getLogger(__name__)
+
+PostEvent = firestore_fn.Event[firestore_fn.Change[DocumentSnapshot | None]]
+
+
+def _published(snapshot: DocumentSnapshot | None) -> bool:
+    if snapshot is None or not snapshot.exists:
+        return False
+    post = snapshot.to_dict() or {}
+    author = post.get("authorId")
+    return post.get("published") is True and isinstance(author, str) and bool(author)
+
+
+def becomes_published(before: DocumentSnapshot | None, after: DocumentSnapshot | None) -> bool:
+    """True when this write turns a post into a well-formed published post."""
+    return _published(after) and not _published(before)
+
+
+@cache
+def _notifier() -> Notifier:
+    return notifier_from_env()
+
+
+@trigger_once(SUFFIX, event_id_from=lambda event: f"post-{event.params['postId']}")
+def _notify_followers_once(event: PostEvent, delivery: Delivery) -> None:
+    after = event.data.after
+    assert after is not None
+    post = after.to_dict() or {}
+    author_id: str = post["authorId"]
+    users = delivery.client.collection("users")
+    author = users.document(author_id).get()
+    followers = (author.to_dict() or {}).get("followers", []) if author.exists else []
+    follower_ids = (
+        [f for f in followers if isinstance(f, str) and f] if isinstance(followers, list) else []
+    )
+    docs = (
+        delivery.client.get_all([users.document(f) for f in follower_ids]) if follower_ids else []
+    )
+    tokens = unique_tokens([(doc.to_dict() or {}).get("fcmToken") for doc in docs if doc.exists])
+    if not tokens:
+        logger.info("post %s: author %s has no follower with a token", after.id, author_id)
+        return
+    notification = Notification(post_id=after.id, author_id=author_id, tokens=tokens)
+    _notifier().send(notification, idempotency_key=delivery.key)
+
+
+@firestore_fn.on_document_written(document="posts/{postId}")
+def send_post_notification(event: PostEvent) -> None:
+    """Notify followers once per post, on its first publication."""
+    if becomes_published(event.data.before, event.data.after):
+        _notify_followers_once(event)

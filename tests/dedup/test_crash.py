@@ -1,0 +1,52 @@
+"""Crash recovery: a process killed while holding the lease."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+from dedup_support import start_worker
+from google.cloud import firestore
+
+from dedup import Deduplicator, Delivery, LeaseHeld, OutcomeKind, Record, State
+
+LEASE_SECONDS = 3
+
+
+def test_sigkilled_owner_blocks_until_its_lease_expires_then_the_event_runs_once(
+    firestore_client: firestore.Client, make_dedup: Callable[..., Deduplicator]
+) -> None:
+    """A SIGKILLed owner's lease holds redeliveries off (LeaseHeld) until it expires on the
+    database clock; then exactly one redelivery runs the handler, as attempt 2."""
+    worker = start_worker("e1", "s", "--lease", str(LEASE_SECONDS), "--hang")
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == "STARTED"
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    killed_at = time.monotonic()
+
+    attempts: list[int] = []
+
+    def handler(delivery: Delivery) -> None:
+        attempts.append(delivery.attempt)
+
+    with pytest.raises(LeaseHeld):
+        make_dedup().run("e1", "s", handler)
+
+    outcome = None
+    while outcome is None:
+        assert time.monotonic() - killed_at < LEASE_SECONDS + 10, "lease never expired"
+        try:
+            outcome = make_dedup().run("e1", "s", handler)
+        except LeaseHeld:
+            time.sleep(0.25)
+    assert outcome.kind is OutcomeKind.RAN
+    assert attempts == [2]
+    assert make_dedup().run("e1", "s", handler).kind is OutcomeKind.DUPLICATE
+    record = Record.from_snapshot(
+        firestore_client.collection("triggerEvents").document("e1-s").get()
+    )
+    assert record is not None
+    assert (record.state, record.attempts) == (State.SENT, 2)

@@ -1,0 +1,93 @@
+"""End to end: writes to the Firestore emulator and messages on the Pub/Sub emulator fire the
+Python functions in the Functions emulator, which deliver their effects."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from google.api_core.exceptions import AlreadyExists
+from google.cloud import firestore, pubsub_v1
+
+from dedup.outbox import enqueue
+from demo.receiver import Receiver
+from tests.conftest import PROJECT
+
+pytestmark = pytest.mark.e2e
+WAIT_SECONDS = 60
+
+
+def eventually(check: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"after {WAIT_SECONDS} s: {what}")
+
+
+def test_publishing_a_post_counts_it_and_notifies_followers(
+    firestore_client: firestore.Client, receiver: Receiver
+) -> None:
+    """A post written by the test fires both post functions in the emulator."""
+    users = firestore_client.collection("users")
+    users.document("ann").set({"followers": ["ben"]})
+    users.document("ben").set({"fcmToken": "token-ben"})
+    firestore_client.document("posts/p1").set({"authorId": "ann", "published": True})
+
+    def published_count() -> object:
+        return (users.document("ann").get().to_dict() or {}).get("publishedPostCount")
+
+    eventually(lambda: published_count() == 1, "users/ann.publishedPostCount is 1")
+    eventually(
+        lambda: len(receiver.requests("/notify")) == 1, "one notification reached the receiver"
+    )
+    [notice] = receiver.requests("/notify")
+    assert json.loads(notice.body)["tokens"] == ["token-ben"]
+    assert notice.idempotency_key == "post-p1-send_post_notification"
+    firestore_client.document("posts/p1").delete()
+    eventually(lambda: published_count() == 0, "the deleted post is uncounted")
+
+
+def test_webhook_message_is_forwarded(receiver: Receiver) -> None:
+    """A message published to `webhooks` reaches the `line` route's receiver."""
+    publisher = pubsub_v1.PublisherClient()
+    topic = publisher.topic_path(PROJECT, "webhooks")
+    with contextlib.suppress(AlreadyExists):
+        publisher.create_topic(name=topic)
+    body = json.dumps({"events": [{"type": "follow"}]}).encode()
+    message_id = publisher.publish(topic, body, route="line").result(timeout=30)
+    eventually(lambda: receiver.requests("/webhooks/line"), "the webhook reached /webhooks/line")
+    [forwarded] = receiver.requests("/webhooks/line")
+    assert forwarded.body == body
+    assert forwarded.idempotency_key == f"{message_id}-forward_webhook"
+
+
+def test_outbox_message_is_relayed(firestore_client: firestore.Client) -> None:
+    """A message enqueued in a committed transaction arrives on its topic, marked published."""
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = publisher.create_topic(name=publisher.topic_path(PROJECT, name)).name
+    subscription = subscriber.create_subscription(
+        name=subscriber.subscription_path(PROJECT, name), topic=topic
+    ).name
+    refs: list[firestore.DocumentReference] = []
+
+    @firestore.transactional
+    def place(transaction: firestore.Transaction) -> None:
+        refs.append(enqueue(transaction, name, b"order o1"))
+
+    place(firestore_client.transaction())
+    eventually(
+        lambda: (refs[0].get().to_dict() or {}).get("messageId"),
+        "the outbox document is marked published",
+    )
+    response = subscriber.pull(
+        request={"subscription": subscription, "max_messages": 10}, timeout=30
+    )
+    assert [m.message.data for m in response.received_messages] == [b"order o1"]
+    assert response.received_messages[0].message.attributes["outboxId"] == refs[0].id

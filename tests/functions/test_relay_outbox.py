@@ -1,0 +1,126 @@
+"""relay_outbox and dedup.outbox: a message is published if and only if its transaction commits,
+and once however often the outbox event is delivered."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from google.cloud import firestore, pubsub_v1
+
+from dedup.outbox import enqueue
+from demo.events import firestore_event
+from tests.conftest import PROJECT
+from tests.functions.conftest import InProcessFunction
+
+
+@pytest.fixture
+def topic() -> Iterator[tuple[str, str]]:
+    """A fresh topic and a subscription that sees everything published to it."""
+    name = f"orders-{uuid.uuid4().hex[:8]}"
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic_path = publisher.create_topic(name=publisher.topic_path(PROJECT, name)).name
+    subscription = subscriber.create_subscription(
+        name=subscriber.subscription_path(PROJECT, name), topic=topic_path
+    ).name
+    yield name, subscription
+    subscriber.delete_subscription(subscription=subscription)
+    publisher.delete_topic(topic=topic_path)
+
+
+def pull_all(subscription: str) -> list[pubsub_v1.types.PubsubMessage]:
+    subscriber = pubsub_v1.SubscriberClient()
+    messages = []
+    while True:
+        response = subscriber.pull(
+            request={"subscription": subscription, "max_messages": 100, "return_immediately": True},
+            timeout=10,
+        )
+        if not response.received_messages:
+            return messages
+        messages.extend(m.message for m in response.received_messages)
+        subscriber.acknowledge(
+            request={
+                "subscription": subscription,
+                "ack_ids": [m.ack_id for m in response.received_messages],
+            }
+        )
+
+
+@pytest.fixture
+def relay(serve: Callable[[str], InProcessFunction]) -> InProcessFunction:
+    return serve("relay_outbox")
+
+
+def enqueue_in_transaction(
+    db: firestore.Client, topic: str, *, fail: bool = False
+) -> firestore.DocumentReference:
+    refs: list[firestore.DocumentReference] = []
+
+    @firestore.transactional
+    def work(transaction: firestore.Transaction) -> None:
+        transaction.set(db.collection("orders").document("o1"), {"total": 3})
+        refs.append(enqueue(transaction, topic, b'{"orderId": "o1"}', {"kind": "order"}))
+        if fail:
+            raise RuntimeError("declined")
+
+    with contextlib.suppress(RuntimeError):
+        work(db.transaction())
+    return refs[-1]
+
+
+def test_committed_message_is_published_once(
+    firestore_client: firestore.Client, relay: InProcessFunction, topic: tuple[str, str]
+) -> None:
+    """Eight concurrent copies plus repeats of the outbox event: one message, marked published."""
+    name, subscription = topic
+    outbox = enqueue_in_transaction(firestore_client, name)
+    event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
+    statuses = relay.deliver_concurrently(event, 8)
+    while 200 not in statuses:  # the platform retries copies that met a live lease
+        statuses.append(relay.deliver(event))
+    assert relay.deliver(event) == 200
+    [published] = pull_all(subscription)
+    assert published.data == b'{"orderId": "o1"}'
+    assert dict(published.attributes) == {"kind": "order", "outboxId": outbox.id}
+    marked = outbox.get().to_dict() or {}
+    assert marked["messageId"] == published.message_id
+    assert marked["publishedAt"] is not None
+
+
+def test_rolled_back_transaction_leaves_nothing_to_publish(
+    firestore_client: firestore.Client, topic: tuple[str, str]
+) -> None:
+    """A transaction that fails leaves no outbox document, so the relay never fires."""
+    name, _subscription = topic
+    outbox = enqueue_in_transaction(firestore_client, name, fail=True)
+    assert not outbox.get().exists
+    assert not firestore_client.document("orders/o1").get().exists
+    assert list(firestore_client.collection("outbox").stream()) == []
+
+
+def test_document_without_topic_is_a_terminal_failure(
+    firestore_client: firestore.Client, relay: InProcessFunction
+) -> None:
+    """An outbox document with no topic is recorded as failed and acknowledged."""
+    ref = firestore_client.collection("outbox").document("bad")
+    ref.set({"data": b"x"})
+    event = firestore_event(ref.path, None, ref.get(), project=PROJECT, change="created")
+    assert relay.deliver(event) == 200
+    assert relay.deliver(event) == 200
+    records = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
+    assert [r["state"] for r in records] == ["failed"]
+    assert "topic" in records[0]["lastError"]
+
+
+def test_enqueue_refuses_bad_input_before_writing(firestore_client: firestore.Client) -> None:
+    """Invalid topics and non-string attributes raise ValueError; nothing is written."""
+    transaction = firestore_client.transaction()
+    with pytest.raises(ValueError, match="not a Pub/Sub topic"):
+        enqueue(transaction, "a/b", b"x")
+    with pytest.raises(ValueError, match="strings"):
+        enqueue(transaction, "orders", b"x", {"n": 1})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="set by the relay"):
+        enqueue(transaction, "orders", b"x", {"outboxId": "forged"})

@@ -1,0 +1,101 @@
+"""send_post_notification: one notice per post, however often its events arrive."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from google.cloud import firestore
+
+from demo.receiver import Receiver
+from tests.functions.conftest import InProcessFunction
+from tests.functions.test_sync_published_count import write_post
+
+NOTIFY = "/notify"
+
+
+@pytest.fixture
+def notifier(
+    serve: Callable[[str], InProcessFunction], firestore_client: firestore.Client
+) -> InProcessFunction:
+    users = firestore_client.collection("users")
+    users.document("ann").set({"followers": ["ben", "cat", "dan", "ben"]})
+    users.document("ben").set({"fcmToken": "token-ben"})
+    users.document("cat").set({"fcmToken": "token-cat"})
+    users.document("dan").set({})  # no token: nothing to send to
+    return serve("send_post_notification")
+
+
+def test_first_publication_notifies_followers_once(
+    unique: str, firestore_client: firestore.Client, notifier: InProcessFunction, receiver: Receiver
+) -> None:
+    """Ten concurrent copies and later repeats of the publishing event: one POST, with a key."""
+    event = write_post(
+        firestore_client, f"p1-{unique}", lambda r: r.set({"authorId": "ann", "published": True})
+    )
+    statuses = notifier.deliver_concurrently(event, 10)
+    assert all(s in (200, 500) for s in statuses)
+    assert statuses.count(200) >= 1
+    for _ in range(3):
+        assert notifier.deliver(event) == 200
+    [notice] = receiver.requests(NOTIFY)
+    assert json.loads(notice.body) == {
+        "postId": f"p1-{unique}",
+        "authorId": "ann",
+        "tokens": ["token-ben", "token-cat"],
+    }
+    assert notice.idempotency_key == f"post-p1-{unique}-send_post_notification"
+
+
+def test_republishing_or_editing_sends_nothing_new(
+    unique: str, firestore_client: firestore.Client, notifier: InProcessFunction, receiver: Receiver
+) -> None:
+    """Drafts, edits, unpublish and republish: only the first publication notifies."""
+    writes = [
+        lambda r: r.set({"authorId": "ann", "published": False}),
+        lambda r: r.update({"published": True}),
+        lambda r: r.update({"title": "edited"}),
+        lambda r: r.update({"published": False}),
+        lambda r: r.update({"published": True}),
+    ]
+    for change in writes:
+        assert notifier.deliver(write_post(firestore_client, f"p1-{unique}", change)) == 200
+    assert len(receiver.requests(NOTIFY)) == 1
+
+
+def test_receiver_outage_is_retried_with_the_same_key(
+    unique: str, firestore_client: firestore.Client, notifier: InProcessFunction, receiver: Receiver
+) -> None:
+    """A 503 fails the delivery (platform retries); the retry sends once, same key."""
+    receiver.fail(NOTIFY, 503, times=1)
+    event = write_post(
+        firestore_client, f"p1-{unique}", lambda r: r.set({"authorId": "ann", "published": True})
+    )
+    assert notifier.deliver(event) == 500
+    assert notifier.deliver(event) == 200
+    assert notifier.deliver(event) == 200
+    [notice] = receiver.requests(NOTIFY)
+    assert notice.idempotency_key == f"post-p1-{unique}-send_post_notification"
+    assert receiver.attempts[NOTIFY] == 2
+
+
+def test_receiver_refusal_is_a_terminal_failure(
+    unique: str, firestore_client: firestore.Client, notifier: InProcessFunction, receiver: Receiver
+) -> None:
+    """A 400 is recorded as failed and acknowledged: the platform stops, nothing is resent."""
+    receiver.fail(NOTIFY, 400, times=5)
+    event = write_post(
+        firestore_client, f"p1-{unique}", lambda r: r.set({"authorId": "ann", "published": True})
+    )
+    assert notifier.deliver(event) == 200
+    assert notifier.deliver(event) == 200
+    assert receiver.attempts[NOTIFY] == 1
+    record = (
+        firestore_client.document(f"triggerEvents/post-p1-{unique}-send_post_notification")
+        .get()
+        .to_dict()
+    )
+    assert record is not None
+    assert record["state"] == "failed"
+    assert "400" in record["lastError"]
