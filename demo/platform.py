@@ -1,9 +1,9 @@
 """An at-least-once platform in miniature: deliver each event several times, concurrently, and
 retry every delivery that failed, as Eventarc does with retries on.
 
-A delivery that answers 2xx is done. Anything else (a released lease re-raised, `LeaseHeld`
-while another copy runs, a receiver's 503) is retried after a short backoff, until one copy
-succeeds or the retry budget is spent.
+Each copy is its own delivery: one that answers 2xx is done; anything else (a released lease
+re-raised, `LeaseHeld` while another copy runs, a receiver's 503) is retried after a short
+backoff until it answers 2xx or the retry budget is spent.
 """
 
 from __future__ import annotations
@@ -32,23 +32,24 @@ class DeliveryLog:
     undelivered: list[str] = field(default_factory=list)
 
 
+def _deliver_until_done(function: ServedFunction, event: HttpEvent) -> list[int]:
+    """One copy of the event: delivered, and retried with backoff until it gets a 2xx."""
+    statuses = [function.deliver(event)]
+    while not 200 <= statuses[-1] < 300 and len(statuses) <= MAX_RETRIES:
+        time.sleep(BACKOFF_SECONDS * min(len(statuses), 5))
+        statuses.append(function.deliver(event))
+    return statuses
+
+
 def deliver_at_least_once(
     function: ServedFunction, event: HttpEvent, log: DeliveryLog, copies: int = COPIES
 ) -> None:
-    """Deliver `event` `copies` times at once, then retry until one delivery succeeds."""
+    """Deliver `event` `copies` times at once; retry each failed copy until it succeeds."""
     log.events += 1
     with ThreadPoolExecutor(max_workers=copies) as pool:
-        statuses = list(pool.map(lambda _: function.deliver(event), range(copies)))
-    log.deliveries += copies
-    log.statuses.update(statuses)
-    succeeded = any(200 <= s < 300 for s in statuses)
-    retries = 0
-    while not succeeded and retries < MAX_RETRIES:
-        time.sleep(BACKOFF_SECONDS * min(retries + 1, 5))
-        status = function.deliver(event)
-        log.deliveries += 1
-        log.statuses[status] += 1
-        succeeded = 200 <= status < 300
-        retries += 1
-    if not succeeded:
-        log.undelivered.append(event.description)
+        per_copy = list(pool.map(lambda _: _deliver_until_done(function, event), range(copies)))
+    for statuses in per_copy:
+        log.deliveries += len(statuses)
+        log.statuses.update(statuses)
+        if not 200 <= statuses[-1] < 300:
+            log.undelivered.append(event.description)
