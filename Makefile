@@ -103,10 +103,9 @@ ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expir
 	gcloud firestore fields ttls update expireAt --collection-group=$(DEDUP_COLLECTION) \
 	  --enable-ttl --project=$(PROJECT) --quiet
 
-topics: guard-project ## Create the Pub/Sub topics the functions use.
-	for topic in $(TOPICS); do \
-	  gcloud pubsub topics describe $$topic --project=$(PROJECT) >/dev/null 2>&1 || \
-	  gcloud pubsub topics create $$topic --project=$(PROJECT); done
+topics: guard-project ## Create the Pub/Sub topics the functions use (existing ones are kept).
+	$(foreach topic,$(TOPICS),gcloud pubsub topics describe $(topic) --project=$(PROJECT) \
+	  >/dev/null 2>&1 || gcloud pubsub topics create $(topic) --project=$(PROJECT);)
 
 guard-project:
 	@[ -n "$(PROJECT)" ] || { echo "error: set PROJECT, e.g. make $(MAKECMDGOALS) PROJECT=my-project"; exit 2; }

@@ -1,7 +1,8 @@
-"""Per-instance memory: an LRU of finished keys, and per-key turns for concurrent deliveries.
+"""Per-instance memory: an LRU of sent keys, and per-key turns for concurrent deliveries.
 
-`FinishedKeys`: only final records (sent, failed, dead) are cached; they never change back, so
-a cached answer cannot be wrong, only evicted. Lost on a cold start.
+`SentKeys`: only records known sent are cached. Nothing turns a sent record back (an operator
+may revive failed and dead ones, which is why those are not cached), so a cached answer cannot
+be wrong, only evicted. Lost on a cold start.
 
 `KeyTurns`: deliveries of one key on one instance take turns. Firestore transactions take
 read locks, so N transactions that read the same record deadlock until the database aborts
@@ -17,8 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class FinishedKeys:
-    """LRU set of finished keys (with their payload fingerprint), holding at most `capacity`."""
+class SentKeys:
+    """LRU set of sent keys (with their payload fingerprint), holding at most `capacity`."""
 
     def __init__(self, capacity: int) -> None:
         """An empty cache; `capacity` 0 disables it (nothing is ever remembered)."""
@@ -37,7 +38,7 @@ class FinishedKeys:
             return key in self._entries
 
     def lookup(self, key: str) -> tuple[bool, str | None]:
-        """(True, payload hash) if `key` is known finished (refreshing it), else (False, None)."""
+        """(True, payload hash) if `key` is known sent (refreshing it), else (False, None)."""
         with self._lock:
             if key not in self._entries:
                 return False, None
@@ -45,7 +46,7 @@ class FinishedKeys:
             return True, self._entries[key]
 
     def add(self, key: str, payload_hash: str | None) -> None:
-        """Remember `key` as finished, evicting the least recently used key beyond capacity."""
+        """Remember `key` as sent, evicting the least recently used key beyond capacity."""
         if self._capacity <= 0:
             return
         with self._lock:

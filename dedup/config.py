@@ -89,7 +89,7 @@ class DedupConfig:
     """Firestore database id."""
 
     cache_size: int = DEFAULT_CACHE_SIZE
-    """Capacity of the per-instance LRU of finished keys (0 disables it). DEDUP_CACHE_SIZE."""
+    """Capacity of the per-instance LRU of keys known sent (0 disables it). DEDUP_CACHE_SIZE."""
 
     on_payload_mismatch: PayloadMismatchPolicy = "log"
     """"log": report at ERROR and treat the delivery as the recorded event; "raise": raise

@@ -6,7 +6,7 @@ Every claim decision is spelled out as a named condition (`record_absent`, `reco
 
 Lease mode, per delivery:
 
-1. key in the per-instance LRU of finished keys -> `duplicate_cached`, no RPC;
+1. key in the per-instance LRU of keys known sent -> `duplicate_cached`, no RPC;
 2. create the record with an exists=false precondition (1 RPC, the common case);
 3. if it exists, read it and `decide` on the database's read time; take over with an
    update-time precondition, re-reading when someone else moved the record first;
@@ -32,7 +32,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup import logs
-from dedup.cache import FinishedKeys, KeyTurns
+from dedup.cache import SentKeys, KeyTurns
 from dedup.config import DedupConfig
 from dedup.errors import (
     DedupError,
@@ -264,8 +264,8 @@ class Deduplicator:
         self._client_factory = client_factory
         self._store: RecordStore | None = None
         self._lock = threading.Lock()
-        self.finished_keys = FinishedKeys(self.config.cache_size)
-        """The LRU of keys known finished (exposed for inspection)."""
+        self.sent_keys = SentKeys(self.config.cache_size)
+        """The LRU of keys known sent (exposed for inspection)."""
         self._turns = KeyTurns()
 
     @property
@@ -323,7 +323,7 @@ class Deduplicator:
             return self._finish(delivery, OutcomeKind.SELF_TRIGGER)
         if self._too_old(event_time):
             return self._finish(delivery, OutcomeKind.TOO_OLD)
-        known, cached_hash = self.finished_keys.lookup(key)
+        known, cached_hash = self.sent_keys.lookup(key)
         if known:
             self._check_payload(delivery, cached_hash)
             return self._finish(delivery, OutcomeKind.DUPLICATE_CACHED)
@@ -417,19 +417,17 @@ class Deduplicator:
         except TerminalError as exc:
             error = error_text(exc)
             self._end_owned(d, token, finished(State.FAILED, **self._end(error)), "mark failed")
-            self.finished_keys.add(d.key, d.payload_hash)
             return self._finish(d, OutcomeKind.FAILED, error=error)
         except Exception as exc:
             error = error_text(exc)
             if d.attempt >= self.config.max_attempts:
                 self._end_owned(d, token, finished(State.DEAD, **self._end(error)), "mark dead")
-                self.finished_keys.add(d.key, d.payload_hash)
                 return self._finish(d, OutcomeKind.DEAD, error=error)
             self._end_owned(d, token, released(**self._end(error)), "release")
             self._finish(d, OutcomeKind.RELEASED, error=error)
             raise
         self._end_owned(d, token, finished(State.SENT, expire_at=self._expire_at()), "mark sent")
-        self.finished_keys.add(d.key, d.payload_hash)
+        self.sent_keys.add(d.key, d.payload_hash)
         return self._finish(d, OutcomeKind.RAN)
 
     def _end_owned(self, d: _Run, token: datetime, fields: Fields, action: str) -> None:
@@ -448,8 +446,6 @@ class Deduplicator:
         done = self.store.update_if_unchanged(
             d.key, fields, _precondition(snapshot), action="mark dead"
         )
-        if done is not None:
-            self.finished_keys.add(d.key, d.payload_hash)
         return done is not None
 
     def _raise_lease_held(self, d: _Run, record: Record) -> NoReturn:
@@ -496,7 +492,8 @@ class Deduplicator:
             d.attempt = record.attempts
             self._check_payload(d, record.payload_hash)
             if record_sent(record) or record_finished(record):
-                self.finished_keys.add(d.key, d.payload_hash)
+                if record_sent(record):
+                    self.sent_keys.add(d.key, record.payload_hash)
                 return OutcomeKind.DUPLICATE
             if attempts_exhausted(record, self.config.max_attempts):
                 transaction.update(ref, finished(State.DEAD, **self._end(record.last_error)))
@@ -590,7 +587,7 @@ class Deduplicator:
             )
             self._write_sent_marker(batch, ref, d, record, option)
             if records.commit_batch(batch, d.key):
-                self.finished_keys.add(d.key, d.payload_hash)
+                self.sent_keys.add(d.key, d.payload_hash)
                 return self._finish(d, OutcomeKind.RAN)
             snapshot = records.read(d.key)  # created or changed by someone else: look
         raise self._unavailable(f"commit (changed {CLAIM_ROUNDS} times) on", d, None)
@@ -645,7 +642,6 @@ class Deduplicator:
             if state is State.IN_PROGRESS:
                 self._finish(d, OutcomeKind.RELEASED, error=error)
                 raise exc
-            self.finished_keys.add(d.key, d.payload_hash)
             kind = OutcomeKind.FAILED if state is State.FAILED else OutcomeKind.DEAD
             return self._finish(d, kind, error=error)
         self._finish(d, OutcomeKind.RELEASED, error=error)
@@ -654,7 +650,8 @@ class Deduplicator:
     # --- Shared helpers -------------------------------------------------------------------
 
     def _skip(self, d: _Run, record: Record) -> Outcome:
-        self.finished_keys.add(d.key, record.payload_hash)
+        if record_sent(record):
+            self.sent_keys.add(d.key, record.payload_hash)
         return self._finish(d, OutcomeKind.DUPLICATE)
 
     def _check_payload(self, d: _Run, recorded: str | None) -> None:

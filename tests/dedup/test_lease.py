@@ -23,7 +23,7 @@ from dedup import (
     TerminalError,
     dedup_key,
 )
-from dedup.cache import FinishedKeys
+from dedup.cache import SentKeys
 from dedup.store import new_record
 
 MakeDedup = Callable[..., Deduplicator]
@@ -299,23 +299,23 @@ def test_event_about_a_dedup_record_is_a_self_trigger(
 
 def test_lru_is_bounded() -> None:
     """The finished-key cache never holds more than its capacity; the oldest goes first."""
-    cache = FinishedKeys(2)
+    cache = SentKeys(2)
     for key in ("a", "b", "c"):
         cache.add(key, None)
     assert len(cache) == 2
     assert "a" not in cache
     assert "c" in cache
-    disabled = FinishedKeys(0)
+    disabled = SentKeys(0)
     disabled.add("a", None)
     assert len(disabled) == 0
 
 
 def test_deduplicator_cache_is_bounded(make_dedup: MakeDedup) -> None:
-    """A Deduplicator remembers at most cache_size finished keys."""
+    """A Deduplicator remembers at most cache_size sent keys."""
     dedup = make_dedup(cache_size=2)
     for event_id in ("a", "b", "c"):
         dedup.run(event_id, "s", Calls())
-    assert len(dedup.finished_keys) == 2
+    assert len(dedup.sent_keys) == 2
 
 
 def test_client_is_created_lazily_once(firestore_client: firestore.Client) -> None:

@@ -1,0 +1,451 @@
+"""The operator command line, every command run in-process against the Firestore emulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from click.testing import CliRunner
+from google.cloud import firestore
+
+from dedup import DedupConfig, Deduplicator, Delivery, OutcomeKind
+from dedup.cli import GuardedWrite, apply_guarded, cli
+from dedup.keys import dedup_key
+from dedup.record import Field, State
+from tests.cli import records
+from tests.cli.conftest import Invoke
+from tests.cli.records import record_fields
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+
+
+# --- show -------------------------------------------------------------------------------------
+
+
+def test_show_by_event_id_and_suffix_is_readable(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """`show EVENT_ID SUFFIX` finds the record by its computed key and explains its lease."""
+    records.write(firestore_client, [record_fields("e1", state=State.IN_PROGRESS, lease="live")])
+    result = invoke("show", "e1", "sendEmail")
+    assert result.exit_code == 0, result.output
+    assert "triggerEvents/e1-sendEmail" in result.stdout
+    assert "in_progress" in result.stdout
+    assert "live, owner owner-e1, expires in" in result.stdout
+
+
+def test_show_json_by_key_has_the_schema_fields(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """`show KEY --json` prints one JSON object with the record's schema field names."""
+    records.write(firestore_client, [record_fields("e1", state=State.DEAD, attempts=10)])
+    result = invoke("show", "e1-sendEmail", "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert shown["key"] == "e1-sendEmail"
+    assert shown[Field.STATE] == "dead"
+    assert shown[Field.ATTEMPTS] == 10
+    assert shown["leaseStatus"] == "none"
+    assert shown[Field.FIRST_ATTEMPT_AT].endswith("+00:00")
+
+
+def test_show_maps_an_unsafe_event_id_like_the_deduplicator(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """An event id that cannot be a document id is looked up under its safe key."""
+    event_id = "projects/p/databases/(default)/documents/posts/1"
+    records.write(firestore_client, [record_fields(event_id)])
+    result = invoke("show", event_id, "sendEmail", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["key"] == dedup_key(event_id, "sendEmail")
+
+
+def test_show_missing_record_fails_with_a_hint(invoke: Invoke) -> None:
+    """A missing record is one line on stderr and exit status 1."""
+    result = invoke("show", "nope", "sendEmail")
+    assert result.exit_code == 1
+    assert "no record triggerEvents/nope-sendEmail" in result.stderr
+    assert "dedup list --suffix" in result.stderr
+
+
+# --- list -------------------------------------------------------------------------------------
+
+
+def test_list_json_is_newest_first(invoke: Invoke, firestore_client: firestore.Client) -> None:
+    """`list --json` is a JSON array ordered by first attempt, newest first."""
+    records.write(firestore_client, [record_fields(f"e{h}", age=h * HOUR) for h in (2, 0, 1)])
+    result = invoke("list", "--json")
+    assert result.exit_code == 0, result.output
+    assert [r["eventId"] for r in json.loads(result.stdout)] == ["e0", "e1", "e2"]
+
+
+def test_list_filters_by_state_suffix_and_age(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """--state, --suffix and --older-than narrow the list together."""
+    records.write(
+        firestore_client,
+        [
+            record_fields("old-dead", "a", state=State.DEAD, age=2 * HOUR),
+            record_fields("new-dead", "a", state=State.DEAD),
+            record_fields("old-sent", "a", age=timedelta(minutes=150)),
+            record_fields("old-dead-b", "b", state=State.DEAD, age=3 * HOUR),
+        ],
+    )
+
+    def keys(*args: str) -> list[str]:
+        result = invoke("list", "--json", *args)
+        assert result.exit_code == 0, result.output
+        return [r["key"] for r in json.loads(result.stdout)]
+
+    assert keys("--state", "dead", "--suffix", "a", "--older-than", "1h") == ["old-dead-a"]
+    assert keys("--state", "dead") == ["new-dead-a", "old-dead-a", "old-dead-b-b"]
+    assert keys("--older-than", "90m", "--suffix", "a") == ["old-dead-a", "old-sent-a"]
+    assert keys("--limit", "1") == ["new-dead-a"]
+
+
+def test_list_table_is_readable(invoke: Invoke, firestore_client: firestore.Client) -> None:
+    """The default output is a table naming each record, its state and its lease."""
+    records.write(
+        firestore_client, [record_fields("e1", state=State.IN_PROGRESS, lease="expired", age=DAY)]
+    )
+    result = invoke("list")
+    assert result.exit_code == 0, result.output
+    assert "e1-sendEmail" in result.stdout
+    assert "expired" in result.stdout
+    assert "1d 0h ago" in result.stdout
+
+
+def test_list_of_nothing_says_so(invoke: Invoke) -> None:
+    """An empty result is a sentence, and an empty JSON array for scripts."""
+    assert "no records" in invoke("list").stdout
+    assert json.loads(invoke("list", "--json").stdout) == []
+
+
+# --- release ----------------------------------------------------------------------------------
+
+
+def test_release_hands_a_live_lease_back(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """After `release --yes` the record is in progress with no owner and no lease start."""
+    (key,) = records.write(
+        firestore_client, [record_fields("e1", state=State.IN_PROGRESS, lease="live", attempts=3)]
+    )
+    result = invoke("release", key, "--yes")
+    assert result.exit_code == 0, result.output
+    assert "warning: 1 lease(s) still live" in result.stdout
+    record = records.read(firestore_client, key)
+    assert record is not None
+    assert (record.state, record.owner, record.lease_started_at) == (State.IN_PROGRESS, None, None)
+    assert record.attempts == 3
+
+
+def test_release_refused_at_the_prompt_changes_nothing(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Answering no to the confirmation leaves every record exactly as it was."""
+    keys = records.write(
+        firestore_client,
+        [record_fields(f"e{i}", state=State.IN_PROGRESS, lease="expired") for i in range(3)],
+    )
+    before = records.raw(firestore_client, keys)
+    result = invoke("release", *keys, input="n\n")
+    assert result.exit_code == 1
+    assert "Release the lease of 3 record(s)" in result.stdout
+    assert records.raw(firestore_client, keys) == before
+
+
+def test_release_reports_keys_it_cannot_release(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Missing or final records are named, left alone, and make the exit status 1."""
+    keys = records.write(
+        firestore_client,
+        [
+            record_fields("sent"),
+            record_fields("dead", state=State.DEAD),
+            record_fields("stuck", state=State.IN_PROGRESS, lease="expired"),
+        ],
+    )
+    before = records.raw(firestore_client, keys[:2])
+    result = invoke("release", *keys, "missing-sendEmail", "--yes")
+    assert result.exit_code == 1
+    assert "state is sent, not in_progress" in result.stdout
+    assert "use `dedup revive`" in result.stdout
+    assert "no such record" in result.stdout
+    assert "3 of 4 record(s) were not released" in result.stderr
+    assert records.raw(firestore_client, keys[:2]) == before
+    stuck = records.read(firestore_client, keys[2])
+    assert stuck is not None
+    assert stuck.owner is None
+
+
+def test_release_of_a_released_record_is_a_no_op(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Releasing twice succeeds and writes nothing the second time."""
+    (key,) = records.write(firestore_client, [record_fields("e1", state=State.IN_PROGRESS)])
+    result = invoke("release", key)
+    assert result.exit_code == 0, result.output
+    assert "already released, nothing to do" in result.stdout
+
+
+def test_guarded_writes_never_clobber_a_concurrent_change(
+    firestore_client: firestore.Client,
+) -> None:
+    """A record changed after it was read is reported and keeps the concurrent change.
+
+    The other writes of its batch still apply (the batch is retried one write at a time).
+    """
+    keys = records.write(
+        firestore_client,
+        [record_fields(f"e{i}", state=State.IN_PROGRESS, lease="expired") for i in range(3)],
+    )
+    collection = firestore_client.collection("triggerEvents")
+    snapshots = [collection.document(k).get() for k in keys]
+    collection.document(keys[1]).update({Field.OWNER: "new-owner"})  # a delivery took it over
+    writes = [GuardedWrite(s, {Field.OWNER: None}) for s in snapshots]
+
+    tally = apply_guarded(firestore_client, writes)
+
+    assert (tally.done, tally.changed) == (2, [keys[1]])
+    owners = [r.owner for r in map(lambda k: records.read(firestore_client, k), keys) if r]
+    assert owners == [None, "new-owner", None]
+
+
+# --- revive -----------------------------------------------------------------------------------
+
+
+def test_revive_resets_dead_records_of_one_suffix(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Dead records of the suffix become in progress, released, attempts 0; others stay."""
+    keys = records.write(
+        firestore_client,
+        [
+            record_fields("d1", "a", state=State.DEAD, attempts=10, last_error="boom"),
+            record_fields("d2", "b", state=State.DEAD, attempts=10),
+            record_fields("f1", "a", state=State.FAILED, attempts=1),
+        ],
+    )
+    untouched = records.raw(firestore_client, keys[1:])
+    result = invoke("revive", "--state", "dead", "--suffix", "a", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "revived 1 record(s)" in result.stdout
+    revived = records.read(firestore_client, keys[0])
+    assert revived is not None
+    assert (revived.state, revived.owner, revived.attempts) == (State.IN_PROGRESS, None, 0)
+    assert revived.last_error == "boom"
+    assert records.raw(firestore_client, keys[1:]) == untouched
+
+
+def test_a_revived_dead_event_runs_on_its_next_delivery(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Revive makes a poison event runnable again, with a full attempt budget."""
+    dedup = Deduplicator(DedupConfig(max_attempts=3, cache_size=0), client=firestore_client)
+    records.write(firestore_client, [record_fields("e1", state=State.DEAD, attempts=3)])
+    runs: list[Delivery] = []
+    assert dedup.run("e1", "sendEmail", runs.append).kind is OutcomeKind.DUPLICATE
+    assert invoke("revive", "--state", "dead", "--yes").exit_code == 0
+
+    outcome = dedup.run("e1", "sendEmail", runs.append)
+
+    assert outcome.kind is OutcomeKind.RAN
+    assert [d.attempt for d in runs] == [1]
+
+
+def test_revive_refused_at_the_prompt_changes_nothing(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Answering no to the confirmation leaves the failed records as they were."""
+    keys = records.write(
+        firestore_client, [record_fields(f"f{i}", state=State.FAILED) for i in range(2)]
+    )
+    before = records.raw(firestore_client, keys)
+    result = invoke("revive", "--state", "failed", input="n\n")
+    assert result.exit_code == 1
+    assert "Revive failed 2 record(s)" in result.stdout
+    assert records.raw(firestore_client, keys) == before
+
+
+def test_revive_with_nothing_to_revive_says_so(invoke: Invoke) -> None:
+    """No matching records: a sentence, exit status 0, no prompt."""
+    result = invoke("revive", "--state", "dead")
+    assert result.exit_code == 0, result.output
+    assert "no dead records" in result.stdout
+
+
+# --- purge ------------------------------------------------------------------------------------
+
+
+def test_purge_dry_run_changes_nothing(invoke: Invoke, firestore_client: firestore.Client) -> None:
+    """--dry-run counts what purge would delete (over several pages) and writes nothing."""
+    keys = records.write(
+        firestore_client,
+        [record_fields(f"old{i}", age=8 * DAY) for i in range(1100)]
+        + [record_fields("new", age=HOUR)],
+    )
+    before = records.raw(firestore_client, keys)
+    result = invoke("purge", "--older-than", "7d", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "would delete 1100 record(s)" in result.stdout
+    assert records.raw(firestore_client, keys) == before
+
+
+def test_purge_deletes_5000_old_records_in_batches(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Purge deletes every old record and no other, sparing live leases, with a progress bar."""
+    old = [record_fields(f"old{i}", age=8 * DAY) for i in range(5000)]
+    live = [
+        record_fields(f"live{i}", state=State.IN_PROGRESS, lease="live", age=8 * DAY)
+        for i in range(2)
+    ]
+    new = [record_fields(f"new{i}", age=6 * DAY) for i in range(10)]
+    records.write(firestore_client, old + live + new)
+
+    result = invoke("purge", "--older-than", "7d")
+
+    assert result.exit_code == 0, result.output
+    assert "deleted 5000 record(s)" in result.stdout
+    assert "spared 2 with a live lease" in result.stdout
+    assert "5002/5002" in result.stderr
+    assert records.count(firestore_client) == 12
+
+
+# --- stats ------------------------------------------------------------------------------------
+
+
+def _stats_records(client: firestore.Client) -> None:
+    records.write(
+        client,
+        [
+            record_fields("s1", "a"),
+            record_fields("s2", "a"),
+            record_fields("d1", "b", state=State.DEAD),
+            record_fields("live-new", "a", state=State.IN_PROGRESS, lease="live"),
+            record_fields("live-old", "b", state=State.IN_PROGRESS, lease="live", age=HOUR),
+            record_fields("stuck-new", "a", state=State.IN_PROGRESS, lease="expired", age=HOUR),
+            record_fields("stuck-old", "b", state=State.IN_PROGRESS, lease="expired", age=DAY),
+            record_fields("waiting", "b", state=State.IN_PROGRESS),
+        ],
+    )
+
+
+def test_stats_json_counts_and_finds_the_oldest_leases(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Counts by suffix and state, lease counts, the oldest live lease and stuck record."""
+    _stats_records(firestore_client)
+    result = invoke("stats", "--json")
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.stdout)
+    assert stats["counts"] == {
+        "a": {"in_progress": 2, "sent": 2, "failed": 0, "dead": 0},
+        "b": {"in_progress": 3, "sent": 0, "failed": 0, "dead": 1},
+    }
+    assert stats["totals"] == {"in_progress": 5, "sent": 2, "failed": 0, "dead": 1}
+    assert stats["inProgress"] == {"live": 2, "expired": 2, "released": 1}
+    assert stats["oldestStuck"]["key"] == "stuck-old-b"
+    assert stats["oldestLiveLease"]["leaseStatus"] == "live"
+
+
+def test_stats_table_is_readable(invoke: Invoke, firestore_client: firestore.Client) -> None:
+    """The default output is a table and one line per lease finding."""
+    _stats_records(firestore_client)
+    result = invoke("stats")
+    assert result.exit_code == 0, result.output
+    assert "2 live lease(s), 2 stuck past their lease, 1 released" in result.stdout
+    assert "oldest stuck: triggerEvents/stuck-old-b" in result.stdout
+
+
+def test_stats_of_an_empty_collection(invoke: Invoke) -> None:
+    """No records: zero totals, no oldest anything."""
+    stats = json.loads(invoke("stats", "--json").stdout)
+    assert stats["counts"] == {}
+    assert stats["oldestLiveLease"] is None
+    assert stats["oldestStuck"] is None
+
+
+# --- global options and bad input -------------------------------------------------------------
+
+
+def test_collection_option_and_variable_pick_the_collection(
+    invoke: Invoke, firestore_client: firestore.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--collection, else DEDUP_COLLECTION, names the dedup collection."""
+    records.write(firestore_client, [record_fields("e1")], collection="apps/one/dedup")
+    assert invoke("list", "--json").stdout.strip() == "[]"
+    by_option = invoke("--collection", "apps/one/dedup", "show", "e1", "sendEmail")
+    assert by_option.exit_code == 0, by_option.output
+    monkeypatch.setenv("DEDUP_COLLECTION", "apps/one/dedup")
+    assert json.loads(invoke("list", "--json").stdout)[0]["path"] == "apps/one/dedup/e1-sendEmail"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["list", "--state", "sleeping"], "'sleeping' is not one of"),
+        (["list", "--older-than", "10x"], "'10x' is not a duration: use a positive whole number"),
+        (["purge", "--older-than", "0d"], "'0d' is not a duration"),
+        (["purge"], "Missing option '--older-than'"),
+        (["revive", "--state", "sent"], "'sent' is not one of 'dead', 'failed'"),
+        (["list", "--suffix", "no spaces"], "suffix 'no spaces' is invalid"),
+        (["show", "a/b"], "'a/b' is not a record key"),
+        (["--collection", "a/b", "list"], "must be a collection path"),
+        (["list", "--limit", "0"], "0 is not in the range x>=1"),
+    ],
+)
+def test_bad_input_is_one_error_line_and_status_2(
+    invoke: Invoke, args: list[str], message: str
+) -> None:
+    """Bad input: a usage error naming the fix on stderr, exit status 2, no traceback."""
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error_lines) == 1
+    assert message in error_lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("emulator", [None, os.environ.get("FIRESTORE_EMULATOR_HOST")])
+def test_missing_project_is_a_usage_error(emulator: str | None) -> None:
+    """No --project and no project variable: exit status 2 and how to name the project."""
+    env = {
+        "GOOGLE_CLOUD_PROJECT": None,
+        "GCLOUD_PROJECT": None,
+        "FIRESTORE_EMULATOR_HOST": emulator,
+    }
+    result = CliRunner(env=env).invoke(cli, ["stats"])
+    assert result.exit_code == 2
+    assert "no Google Cloud project" in result.stderr
+    assert "--project PROJECT or set GOOGLE_CLOUD_PROJECT" in result.stderr
+
+
+def test_unreachable_emulator_fails_fast(invoke: Invoke) -> None:
+    """An emulator variable pointing nowhere is reported at once, not after minutes of retries."""
+    result = CliRunner(env={"FIRESTORE_EMULATOR_HOST": "127.0.0.1:9"}).invoke(
+        cli, ["--project", "demo-x", "list"]
+    )
+    assert result.exit_code == 1
+    assert "no Firestore emulator answers at 127.0.0.1:9" in result.stderr
+
+
+def test_python_dash_m_dedup_runs_the_cli(firestore_client: firestore.Client) -> None:
+    """`python -m dedup` is the same command line."""
+    records.write(firestore_client, [record_fields("e1")])
+    completed = subprocess.run(
+        [sys.executable, "-m", "dedup", "--project", firestore_client.project, "list", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(completed.stdout)[0]["key"] == "e1-sendEmail"
