@@ -32,7 +32,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup import logs
-from dedup.cache import SentKeys, KeyTurns
+from dedup.cache import KeyTurns, SentKeys
 from dedup.config import DedupConfig
 from dedup.errors import (
     DedupError,
