@@ -2,12 +2,18 @@
 
 Each name below is a deployed function (its entry point for gcloud). The functions are
 firebase-functions handlers: they take the raw CloudEvent, so gcloud serves them with
-`FUNCTION_SIGNATURE_TYPE=cloudevent` (the Makefile sets it).
+`FUNCTION_SIGNATURE_TYPE=cloudevent` (the Makefile sets it). Requests that are not well-formed
+events for the function are refused with a 4xx before any work (`functions.boundary`).
 """
 
+import functions_framework
+
+from functions.boundary import install_error_handlers
 from functions.forward_webhook import forward_webhook
 from functions.relay_outbox import relay_outbox
 from functions.send_post_notification import send_post_notification
 from functions.sync_published_count import sync_published_count
+
+install_error_handlers(functions_framework.errorhandler)
 
 __all__ = ["forward_webhook", "relay_outbox", "send_post_notification", "sync_published_count"]

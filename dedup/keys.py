@@ -4,8 +4,9 @@ Firestore rejects a document id that contains "/", is "." or "..", matches `__.*
 longer than 1,500 bytes of UTF-8. An event id is used as it is unless it or the key built from
 it would break one of these rules (an id matching `__.*__` is mapped even though the suffix
 would make the key legal: it is reserved-looking, and mapping costs nothing), the id starts
-with "~", or it is not valid UTF-8. Then the
-*safe id* is
+with "~", or it holds a character outside printable ASCII (unicode, spaces, control
+characters: the key travels downstream as an `Idempotency-Key` HTTP header, which must be
+ASCII, and into log lines). Then the *safe id* is
 
     "~" + readable prefix + "~" + sha256(event id as UTF-8).hexdigest()
 
@@ -36,6 +37,7 @@ SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 _RESERVED_ID = re.compile(r"__.*__", re.DOTALL)
 _UNREADABLE = re.compile(r"[^A-Za-z0-9_.-]")
+_PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 
 def validate_suffix(suffix: str) -> str:
@@ -80,12 +82,10 @@ def payload_hash(payload: bytes) -> str:
 
 def _needs_mapping(event_id: str, suffix: str) -> bool:
     key = f"{event_id}-{suffix}"
-    try:
-        key_bytes = len(key.encode("utf-8"))
-    except UnicodeEncodeError:  # lone surrogates: not storable as a document id
-        return True
+    key_bytes = len(key.encode("utf-8", "surrogatepass"))
     return (
-        "/" in event_id
+        not _PRINTABLE_ASCII.fullmatch(event_id)
+        or "/" in event_id
         or event_id in (".", "..")
         or event_id.startswith(MAPPED_PREFIX)
         or _RESERVED_ID.fullmatch(event_id) is not None

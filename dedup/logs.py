@@ -64,16 +64,17 @@ def log_delivery(
     level: int,
     message: str,
     *,
-    event_id: str | None,
-    suffix: str,
-    key: str | None,
+    event_id: str | None = None,
+    suffix: str | None = None,
+    key: str | None = None,
     outcome: str,
-    attempt: int,
-    ms: int,
+    attempt: int | None = None,
+    ms: int | None = None,
     error: str | None = None,
     path: str | None = None,
 ) -> None:
-    """Emit the one line describing a delivery's outcome (no traceback, no payload)."""
+    """Emit the one line describing a delivery's outcome (no traceback, no payload); fields
+    left None are omitted from the line."""
     ensure_handler()
     logger.log(
         level,

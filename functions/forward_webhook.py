@@ -32,6 +32,7 @@ from firebase_functions import pubsub_fn
 
 from dedup import Delivery, TerminalError, trigger_once
 from dedup.errors import ConfigError
+from functions.boundary import validated
 from functions.http_delivery import post_once
 
 SUFFIX = "forward_webhook"
@@ -90,6 +91,7 @@ def message_body(message: pubsub_fn.Message[Any]) -> bytes:
         raise TerminalError("message data is not valid base64") from None
 
 
+@validated
 @pubsub_fn.on_message_published(topic=TOPIC)
 @trigger_once(SUFFIX)
 def forward_webhook(

@@ -24,6 +24,7 @@ from google.cloud.pubsub_v1 import PublisherClient
 
 from dedup import Delivery, TerminalError, trigger_once
 from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN
+from functions.boundary import validated
 
 SUFFIX = "relay_outbox"
 PUBLISH_TIMEOUT_SECONDS = 30.0
@@ -60,6 +61,7 @@ def outbox_message(fields: dict[str, Any]) -> tuple[str, bytes, dict[str, str]]:
     return topic, data, attributes
 
 
+@validated
 @firestore_fn.on_document_created(document="outbox/{outboxId}")
 @trigger_once(SUFFIX)
 def relay_outbox(

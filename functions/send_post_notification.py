@@ -22,6 +22,7 @@ from firebase_functions import firestore_fn
 from google.cloud.firestore import DocumentSnapshot
 
 from dedup import Delivery, trigger_once
+from functions.boundary import validated
 from functions.notifier import Notification, Notifier, notifier_from_env, unique_tokens
 
 SUFFIX = "send_post_notification"
@@ -71,6 +72,7 @@ def _notify_followers_once(event: PostEvent, delivery: Delivery) -> None:
     _notifier().send(notification, idempotency_key=delivery.key)
 
 
+@validated
 @firestore_fn.on_document_written(document="posts/{postId}")
 def send_post_notification(event: PostEvent) -> None:
     """Notify followers once per post, on its first publication."""

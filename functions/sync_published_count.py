@@ -25,6 +25,7 @@ from firebase_functions import firestore_fn
 from google.cloud.firestore import DocumentSnapshot, Increment
 
 from dedup import Delivery, Mode, trigger_once
+from functions.boundary import validated
 
 SUFFIX = "sync_published_count"
 logger = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ def count_deltas(before: DocumentSnapshot | None, after: DocumentSnapshot | None
     return Counter({author: delta for author, delta in deltas.items() if delta})
 
 
+@validated
 @firestore_fn.on_document_written(document="posts/{postId}")
 @trigger_once(SUFFIX, mode=Mode.TRANSACTION)
 def sync_published_count(
