@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -75,15 +76,16 @@ class Receiver:
     def _answer(self, request: BaseHTTPRequestHandler) -> tuple[int, float]:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length)
+        path = urlsplit(request.path).path  # query strings (tokens) are not part of the route
         with self._lock:
-            self.attempts[request.path] += 1
-            fault = self._faults.get(request.path)
+            self.attempts[path] += 1
+            fault = self._faults.get(path)
             if fault and fault.remaining > 0:
                 fault.remaining -= 1
                 return fault.status, fault.delay_seconds
             self.received.append(
                 Received(
-                    request.path,
+                    path,
                     request.headers.get("Idempotency-Key"),
                     request.headers.get("Content-Type"),
                     body,
