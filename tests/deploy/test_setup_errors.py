@@ -1,0 +1,58 @@
+"""Set-up problems end in one clear line, not a stack trace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def bare_path(tmp_path: Path, *keep: str) -> str:
+    """A PATH holding only links to the named programs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in keep:
+        found = shutil.which(name)
+        assert found, name
+        (bin_dir / name).symlink_to(found)
+    return str(bin_dir)
+
+
+def test_a_taken_emulator_port_is_named() -> None:
+    """Starting a second emulator run while `make test` holds the ports names the port."""
+    result = run([sys.executable, "tools/emulators.py", "exec", "--", "true"], dict(os.environ))
+    assert result.returncode == 2
+    assert "Port" in result.stderr
+    assert "already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_node_is_named(tmp_path: Path) -> None:
+    """Without Node.js on PATH the emulator tool says what to install."""
+    env = {**os.environ, "PATH": bare_path(tmp_path, "gcloud")}
+    result = run([sys.executable, "tools/emulators.py", "env"], env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "error: Node.js is not installed: install Node.js 20 or newer (https://nodejs.org)."
+    )
+
+
+def test_missing_python_312_is_named(tmp_path: Path) -> None:
+    """With no Python 3.12 anywhere it looks, the finder says how to get one."""
+    env = {"PATH": bare_path(tmp_path, "sh", "python3"), "HOME": str(tmp_path)}
+    result = run(["sh", "tools/find-python.sh"], env)
+    if result.returncode == 0:  # a system-wide /usr/bin/python3.12 exists on this machine
+        assert result.stdout.strip().endswith("python3.12")
+        return
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: Python 3.12 not found")
+    assert "PYTHON=/path/to/python3.12" in result.stderr
