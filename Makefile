@@ -54,7 +54,7 @@ test: install ## All tests, against the real Firestore, Pub/Sub and Functions em
 lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dedup functions demo main.py tools/emulators.py tools/deploy.py
+	$(VENV)/bin/mypy dedup functions demo bench main.py tools/emulators.py tools/deploy.py
 
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
 	$(VENV)/bin/ruff check --fix .
@@ -65,8 +65,8 @@ check: lint test ## What CI runs.
 emulators: install ## Start the emulators in the foreground (Ctrl-C stops them).
 	$(EMULATORS) start
 
-bench: install ## The price of exactly-once, measured on the Firestore emulator.
-	@echo "make bench: not built yet (issue 6)."
+bench: install ## The price of exactly-once, measured on the Firestore emulator (bench/results.*).
+	$(EMULATORS) exec --only firestore -- $(PY) -m bench
 
 deploy-firebase: install guard-project ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
 	$(PY) tools/deploy.py manifest functions.yaml

@@ -75,8 +75,9 @@ def served_function(
     *,
     log: Path | None = None,
     timeout: float = 30.0,
+    source: Path | None = None,
 ) -> Iterator[ServedFunction]:
-    """Serve function `name` from main.py on a free port until the block ends.
+    """Serve function `name` from main.py (or from `source`) on a free port until the block ends.
 
     `env` is added to this process's environment (emulator hosts are inherited). Output goes
     to `log` when given, else is discarded.
@@ -84,7 +85,7 @@ def served_function(
     port = free_port()
     command = [
         str(FUNCTIONS_FRAMEWORK),
-        "--source", str(ROOT / "main.py"),
+        "--source", str(source or ROOT / "main.py"),
         "--target", name,
         "--signature-type", "cloudevent",
         "--host", "127.0.0.1",

@@ -14,12 +14,11 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from google.api_core.exceptions import AlreadyExists
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
@@ -27,6 +26,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 from dedup.outbox import enqueue
 from demo.events import firestore_event, pubsub_event
 from demo.platform import DeliveryLog, deliver_at_least_once
+from demo.pubsub import ensure_topic, pull_all
 from demo.receiver import Receiver, running_receiver
 from demo.serve import ServedFunction, served_function
 
@@ -188,25 +188,7 @@ class Story:
     def relayed_orders(self) -> list[str]:
         """outboxId of every message that reached the orders topic."""
         subscription = self.subscriber.subscription_path(PROJECT, ORDERS_AUDIT)
-        ids: list[str] = []
-        while True:
-            response = self.subscriber.pull(
-                request={
-                    "subscription": subscription,
-                    "max_messages": 100,
-                    "return_immediately": True,
-                },
-                timeout=10,
-            )
-            if not response.received_messages:
-                return ids
-            ids.extend(m.message.attributes["outboxId"] for m in response.received_messages)
-            self.subscriber.acknowledge(
-                request={
-                    "subscription": subscription,
-                    "ack_ids": [m.ack_id for m in response.received_messages],
-                }
-            )
+        return [message.attributes["outboxId"] for message in pull_all(subscription)]
 
     def rows(self) -> list[Row]:
         """Effects per function, counted where they land."""
@@ -260,15 +242,8 @@ def _distance(before: Counter[str], after: Counter[str]) -> int:
 
 def ensure_topics(project: str) -> None:
     """The topics and the audit subscription the story uses (idempotent)."""
-    publisher, subscriber = PublisherClient(), SubscriberClient()
-    for topic in ("webhooks", ORDERS_TOPIC):
-        with suppress(AlreadyExists):
-            publisher.create_topic(name=publisher.topic_path(project, topic))
-    with suppress(AlreadyExists):
-        subscriber.create_subscription(
-            name=subscriber.subscription_path(project, ORDERS_AUDIT),
-            topic=publisher.topic_path(project, ORDERS_TOPIC),
-        )
+    ensure_topic(project, "webhooks")
+    ensure_topic(project, ORDERS_TOPIC, subscription=ORDERS_AUDIT)
 
 
 @contextmanager

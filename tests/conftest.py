@@ -81,21 +81,22 @@ def emulator_triggers(request: pytest.FixtureRequest) -> None:
     """The Functions emulator's background triggers: on for `e2e` tests, off for the others.
 
     Most tests play the platform themselves, delivering the events they build, so the
-    emulator's own deliveries of the same writes would be extra effects. They are switched off
-    once, after the end-to-end tests (which run first): switching them back on re-registers
-    each trigger, and the emulator then delivers every write twice, under two event ids.
+    emulator's own deliveries of the same writes would be extra effects. The end-to-end tests
+    run first, with the triggers as the emulator starts them; every other test switches them
+    off again (5 ms), because the emulator re-registers them whenever it reloads the source
+    after an edit. They are never switched back on: re-enabling registers each trigger twice,
+    and the emulator then delivers every write twice, under two event ids.
     """
     global _triggers_on
-    wants_triggers = request.node.get_closest_marker("e2e") is not None
-    if wants_triggers:
+    if request.node.get_closest_marker("e2e") is not None:
         assert _triggers_on, "end-to-end tests must run before the others (see the collection hook)"
         return
+    _triggers_on = False
     hub = os.environ.get("FIREBASE_EMULATOR_HUB")
-    if _triggers_on and hub:  # no hub: a bare Firestore emulator, no triggers to switch
+    if hub:  # no hub: a bare Firestore emulator, no triggers to switch
         response = requests.put(f"http://{hub}/functions/disableBackgroundTriggers", timeout=120)
         if response.status_code != 400:  # 400: the Functions emulator is not running
             response.raise_for_status()
-    _triggers_on = False
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ What it takes care of:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -203,8 +204,9 @@ def check_ports_free() -> None:
                 sock.bind((host, port))
             except OSError:
                 raise SetupError(
-                    f"Port {port} ({name} emulator, see firebase.json) is already in use by another "
-                    f"process: stop it (`lsof -i :{port}`) or change the port in firebase.json."
+                    f"Port {port} ({name} emulator, see firebase.json) is already in use by "
+                    f"another process: stop it (`lsof -i :{port}`) or change the port in "
+                    "firebase.json."
                 ) from None
 
 
@@ -231,10 +233,8 @@ def run_firebase(args: Sequence[str]) -> int:
         process.send_signal(signal.SIGINT)
         code = process.wait()
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return code
 
 

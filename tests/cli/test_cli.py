@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, OutcomeKind
-from dedup.cli import GuardedWrite, apply_guarded, cli
+from dedup.cli import cli
+from dedup.cli.guarded import GuardedWrite, apply_guarded
 from dedup.keys import dedup_key
 from dedup.record import Field, State
 from tests.cli import records

@@ -3,17 +3,17 @@ Python functions in the Functions emulator, which deliver their effects."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
 from collections.abc import Callable
 
 import pytest
-from google.api_core.exceptions import AlreadyExists
-from google.cloud import firestore, pubsub_v1
+from google.cloud import firestore
+from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from dedup.outbox import enqueue
+from demo.pubsub import ensure_topic, pull_all
 from demo.receiver import Receiver
 from tests.conftest import PROJECT
 
@@ -55,12 +55,9 @@ def test_publishing_a_post_counts_it_and_notifies_followers(
 
 def test_webhook_message_is_forwarded(receiver: Receiver) -> None:
     """A message published to `webhooks` reaches the `line` route's receiver."""
-    publisher = pubsub_v1.PublisherClient()
-    topic = publisher.topic_path(PROJECT, "webhooks")
-    with contextlib.suppress(AlreadyExists):
-        publisher.create_topic(name=topic)
+    topic = ensure_topic(PROJECT, "webhooks")
     body = json.dumps({"events": [{"type": "follow"}]}).encode()
-    message_id = publisher.publish(topic, body, route="line").result(timeout=30)
+    message_id = PublisherClient().publish(topic, body, route="line").result(timeout=30)
     eventually(lambda: receiver.requests("/webhooks/line"), "the webhook reached /webhooks/line")
     [forwarded] = receiver.requests("/webhooks/line")
     assert forwarded.body == body
@@ -70,11 +67,7 @@ def test_webhook_message_is_forwarded(receiver: Receiver) -> None:
 def test_outbox_message_is_relayed(firestore_client: firestore.Client) -> None:
     """A message enqueued in a committed transaction arrives on its topic, marked published."""
     name = f"orders-{uuid.uuid4().hex[:8]}"
-    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-    topic = publisher.create_topic(name=publisher.topic_path(PROJECT, name)).name
-    subscription = subscriber.create_subscription(
-        name=subscriber.subscription_path(PROJECT, name), topic=topic
-    ).name
+    ensure_topic(PROJECT, name, subscription=name)
     refs: list[firestore.DocumentReference] = []
 
     @firestore.transactional
@@ -86,8 +79,6 @@ def test_outbox_message_is_relayed(firestore_client: firestore.Client) -> None:
         lambda: (refs[0].get().to_dict() or {}).get("messageId"),
         "the outbox document is marked published",
     )
-    response = subscriber.pull(
-        request={"subscription": subscription, "max_messages": 10}, timeout=30
-    )
-    assert [m.message.data for m in response.received_messages] == [b"order o1"]
-    assert response.received_messages[0].message.attributes["outboxId"] == refs[0].id
+    [message] = pull_all(SubscriberClient().subscription_path(PROJECT, name))
+    assert message.data == b"order o1"
+    assert message.attributes["outboxId"] == refs[0].id

@@ -12,6 +12,7 @@ from google.cloud import firestore, pubsub_v1
 
 from dedup.outbox import enqueue
 from demo.events import firestore_event
+from demo.pubsub import pull_all
 from tests.conftest import PROJECT
 from tests.functions.conftest import InProcessFunction
 
@@ -28,25 +29,6 @@ def topic() -> Iterator[tuple[str, str]]:
     yield name, subscription
     subscriber.delete_subscription(subscription=subscription)
     publisher.delete_topic(topic=topic_path)
-
-
-def pull_all(subscription: str) -> list[pubsub_v1.types.PubsubMessage]:
-    subscriber = pubsub_v1.SubscriberClient()
-    messages = []
-    while True:
-        response = subscriber.pull(
-            request={"subscription": subscription, "max_messages": 100, "return_immediately": True},
-            timeout=10,
-        )
-        if not response.received_messages:
-            return messages
-        messages.extend(m.message for m in response.received_messages)
-        subscriber.acknowledge(
-            request={
-                "subscription": subscription,
-                "ack_ids": [m.ack_id for m in response.received_messages],
-            }
-        )
 
 
 @pytest.fixture

@@ -1,0 +1,113 @@
+"""`python -m bench`: run every measurement, print the tables, write results.json and .png.
+
+Needs FIRESTORE_EMULATOR_HOST (`make bench` starts the emulator and sets it). Options:
+`--deliveries N` (timed deliveries per implementation and kind, default 500),
+`--memory-events N` (default 10000), `--storms a,b` (default naive,lease,write_only; also
+transaction), `--markdown` (print results.json as Markdown and exit).
+Exit status: 0 whether or not targets are met; 1 if the benchmark itself broke; 2 on misuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench import memory, report
+from bench.measure import Matrix
+from bench.rpc_count import RpcCounter, counting_client
+from bench.storm import EXPECTED_ERRORS, storm
+
+HERE = Path(__file__).resolve().parent
+RESULTS_JSON = HERE / "results.json"
+RESULTS_PNG = HERE / "results.png"
+STORMS = ("naive", "lease", "write_only")
+"""Storms run by default. Transaction mode is opt-in (`--storms naive,lease,transaction`): on
+the emulator, concurrent read-write transactions on one record wait for its lock timeouts,
+so its storm takes minutes (or hits `bench.storm.DEADLINE_SECONDS`)."""
+
+
+def run(
+    deliveries: int, memory_events: int, storms_to_run: list[str], console: Console
+) -> dict[str, Any]:
+    """Every measurement; returns the results document."""
+    started = time.perf_counter()
+    counter = RpcCounter()
+    client = counting_client(counter)
+
+    def phase(name: str) -> None:
+        console.print(f"[dim]{time.perf_counter() - started:6.1f} s[/dim]  {name}")
+
+    # First, while this process is small: a child's ru_maxrss starts at its parent's RSS.
+    phase(f"memory: {memory_events} events in a separate process")
+    mem = memory.measure(memory_events)
+    phase(f"latency and RPCs: {deliveries} deliveries per implementation and kind")
+    latency = Matrix(client, counter, deliveries).run(lambda k: phase(f"  {k}"))
+
+    storms: dict[str, Any] = {}
+    for name in storms_to_run:
+        phase(f"storm: {name}")
+        before = sum(counter.total().values())
+        storms[name] = storm(name, lambda: counting_client(counter))
+        storms[name]["rpcs"] = sum(counter.total().values()) - before
+
+    results: dict[str, Any] = {
+        "machine": report.machine(),
+        "deliveries_per_series": deliveries,
+        "latency": latency,
+        "storms": storms,
+        "memory": mem,
+        "duration_s": round(time.perf_counter() - started, 1),
+    }
+    figs = report.figures(results)
+    return {**report.flat_figures(figs), **results, "figure_list": report.as_dicts(figs)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--deliveries", type=int, default=500)
+    parser.add_argument("--memory-events", type=int, default=10_000)
+    parser.add_argument("--storms", default=",".join(STORMS))
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    console = Console() if sys.stdout.isatty() else Console(width=130)
+    if args.markdown:
+        print(report.markdown(json.loads(RESULTS_JSON.read_text())), end="")
+        return 0
+    if not os.environ.get("FIRESTORE_EMULATOR_HOST"):
+        console.print(
+            "[red]error:[/red] FIRESTORE_EMULATOR_HOST is not set; run `make bench`, which "
+            "starts the Firestore emulator, or export it for an emulator you started"
+        )
+        return 2
+    if args.deliveries < 100:
+        parser.error("--deliveries must be at least 100 (p99 needs them)")
+    storms_to_run = [s for s in args.storms.split(",") if s]
+    if not {"naive", "lease"} <= set(storms_to_run) or not set(storms_to_run) <= set(
+        EXPECTED_ERRORS
+    ):
+        parser.error(f"--storms must include naive and lease, from {sorted(EXPECTED_ERRORS)}")
+    # One log line per delivery would drown the table: keep the records, drop the output.
+    logging.getLogger("dedup").addHandler(logging.NullHandler())
+    logging.getLogger("dedup").propagate = False
+    results = run(args.deliveries, args.memory_events, storms_to_run, console)
+    RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
+    report.plot(results, RESULTS_PNG)
+    report.print_tables(results, console)
+    console.print(
+        f"Wrote {RESULTS_JSON.relative_to(Path.cwd(), walk_up=True)} and "
+        f"{RESULTS_PNG.relative_to(Path.cwd(), walk_up=True)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""The implementations under comparison, each delivering one event with the same effect.
+
+The effect is one write to `benchEffects/<event id>` that increments `n`, done the idiomatic
+way for each implementation: a plain write after the claim (baseline, naive, lease), inside
+the transaction (transaction mode) or in the marker's batch (write-only mode). Reading `n`
+back counts effects that really committed, whatever the implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from google.cloud import firestore
+
+from bench.naive import NaiveTriggerOnce
+from dedup import DedupConfig, Deduplicator, Delivery, Mode
+
+EFFECTS = "benchEffects"
+"""Collection of the effect documents."""
+
+SUFFIX = "benchEffect"
+"""The function suffix used by every deduplicating implementation."""
+
+Hook = Callable[[], None]
+"""Called inside the handler just before its effect (used to hold a lease open)."""
+
+
+def _noop() -> None:
+    return None
+
+
+def effect_fields(event_id: str) -> dict[str, Any]:
+    """The effect: count one more application for this event."""
+    return {"eventId": event_id, "n": firestore.Increment(1)}
+
+
+class Implementation(Protocol):
+    """Delivers one event; returns the outcome's name, raises what the implementation raises."""
+
+    name: str
+    has_cache: bool
+    """True when a duplicate can be answered from per-instance memory."""
+    has_lease: bool
+    """True when a delivery holds a lease another delivery can run into."""
+
+    def deliver(self, event_id: str, hook: Hook = _noop) -> str:
+        """Deliver `event_id` once."""
+        ...
+
+
+@dataclass
+class Baseline:
+    """No dedup: the handler's own single-document write."""
+
+    client: firestore.Client
+    name: str = "baseline"
+    has_cache: bool = False
+    has_lease: bool = False
+
+    def deliver(self, event_id: str, hook: Hook = _noop) -> str:
+        """One write; a duplicate applies the effect again."""
+        hook()
+        self.client.collection(EFFECTS).document(event_id).set(effect_fields(event_id), merge=True)
+        return "ran"
+
+
+@dataclass
+class Naive:
+    """`bench.naive`: triggerOnce transaction + Google's lease sample."""
+
+    client: firestore.Client
+    effect: bool = True
+    name: str = "naive"
+    has_cache: bool = False
+    has_lease: bool = True
+
+    def __post_init__(self) -> None:
+        """One naive wrapper per instance."""
+        self.naive = NaiveTriggerOnce(self.client)
+
+    def deliver(self, event_id: str, hook: Hook = _noop) -> str:
+        """Run through `NaiveTriggerOnce.run`."""
+
+        def handler() -> None:
+            hook()
+            if self.effect:
+                ref = self.client.collection(EFFECTS).document(event_id)
+                ref.set(effect_fields(event_id), merge=True)
+
+        return "ran" if self.naive.run(event_id, SUFFIX, handler) else "duplicate"
+
+
+@dataclass
+class Project:
+    """This project's `Deduplicator` in one mode; `effect=False` runs a no-op handler."""
+
+    client: firestore.Client
+    mode: Mode
+    effect: bool = True
+    name: str = ""
+    has_cache: bool = True
+    has_lease: bool = False
+
+    def __post_init__(self) -> None:
+        """One Deduplicator (one LRU) per instance, default settings."""
+        self.name = self.name or self.mode.value
+        self.has_lease = self.mode is Mode.LEASE
+        self.dedup = Deduplicator(DedupConfig(project=self.client.project), client=self.client)
+
+    def deliver(self, event_id: str, hook: Hook = _noop) -> str:
+        """Run through `Deduplicator.run` in this mode."""
+        ref = self.client.collection(EFFECTS).document(event_id)
+
+        def handler(delivery: Delivery) -> None:
+            hook()
+            if not self.effect:
+                return
+            fields = effect_fields(event_id)
+            if delivery.transaction is not None:
+                delivery.transaction.set(ref, fields, merge=True)
+            elif delivery.batch is not None:
+                delivery.batch.set(ref, fields, merge=True)
+            else:
+                ref.set(fields, merge=True)
+
+        return self.dedup.run(event_id, SUFFIX, handler, mode=self.mode).kind.value
+
+
+Factory = Callable[[firestore.Client], Implementation]
+"""Builds a fresh instance (own caches) of one implementation on a client."""
+
+FACTORIES: dict[str, Factory] = {
+    "baseline": lambda c: Baseline(c),
+    "naive": lambda c: Naive(c),
+    "lease": lambda c: Project(c, Mode.LEASE),
+    "transaction": lambda c: Project(c, Mode.TRANSACTION),
+    "write_only": lambda c: Project(c, Mode.WRITE_ONLY),
+    "naive_noop": lambda c: Naive(c, effect=False, name="naive_noop"),
+    "lease_noop": lambda c: Project(c, Mode.LEASE, effect=False, name="lease_noop"),
+}
+"""Every implementation; the `_noop` ones run a handler with no effect (dedup cost alone)."""
+
+
+def effects_applied(client: firestore.Client, event_ids: list[str]) -> dict[str, int]:
+    """The committed `n` of each event's effect document (0 when absent)."""
+    refs = [client.collection(EFFECTS).document(e) for e in event_ids]
+    found = {s.id: int((s.to_dict() or {}).get("n", 0)) for s in client.get_all(refs) if s.exists}
+    return {e: found.get(e, 0) for e in event_ids}

@@ -1,0 +1,372 @@
+"""Figures, targets and their verdicts; the rich table, results.json, results.png, Markdown."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+IMPL_ORDER = ("baseline", "naive", "naive_noop", "lease", "lease_noop", "transaction", "write_only")
+KIND_LABELS = {
+    "fresh": "fresh event",
+    "duplicate": "duplicate of a sent event",
+    "duplicate_cached": "duplicate, cached",
+    "duplicate_leased": "duplicate while leased",
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One reported number with its target and verdict (`met` None: no target, reported only)."""
+
+    key: str
+    label: str
+    value: float | int | None
+    target: str
+    met: bool | None
+    note: str = ""
+
+
+def machine() -> dict[str, Any]:
+    """What the benchmark ran on: CPUs, memory, CPU model, OS and Python."""
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    model = ""
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        found = re.search(r"^Model name:\s*(.+)$", lscpu, re.MULTILINE)
+        model = found.group(1).strip() if found else ""
+    except OSError:
+        pass
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "mem_total_gb": round(mem_kb / 1024 / 1024, 1),
+        "cpu_model": model or platform.processor(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "firestore": "emulator at " + os.environ.get("FIRESTORE_EMULATOR_HOST", "?"),
+    }
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    """One-line description of the machine."""
+    return (
+        f"{m['nproc']} CPUs ({m['cpu_model']}), {m['mem_total_gb']} GB RAM, {m['os']}, "
+        f"Python {m['python']}, Firestore {m['firestore']}"
+    )
+
+
+def _at_most(limit: float) -> Callable[[float], bool]:
+    return lambda v: v <= limit
+
+
+def _equals(expected: float) -> Callable[[float], bool]:
+    return lambda v: v == expected
+
+
+def figures(results: dict[str, Any]) -> list[Figure]:
+    """Every figure of `results` with its target and verdict."""
+    series = {(s["impl"], s["kind"]): s for s in results["latency"]}
+    storms = results["storms"]
+    memory = results["memory"]
+
+    def median(impl: str, kind: str = "fresh") -> float:
+        return float(series[(impl, kind)]["median_ms"])
+
+    def rpcs(impl: str, kind: str) -> float:
+        return float(series[(impl, kind)]["rpcs"])
+
+    out: list[Figure] = []
+
+    def add(
+        key: str, label: str, value: float, target: str, check: Callable[[float], bool] | None
+    ) -> None:
+        out.append(Figure(key, label, value, target, None if check is None else check(value)))
+
+    add(
+        "fresh_rpcs",
+        "RPCs, fresh event, lease mode (no-op handler)",
+        rpcs("lease_noop", "fresh"),
+        "<= 2",
+        _at_most(2),
+    )
+    add(
+        "fresh_rpcs_write_only",
+        "RPCs, fresh event, write-only mode (marker + effect)",
+        rpcs("write_only", "fresh"),
+        "== 1",
+        lambda v: v == 1,
+    )
+    add(
+        "duplicate_rpcs",
+        "RPCs, duplicate of a sent event, lease mode, cold cache",
+        rpcs("lease", "duplicate"),
+        "<= 1",
+        _at_most(1),
+    )
+    add(
+        "duplicate_rpcs_cached",
+        "RPCs, duplicate of a sent event, lease mode, cached",
+        rpcs("lease", "duplicate_cached"),
+        "== 0",
+        lambda v: v == 0,
+    )
+    add(
+        "duplicate_leased_rpcs",
+        "RPCs, duplicate while leased, lease mode (LeaseHeld)",
+        rpcs("lease", "duplicate_leased"),
+        "-",
+        None,
+    )
+    add(
+        "naive_fresh_rpcs",
+        "RPCs, fresh event, naive (no-op handler)",
+        rpcs("naive_noop", "fresh"),
+        "-",
+        None,
+    )
+    add(
+        "fresh_latency_ratio_vs_single_write",
+        "median latency, lease mode no-op handler / one single-document write",
+        round(median("lease_noop") / median("baseline"), 2),
+        "<= 2.5",
+        _at_most(2.5),
+    )
+    add(
+        "speedup_vs_naive_fresh",
+        "fresh event, median naive / median lease (no-op handlers)",
+        round(median("naive_noop") / median("lease_noop"), 2),
+        ">= 1.7",
+        lambda v: v >= 1.7,
+    )
+    add(
+        "speedup_vs_naive_fresh_with_effect",
+        "fresh event, median naive / median lease (handler writes one document)",
+        round(median("naive") / median("lease"), 2),
+        "-",
+        None,
+    )
+    lease = storms["lease"]
+    add(
+        "storm_effects",
+        "storm, lease mode: effects (20 events x 50 copies)",
+        lease["effects"],
+        f"== {lease['expected_effects']}",
+        lambda v: v == lease["expected_effects"],
+    )
+    add(
+        "storm_expected_effects",
+        "storm: events (expected effects)",
+        lease["expected_effects"],
+        "-",
+        None,
+    )
+    add(
+        "storm_unexpected_errors",
+        "storm, lease mode: unexpected errors (LeaseHeld expected)",
+        lease["unexpected_errors"],
+        "== 0",
+        lambda v: v == 0,
+    )
+    add(
+        "storm_lease_held",
+        "storm, lease mode: LeaseHeld (expected, retried)",
+        lease["errors_by_kind"].get("LeaseHeld", 0),
+        "-",
+        None,
+    )
+    add("storm_wall_s", "storm, lease mode: wall time (s)", lease["wall_s"], "-", None)
+    for name in ("write_only", "transaction"):
+        if name in storms:
+            s = storms[name]
+            add(
+                f"storm_{name}_effects",
+                f"storm, {name} mode: effects",
+                s["effects"],
+                f"== {s['expected_effects']}",
+                _equals(s["expected_effects"]),
+            )
+            add(
+                f"storm_{name}_unexpected_errors",
+                f"storm, {name} mode: unexpected errors",
+                s["unexpected_errors"],
+                "== 0",
+                lambda v: v == 0,
+            )
+            add(
+                f"storm_{name}_wall_s", f"storm, {name} mode: wall time (s)", s["wall_s"], "-", None
+            )
+    naive = storms["naive"]
+    add("naive_storm_effects", "storm, naive: effects", naive["effects"], "(comparison)", None)
+    add(
+        "naive_storm_unexpected_errors",
+        "storm, naive: errors (contention: gave up after 5 tries)",
+        naive["unexpected_errors"],
+        "(comparison)",
+        None,
+    )
+    add("naive_storm_wall_s", "storm, naive: wall time (s)", naive["wall_s"], "-", None)
+    add(
+        "peak_rss_mb_10k_events",
+        "peak RSS, 10,000 distinct events, lease mode (MB)",
+        memory["peak_rss_mb"],
+        "< 150",
+        lambda v: v < 150,
+    )
+    if memory.get("vm_hwm_mb") is not None:
+        add(
+            "peak_rss_mb_10k_events_vm_hwm",
+            "same, the child's own VmHWM (not inherited from the parent) (MB)",
+            memory["vm_hwm_mb"],
+            "< 150",
+            lambda v: v < 150,
+        )
+    add(
+        "rss_growth_mb_10k_events",
+        "peak RSS growth from warm-up to 10,000 events (MB)",
+        round(memory["peak_rss_mb"] - memory["peak_rss_mb_after_warmup"], 1),
+        "-",
+        None,
+    )
+    add(
+        "lru_bounded",
+        f"LRU size after 10,000 events (capacity {memory['cache_capacity']})",
+        memory["cache_len"],
+        f"<= {memory['cache_capacity']}",
+        _at_most(memory["cache_capacity"]),
+    )
+    return out
+
+
+def flat_figures(figs: list[Figure]) -> dict[str, Any]:
+    """`{key: value}` for results.json's top level."""
+    return {f.key: f.value for f in figs}
+
+
+def _verdict(met: bool | None) -> str:
+    return "-" if met is None else ("met" if met else "MISSED")
+
+
+def print_tables(results: dict[str, Any], console: Console | None = None) -> None:
+    """The latency/RPC table and the figures table with verdicts."""
+    console = console or Console()
+    lat = Table(title="Per delivery: Firestore RPCs (counted) and latency (ms)")
+    for column in ("implementation", "kind", "n", "RPCs", "by method", "median", "p99"):
+        lat.add_column(column, justify="left" if column in ("implementation", "kind") else "right")
+    for s in sorted(results["latency"], key=_series_order):
+        methods = _methods(s)
+        lat.add_row(
+            s["impl"],
+            s["kind"],
+            str(s["deliveries"]),
+            f"{s['rpcs']:g}",
+            methods,
+            f"{s['median_ms']:.2f}",
+            f"{s['p99_ms']:.2f}",
+        )
+    console.print(lat)
+    figs = Table(title="Figures and targets (issue 6)")
+    for column in ("figure", "value", "target", "verdict"):
+        figs.add_column(column)
+    for f in results["figure_list"]:
+        verdict = _verdict(f["met"])
+        style = "red" if f["met"] is False else ("green" if f["met"] else "")
+        figs.add_row(
+            f["label"] + f" [dim]({f['key']})[/dim]",
+            f"{f['value']:g}",
+            f["target"],
+            f"[{style}]{verdict}[/{style}]" if style else verdict,
+        )
+    console.print(figs)
+    console.print(
+        f"Machine: {machine_line(results['machine'])}; run took {results['duration_s']:.0f} s"
+    )
+
+
+def _methods(s: dict[str, Any]) -> str:
+    short = {"BatchGetDocuments": "BatchGet", "BeginTransaction": "Begin"}
+    return ", ".join(f"{short.get(m, m)} {c:g}" for m, c in s["rpcs_by_method"].items()) or "-"
+
+
+def _series_order(s: dict[str, Any]) -> tuple[int, int]:
+    return IMPL_ORDER.index(s["impl"]), list(KIND_LABELS).index(s["kind"])
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The figures and the latency table as Markdown (for the README's Performance section)."""
+    lines = [
+        f"Machine: {machine_line(results['machine'])}.",
+        "",
+        "| figure | key | value | target | verdict |",
+        "|---|---|---:|---|---|",
+    ]
+    for f in results["figure_list"]:
+        lines.append(
+            f"| {f['label']} | `{f['key']}` | {f['value']:g} | {f['target']} | "
+            f"{_verdict(f['met'])} |"
+        )
+    lines += [
+        "",
+        "| implementation | kind | RPCs | by method | median ms | p99 ms |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for s in sorted(results["latency"], key=_series_order):
+        methods = _methods(s)
+        lines.append(
+            f"| {s['impl']} | {s['kind']} | {s['rpcs']:g} | {methods} | "
+            f"{s['median_ms']:.2f} | {s['p99_ms']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Grouped bars: median latency per delivery kind per implementation, p99 as a whisker."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {(s["impl"], s["kind"]): s for s in results["latency"]}
+    kinds = list(KIND_LABELS)
+    impls = [i for i in IMPL_ORDER if any((i, k) in series for k in kinds)]
+    width = 0.8 / len(impls)
+    fig, ax = plt.subplots(figsize=(12, 6))
+    for j, impl in enumerate(impls):
+        xs, medians, p99s, labels = [], [], [], []
+        for x, kind in enumerate(kinds):
+            s = series.get((impl, kind))
+            if s is None:
+                continue
+            xs.append(x - 0.4 + width * (j + 0.5))
+            medians.append(s["median_ms"])
+            p99s.append(s["p99_ms"] - s["median_ms"])
+            labels.append(f"{s['rpcs']:g}")
+        bars = ax.bar(xs, medians, width, label=impl, yerr=[[0] * len(p99s), p99s], capsize=2)
+        ax.bar_label(bars, labels=[f"{t} RPC" for t in labels], fontsize=7, padding=2)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(kinds)), [KIND_LABELS[k] for k in kinds])
+    ax.set_ylabel("latency per delivery, ms (bar: median, whisker: p99; log scale)")
+    ax.set_title(
+        "Price of exactly-once on the Firestore emulator; label: RPCs per delivery\n"
+        + machine_line(results["machine"]),
+        fontsize=9,
+    )
+    ax.legend(fontsize=8, ncols=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def as_dicts(figs: list[Figure]) -> list[dict[str, Any]]:
+    """Figures as JSON-ready dicts."""
+    return [asdict(f) for f in figs]

@@ -1,0 +1,116 @@
+"""Count the Firestore RPCs a delivery really sends, with a gRPC client interceptor.
+
+`counting_client` builds a `firestore.Client` whose transport runs on
+`grpc.intercept_channel(<the client's own emulator channel>, RpcCounter)`: the client builds
+its transport in `BaseClient._firestore_api_helper` from `_emulator_channel(transport)` when
+FIRESTORE_EMULATOR_HOST is set, so overriding that one method keeps every option the client
+sets (insecure channel, the emulator's bearer token, message sizes) and sees every call,
+including retries and transaction begin/commit/rollback.
+
+Interceptors run in the calling thread, so `RpcCounter.scope()` attributes calls to the
+delivery running in the current thread even while other threads use the same client.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+from google.cloud import firestore
+
+
+class RpcCounter(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """Counts calls by method name (`Commit`, `BatchGetDocuments`, ...), globally and per scope."""
+
+    def __init__(self) -> None:
+        """No calls counted yet."""
+        self._lock = threading.Lock()
+        self._total: Counter[str] = Counter()
+        self._local = threading.local()
+
+    @contextmanager
+    def scope(self) -> Iterator[Counter[str]]:
+        """Count the calls made by the current thread inside the block into a new Counter."""
+        bucket: Counter[str] = Counter()
+        previous = getattr(self._local, "bucket", None)
+        self._local.bucket = bucket
+        try:
+            yield bucket
+        finally:
+            self._local.bucket = previous
+
+    def total(self) -> Counter[str]:
+        """A copy of every call counted so far, from every thread."""
+        with self._lock:
+            return Counter(self._total)
+
+    def _count(self, details: grpc.ClientCallDetails) -> None:
+        method = details.method
+        name = (method.decode() if isinstance(method, bytes) else str(method)).rsplit("/", 1)[-1]
+        with self._lock:
+            self._total[name] += 1
+        bucket = getattr(self._local, "bucket", None)
+        if bucket is not None:
+            bucket[name] += 1
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        """Count, then send."""
+        self._count(client_call_details)
+        return continuation(client_call_details, request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        """Count, then send."""
+        self._count(client_call_details)
+        return continuation(client_call_details, request)
+
+    def intercept_stream_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request_iterator: Any
+    ) -> Any:
+        """Count, then send."""
+        self._count(client_call_details)
+        return continuation(client_call_details, request_iterator)
+
+    def intercept_stream_stream(
+        self, continuation: Callable[..., Any], client_call_details: Any, request_iterator: Any
+    ) -> Any:
+        """Count, then send."""
+        self._count(client_call_details)
+        return continuation(client_call_details, request_iterator)
+
+
+class _CountingClient(firestore.Client):
+    """A Firestore client whose emulator channel goes through an `RpcCounter`."""
+
+    _rpc_counter: RpcCounter
+
+    def _emulator_channel(self, transport: Any) -> Any:
+        return grpc.intercept_channel(super()._emulator_channel(transport), self._rpc_counter)
+
+
+def counting_client(counter: RpcCounter, project: str | None = None) -> firestore.Client:
+    """A Firestore client on the emulator (FIRESTORE_EMULATOR_HOST) counting into `counter`.
+
+    Raises RuntimeError if the emulator is not configured: the channel is only intercepted on
+    the emulator path, and this benchmark never runs against a real database.
+    """
+    client = _CountingClient(project=project)
+    if client._emulator_host is None:
+        raise RuntimeError(
+            "FIRESTORE_EMULATOR_HOST is not set: run `make bench`, or start the Firestore "
+            "emulator and export FIRESTORE_EMULATOR_HOST=host:port"
+        )
+    client._rpc_counter = counter
+    return client

@@ -1,0 +1,137 @@
+"""`dedup release` and `dedup revive`: hand records back so the next delivery runs the handler."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import click
+
+from dedup.cli.guarded import GuardedWrite, WriteTally, apply_guarded
+from dedup.cli.leases import LeaseStatus, lease_status
+from dedup.cli.options import SUFFIX, yes_option
+from dedup.cli.queries import filtered, records_of
+from dedup.cli.render import console, records_table
+from dedup.cli.target import Target
+from dedup.record import Field, Record, State
+
+REVIVABLE_STATES = (State.DEAD.value, State.FAILED.value)
+"""States `revive` hands back: final states other than sent, whose effect never happened."""
+
+RELEASED_FIELDS: dict[str, Any] = {
+    Field.STATE: State.IN_PROGRESS.value,
+    Field.OWNER: None,
+    Field.LEASE_STARTED_AT: None,
+}
+"""What `release` writes: the lease handed back; attempts and history kept."""
+
+REVIVED_FIELDS: dict[str, Any] = {
+    **RELEASED_FIELDS,
+    Field.SENT: False,
+    Field.ATTEMPTS: 0,
+}
+"""What `revive` writes: in progress, released, attempts back to 0 (`lastError` kept).
+
+Attempts restart at 0 because a dead record has used `max_attempts` already: kept, the next
+delivery would bury it again at once without running the handler. A revived event gets the
+full retry budget, as if it were new.
+"""
+
+
+# --- release ----------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("keys", nargs=-1, required=True, metavar="KEY...")
+@yes_option
+@click.pass_obj
+def release(target: Target, keys: tuple[str, ...], yes: bool) -> None:
+    """Hand in-progress leases back; the next delivery runs the handler.
+
+    For a record whose handler crashed under a long lease. Releasing a live lease of a handler
+    that is still running lets a redelivery run it a second time: check `show` first.
+    Exits with status 1 if a key is missing or not in progress.
+    """
+    snapshots = [target.document(key).get() for key in dict.fromkeys(keys)]
+    now = target.database_now()
+    writes: list[GuardedWrite] = []
+    problems = 0
+    for snapshot in snapshots:
+        record = Record.from_snapshot(snapshot)
+        problem = _release_problem(record)
+        if record is None or problem is not None:
+            problems += 1
+            click.echo(f"{target.path(snapshot.id)}: cannot release: {problem}")
+        elif lease_status(record, now) is LeaseStatus.RELEASED:
+            click.echo(f"{target.path(snapshot.id)}: already released, nothing to do")
+        else:
+            writes.append(GuardedWrite(snapshot, RELEASED_FIELDS))
+    if writes:
+        _confirm_writes(target, writes, now, "Release the lease of", yes)
+        tally = apply_guarded(target.client, writes)
+        _report(target, tally, "released")
+        problems += len(tally.changed)
+    if problems:
+        raise click.ClickException(f"{problems} of {len(snapshots)} record(s) were not released")
+
+
+def _release_problem(record: Record | None) -> str | None:
+    """Why `record` cannot be released (missing, or not in progress), or None."""
+    if record is None:
+        return "no such record (check the key with `dedup list`)"
+    if record.state is not State.IN_PROGRESS:
+        hint = " (use `dedup revive`)" if record.state.value in REVIVABLE_STATES else ""
+        return f"state is {record.state.value}, not in_progress{hint}"
+    return None
+
+
+# --- revive -----------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option(
+    "--state", type=click.Choice(REVIVABLE_STATES), required=True, help="Which final records."
+)
+@click.option("--suffix", type=SUFFIX, help="Only this function's records.")
+@yes_option
+@click.pass_obj
+def revive(target: Target, state: str, suffix: str | None, yes: bool) -> None:
+    """Make dead or failed records runnable again (attempts reset to 0).
+
+    Each becomes in_progress and released: the next delivery of the event runs its handler
+    with a full `max_attempts` budget (`lastError` is kept). The platform does not redeliver
+    an event on its own once its record was final, and instances that saw the record final
+    may skip it from their in-memory cache: see the README runbook.
+    """
+    now = target.database_now()
+    snapshots = [s for s in filtered(target.records, state, suffix).stream() if s.exists]
+    if not snapshots:
+        click.echo(f"no {state} records" + (f" with suffix {suffix}" if suffix else ""))
+        return
+    writes = [GuardedWrite(s, REVIVED_FIELDS) for s in snapshots]
+    _confirm_writes(target, writes, now, f"Revive {state}", yes)
+    tally = apply_guarded(target.client, writes)
+    _report(target, tally, "revived")
+
+
+# --- shared by both ---------------------------------------------------------------------------
+
+
+def _confirm_writes(
+    target: Target, writes: Sequence[GuardedWrite], now: datetime, action: str, yes: bool
+) -> None:
+    """Show the records about to change and ask (unless `yes`); aborts on refusal."""
+    records = records_of(w.snapshot for w in writes)
+    console().print(records_table(records, now, title=f"{len(records)} record(s)"))
+    live = sum(lease_status(r, now) is LeaseStatus.LIVE for r in records)
+    if live:
+        click.echo(f"warning: {live} lease(s) still live: their handlers may be running")
+    if not yes:
+        click.confirm(f"{action} {len(records)} record(s) in {target.collection}?", abort=True)
+
+
+def _report(target: Target, tally: WriteTally, verb: str) -> None:
+    click.echo(f"{verb} {tally.done} record(s)")
+    for key in tally.changed:
+        click.echo(f"{target.path(key)}: changed since read, left alone (look again with `show`)")
