@@ -41,6 +41,7 @@ DEFAULT_LEASE_SECONDS = 60
 DEFAULT_RETENTION_DAYS = 7
 DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_CACHE_SIZE = 1000
+DEFAULT_RPC_TIMEOUT_SECONDS = 10
 DEFAULT_DATABASE = "(default)"
 
 _COLLECTION_SEGMENT = re.compile(r"[^/]+")
@@ -91,6 +92,12 @@ class DedupConfig:
     cache_size: int = DEFAULT_CACHE_SIZE
     """Capacity of the per-instance LRU of keys known sent (0 disables it). DEDUP_CACHE_SIZE."""
 
+    rpc_timeout_seconds: int = DEFAULT_RPC_TIMEOUT_SECONDS
+    """Deadline of each dedup read and write, retries of transient errors included: when
+    Firestore is unreachable a delivery fails with `StoreUnavailable` after about this long
+    instead of the client library's 60 s (writes) to 300 s (reads). Transactions' begin and
+    commit keep the library's own 60 s bound. DEDUP_RPC_TIMEOUT_SECONDS."""
+
     on_payload_mismatch: PayloadMismatchPolicy = "log"
     """"log": report at ERROR and treat the delivery as the recorded event; "raise": raise
     `PayloadMismatch`. DEDUP_ON_PAYLOAD_MISMATCH."""
@@ -111,6 +118,9 @@ class DedupConfig:
         _require_at_least("retention_days (DEDUP_RETENTION_DAYS)", self.retention_days, 1)
         _require_at_least("max_attempts (DEDUP_MAX_ATTEMPTS)", self.max_attempts, 1)
         _require_at_least("cache_size (DEDUP_CACHE_SIZE)", self.cache_size, 0)
+        _require_at_least(
+            "rpc_timeout_seconds (DEDUP_RPC_TIMEOUT_SECONDS)", self.rpc_timeout_seconds, 1
+        )
         age = self.max_event_age_seconds
         if age is not None and (isinstance(age, bool) or not age > 0):
             raise ConfigError(
@@ -152,6 +162,9 @@ class DedupConfig:
             else _float_var("DEDUP_MAX_EVENT_AGE_SECONDS", age),
             project=get("GOOGLE_CLOUD_PROJECT") or get("GCLOUD_PROJECT"),
             cache_size=_int_var(get, "DEDUP_CACHE_SIZE", DEFAULT_CACHE_SIZE),
+            rpc_timeout_seconds=_int_var(
+                get, "DEDUP_RPC_TIMEOUT_SECONDS", DEFAULT_RPC_TIMEOUT_SECONDS
+            ),
             on_payload_mismatch="raise" if policy == "raise" else "log",
         )
 

@@ -278,7 +278,11 @@ class Deduplicator:
                     if client is None:
                         factory = self._client_factory or self._default_client
                         client = factory()
-                    self._store = RecordStore(client, self.config.collection)
+                    self._store = RecordStore(
+                        client,
+                        self.config.collection,
+                        rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+                    )
         return self._store
 
     def _default_client(self) -> firestore.Client:
@@ -483,6 +487,8 @@ class Deduplicator:
                     d.attempt = record.attempts
                     return self._skip(d, record)
                 continue
+            if kind is OutcomeKind.RAN:
+                self.sent_keys.add(d.key, d.payload_hash)
             return self._finish(d, kind)
         raise self._unavailable(
             f"commit (contention, {TRANSACTION_ROUNDS} transactions) on", d, last
@@ -493,7 +499,7 @@ class Deduplicator:
     ) -> OutcomeKind:
         """One try of the transaction; may run several times. Errors propagate raw."""
         ref = self.store.ref(d.key)
-        record = Record.from_snapshot(ref.get(transaction=transaction))
+        record = Record.from_snapshot(ref.get(transaction=transaction, **self.store.deadline))
         if record is not None:
             d.attempt = record.attempts
             self._check_payload(d, record.payload_hash)

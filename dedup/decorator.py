@@ -91,7 +91,8 @@ def trigger_once(
 
     `event_id_from(event)` replaces the event's id as the dedup id, to run once per business
     entity rather than once per event: `event_id_from=lambda e: f"post-{e.params['postId']}"`
-    notifies once per post, however many writes publish it. It must be deterministic.
+    notifies once per post, however many writes publish it. It must be deterministic. Events
+    sharing a key then differ by design, so their payloads are not compared.
     """
     validate_suffix(suffix)
     if config is not None and deduplicator is not None:
@@ -116,7 +117,8 @@ def trigger_once(
                 suffix,
                 run_handler,
                 mode=mode,
-                payload=info.payload,
+                # Under event_id_from, different events share a key by design: no fingerprint.
+                payload=info.payload if event_id_from is None else None,
                 event_time=info.event_time,
                 document_path=info.document_path,
             )

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
+from google.api_core.retry import Retry, if_transient_error
 from google.cloud import firestore
 
 from dedup.errors import StoreUnavailable
@@ -39,10 +40,24 @@ class Snapshot:
 class RecordStore:
     """The dedup collection of one Firestore client; safe to use from many threads."""
 
-    def __init__(self, client: firestore.Client, collection: str) -> None:
-        """Operate on `collection` (a collection path) through `client`."""
+    def __init__(
+        self, client: firestore.Client, collection: str, *, rpc_timeout_seconds: float = 10
+    ) -> None:
+        """Operate on `collection` (a collection path) through `client`; each call gives up
+        after `rpc_timeout_seconds`, its retries of transient errors included."""
         self.client = client
         self.collection = collection
+        self.deadline: dict[str, Any] = {
+            "retry": Retry(
+                predicate=if_transient_error,
+                initial=0.1,
+                maximum=2.0,
+                multiplier=2.0,
+                timeout=rpc_timeout_seconds,
+            ),
+            "timeout": rpc_timeout_seconds,
+        }
+        """`retry` and `timeout` keyword arguments bounding one call."""
 
     def path(self, key: str) -> str:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""
@@ -60,7 +75,7 @@ class RecordStore:
         """
         with self._wrapped(action, key):
             try:
-                result = self.ref(key).create(fields)
+                result = self.ref(key).create(fields, **self.deadline)
             except api_exceptions.AlreadyExists:
                 return None
         return _required_time(result.update_time)
@@ -70,7 +85,7 @@ class RecordStore:
     ) -> Snapshot:
         """Read the record (in `transaction` if given); 1 RPC."""
         with self._wrapped(action, key):
-            snapshot = self.ref(key).get(transaction=transaction)
+            snapshot = self.ref(key).get(transaction=transaction, **self.deadline)
         return Snapshot(
             record=Record.from_snapshot(snapshot),
             read_time=_required_time(snapshot.read_time),
@@ -88,7 +103,7 @@ class RecordStore:
         option = self.client.write_option(last_update_time=update_time)
         with self._wrapped(action, key):
             try:
-                result = self.ref(key).update(fields, option=option)
+                result = self.ref(key).update(fields, option=option, **self.deadline)
             except (api_exceptions.FailedPrecondition, api_exceptions.NotFound):
                 return None
         return _required_time(result.update_time)
@@ -101,7 +116,7 @@ class RecordStore:
         """
         with self._wrapped("commit batch for", key):
             try:
-                batch.commit()
+                batch.commit(**self.deadline)
             except (
                 api_exceptions.AlreadyExists,
                 api_exceptions.FailedPrecondition,

@@ -49,7 +49,11 @@ def test_first_publication_notifies_followers_once(
 
 
 def test_republishing_or_editing_sends_nothing_new(
-    unique: str, firestore_client: firestore.Client, notifier: InProcessFunction, receiver: Receiver
+    unique: str,
+    firestore_client: firestore.Client,
+    notifier: InProcessFunction,
+    receiver: Receiver,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Drafts, edits, unpublish and republish: only the first publication notifies."""
     writes = [
@@ -62,6 +66,7 @@ def test_republishing_or_editing_sends_nothing_new(
     for change in writes:
         assert notifier.deliver(write_post(firestore_client, f"p1-{unique}", change)) == 200
     assert len(receiver.requests(NOTIFY)) == 1
+    assert "fingerprint" not in caplog.text, "writes sharing the post's key are not mismatches"
 
 
 def test_receiver_outage_is_retried_with_the_same_key(

@@ -1,0 +1,416 @@
+"""What the fault tests share: served functions started together, a platform that redelivers,
+the functions' log lines, a receiver that records every attempt, a Firestore emulator of
+their own.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import requests
+from google.cloud import firestore
+
+from demo.events import HttpEvent, firestore_event
+from demo.serve import ROOT, ServedFunction, free_port, served_function
+
+PROJECT = "demo-exactly-once"
+CRASH_SOURCE = Path(__file__).resolve().parent / "crash_functions.py"
+FIRESTORE_LAUNCHER = ROOT / ".cache" / "cloud-firestore-emulator-launcher.jar"
+
+
+def unique() -> str:
+    """A fresh id part: served functions remember finished keys, so ids are never reused."""
+    return uuid.uuid4().hex[:8]
+
+
+# --- Served functions ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One function server to start: function name, extra environment, source file."""
+
+    name: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    source: Path | None = None
+
+
+@contextmanager
+def serving(specs: Mapping[str, Spec], log_dir: Path) -> Iterator[dict[str, ServedFunction]]:
+    """Start every server at once (their start-ups overlap) and stop them all at the end.
+
+    Each server logs to `log_dir/<label>.log`.
+    """
+    with ExitStack() as stack:
+
+        def start(label: str, spec: Spec) -> ServedFunction:
+            manager = served_function(
+                spec.name, spec.env, log=log_dir / f"{label}.log", source=spec.source
+            )
+            served = manager.__enter__()
+            with lock:
+                stack.push(manager.__exit__)
+            return served
+
+        lock = threading.Lock()
+        with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+            futures = {label: pool.submit(start, label, spec) for label, spec in specs.items()}
+        yield {label: future.result() for label, future in futures.items()}
+
+
+# --- The platform -------------------------------------------------------------------------
+
+NO_ANSWER = 0
+"""Status recorded for a delivery that got no HTTP answer (process killed, platform timeout)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One delivery as the platform saw it."""
+
+    status: int
+    """HTTP status, or NO_ANSWER."""
+    seconds: float
+
+    @property
+    def acknowledged(self) -> bool:
+        """2xx: the platform stops retrying."""
+        return 200 <= self.status < 300
+
+
+def deliver(served: ServedFunction, event: HttpEvent, *, timeout: float = 60.0) -> Answer:
+    """POST the event once, as the platform does; no answer within `timeout` is a failure."""
+    started = time.monotonic()
+    try:
+        status = requests.post(
+            served.url, data=event.body, headers=dict(event.headers), timeout=timeout
+        ).status_code
+    except requests.RequestException:
+        status = NO_ANSWER
+    return Answer(status, time.monotonic() - started)
+
+
+def redeliver_until_acknowledged(
+    served: ServedFunction, event: HttpEvent, *, within: float, pause: float = 0.25
+) -> list[Answer]:
+    """Retry like the platform (quicker) until a 2xx; every answer, the 2xx last."""
+    deadline = time.monotonic() + within
+    answers: list[Answer] = []
+    while True:
+        answer = deliver(served, event, timeout=max(1.0, deadline - time.monotonic()))
+        answers.append(answer)
+        if answer.acknowledged:
+            return answers
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{event.description} not acknowledged within {within:.0f} s: "
+                f"{[a.status for a in answers]}"
+            )
+        time.sleep(pause)
+
+
+def wait_for_crash_point(crash_file: Path, point: str, *, within: float = 20.0) -> None:
+    """Block until the served function reports it stopped at `point`."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if crash_file.exists() and point in crash_file.read_text().split():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"crash point {point!r} not reached within {within:.0f} s")
+
+
+def crash_during(served: ServedFunction, crash_file: Path, point: str, event: HttpEvent) -> Answer:
+    """Deliver `event` to a crash server; SIGKILL its process group once it stops at `point`.
+
+    Returns the killed delivery's answer, as the platform saw it (NO_ANSWER).
+    """
+    answers: list[Answer] = []
+    flight = threading.Thread(target=lambda: answers.append(deliver(served, event)))
+    flight.start()
+    wait_for_crash_point(crash_file, point)
+    served.kill()
+    flight.join(timeout=30)
+    [answer] = answers
+    return answer
+
+
+# --- Test data ----------------------------------------------------------------------------
+
+
+def publish_post(db: firestore.Client, post_id: str, author: str = "ann") -> HttpEvent:
+    """Create a published post by `author`, who has two followers with tokens; its event."""
+    users = db.collection("users")
+    users.document(author).set({"followers": ["ben", "cat"]})
+    users.document("ben").set({"fcmToken": "token-ben"})
+    users.document("cat").set({"fcmToken": "token-cat"})
+    ref = db.collection("posts").document(post_id)
+    before = ref.get()
+    ref.set({"authorId": author, "published": True})
+    return firestore_event(ref.path, before, ref.get(), project=PROJECT)
+
+
+def published_count(db: firestore.Client, author: str = "ann") -> int:
+    """`users/<author>.publishedPostCount` (0 when unset)."""
+    fields = db.collection("users").document(author).get().to_dict() or {}
+    return int(fields.get("publishedPostCount", 0))
+
+
+# --- The functions' log lines -------------------------------------------------------------
+
+
+def delivery_lines(log: Path) -> list[dict[str, object]]:
+    """The dedup log lines (one JSON object per delivery, with an `outcome`) in `log`."""
+    lines = []
+    for raw in log.read_text(errors="replace").splitlines():
+        if not raw.startswith("{"):
+            continue
+        with suppress(json.JSONDecodeError):
+            entry = json.loads(raw)
+            if isinstance(entry, dict) and "outcome" in entry:
+                lines.append(entry)
+    return lines
+
+
+def outcomes(log: Path, key: str | None = None) -> list[str]:
+    """The `outcome` of each delivery logged in `log` (for record `key` only, if given)."""
+    return [
+        str(line["outcome"])
+        for line in delivery_lines(log)
+        if key is None or line.get("key") == key
+    ]
+
+
+# --- Records ------------------------------------------------------------------------------
+
+
+def record(db: firestore.Client, key: str) -> dict[str, object] | None:
+    """The dedup record `triggerEvents/<key>` as stored, or None."""
+    return db.collection("triggerEvents").document(key).get().to_dict()
+
+
+# --- A receiver that records every attempt ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One request that reached the receiver, whatever it was answered."""
+
+    path: str
+    idempotency_key: str | None
+    status: int
+    """What the receiver answered (200: it applied the effect)."""
+    arrived: float
+    """time.monotonic() at arrival."""
+
+
+@dataclass
+class Recorder:
+    """An HTTP receiver that logs every attempt with its key and follows a script.
+
+    `script(path, (status, delay_seconds), ...)` answers the next requests to `path` in order,
+    then 200 at once. A 2xx answer means the effect was applied, even after a delay the
+    sender gave up on. `down()` closes the port (connection refused), `up()` reopens it.
+    Unlike `demo.receiver.Receiver`, failed attempts are recorded too, keys included.
+    """
+
+    port: int
+    attempts: list[Attempt] = field(default_factory=list)
+    _scripts: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        """`http://127.0.0.1:<port>`."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def script(self, path: str, *answers: tuple[int, float]) -> None:
+        """Answer the next requests to `path` with these (status, delay) pairs."""
+        with self._lock:
+            self._scripts[path] = list(answers)
+
+    def reset(self) -> None:
+        """Forget attempts and scripts."""
+        with self._lock:
+            self.attempts.clear()
+            self._scripts.clear()
+
+    def to(self, path: str) -> list[Attempt]:
+        """Every attempt to `path`, in arrival order."""
+        with self._lock:
+            return [a for a in self.attempts if a.path == path]
+
+    def applied(self, path: str) -> list[Attempt]:
+        """Attempts answered 2xx: what a naive receiver would have applied."""
+        return [a for a in self.to(path) if 200 <= a.status < 300]
+
+    def effects(self, path: str) -> int:
+        """What an idempotent receiver keeps: distinct keys among applied attempts."""
+        return len({a.idempotency_key for a in self.applied(path)})
+
+    def _answer(self, path: str, key: str | None) -> tuple[int, float]:
+        with self._lock:
+            script = self._scripts.get(path)
+            status, delay = script.pop(0) if script else (200, 0.0)
+            self.attempts.append(Attempt(path, key, status, time.monotonic()))
+        return status, delay
+
+    def up(self) -> None:
+        """Listen on `port` (again); nothing to do if it is listening."""
+        if self._server is not None:
+            return
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, delay = recorder._answer(self.path, self.headers.get("Idempotency-Key"))
+                time.sleep(delay)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self._server = server
+
+    def down(self) -> None:
+        """Stop listening: new connections are refused."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+@contextmanager
+def recording_receiver() -> Iterator[Recorder]:
+    """A `Recorder` listening on a free port until the block ends."""
+    recorder = Recorder(free_port())
+    recorder.up()
+    try:
+        yield recorder
+    finally:
+        recorder.down()
+
+
+# --- A Firestore emulator of the test's own -----------------------------------------------
+
+
+def find_java() -> str:
+    """A Java >= 21, found the way `make test` finds it."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import emulators  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    return str(emulators.find_java())
+
+
+@dataclass
+class OwnFirestore:
+    """A Firestore emulator on a port of its own, which the test may stop and restart.
+
+    The emulator keeps data in memory and does not honour `--export-on-exit` when signalled,
+    so `stop()` first exports through the emulator's REST endpoint (what `firebase
+    emulators:export` calls), then SIGKILLs it; `start()` seeds a new one from that export.
+    """
+
+    port: int
+    workdir: Path
+    java: str
+    process: subprocess.Popen[bytes] | None = None
+    exports: int = 0
+
+    @property
+    def host(self) -> str:
+        """`127.0.0.1:<port>`, for FIRESTORE_EMULATOR_HOST."""
+        return f"127.0.0.1:{self.port}"
+
+    def client(self) -> firestore.Client:
+        """A new Firestore client talking to this emulator.
+
+        Built in emulator mode (the session's FIRESTORE_EMULATOR_HOST is set), then pointed
+        here before its first call: os.environ is shared with threads starting servers.
+        """
+        client = firestore.Client(project=PROJECT)
+        client._emulator_host = self.host
+        return client
+
+    def _latest_export(self) -> str | None:
+        found = sorted(
+            glob.glob(str(self.workdir / "export-*" / "*" / "*.overall_export_metadata"))
+        )
+        return found[-1] if found else None
+
+    def start(self, *, within: float = 60.0) -> float:
+        """Start (seeded from the last export, if any); seconds until it answered."""
+        started = time.monotonic()
+        command = [self.java, "-jar", str(FIRESTORE_LAUNCHER), "--host=127.0.0.1"]
+        command.append(f"--port={self.port}")
+        if (seed := self._latest_export()) is not None:
+            command.append(f"--seed_from_export={seed}")
+        log = (self.workdir / "firestore.log").open("ab")
+        self.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+        while time.monotonic() - started < within:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Firestore emulator exited; see {self.workdir}")
+            with suppress(requests.RequestException):
+                if requests.get(f"http://{self.host}/", timeout=1).ok:
+                    return time.monotonic() - started
+            time.sleep(0.1)
+        raise RuntimeError(f"the Firestore emulator did not answer within {within:.0f} s")
+
+    def stop(self) -> None:
+        """Export the data, then kill the emulator: every RPC to it now fails."""
+        self.exports += 1
+        directory = self.workdir / f"export-{self.exports:02d}"
+        directory.mkdir()
+        requests.post(
+            f"http://{self.host}/emulator/v1/projects/{PROJECT}:export",
+            json={
+                "database": f"projects/{PROJECT}/databases/(default)",
+                "export_directory": str(directory),
+            },
+            timeout=30,
+        ).raise_for_status()
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the emulator's process group, without exporting."""
+        if self.process is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            self.process = None
+
+
+@contextmanager
+def own_firestore(workdir: Path) -> Iterator[OwnFirestore]:
+    """A running `OwnFirestore` on a free port, killed when the block ends."""
+    emulator = OwnFirestore(free_port(), workdir, find_java())
+    emulator.start()
+    try:
+        yield emulator
+    finally:
+        emulator.kill()
