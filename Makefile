@@ -19,6 +19,10 @@ ENV_FILE ?= .env.$(PROJECT)# the functions' variables (WEBHOOK_ROUTES, NOTIFY_UR
 ENV_YAML := .cache/env.$(PROJECT).yaml
 DEDUP_COLLECTION ?= triggerEvents
 TOPICS ?= webhooks
+# $(call FIRESTORE_TRIGGER,written|created|updated|deleted,document pattern)
+FIRESTORE_TRIGGER = --trigger-event-filters=type=google.cloud.firestore.document.v1.$(1) \
+  --trigger-event-filters=database='(default)' \
+  --trigger-event-filters-path-pattern=document='$(2)' --trigger-location=$(FIRESTORE_LOCATION)
 GCLOUD_DEPLOY = gcloud functions deploy --gen2 --runtime=python312 --region=$(REGION) \
   --project=$(PROJECT) --source=. --retry --env-vars-file=$(ENV_YAML) --quiet
 
@@ -79,20 +83,11 @@ deploy-firebase: install guard-project ## Deploy functions, rules, indexes + TTL
 deploy-gcloud: $(STAMP_PY) guard-project ## Deploy with gcloud (2nd gen): make deploy-gcloud PROJECT=... REGION=...
 	$(PY) tools/deploy.py env-yaml $(ENV_FILE) $(ENV_YAML)
 	$(GCLOUD_DEPLOY) sync_published_count --entry-point=sync_published_count \
-	  --trigger-event-filters=type=google.cloud.firestore.document.v1.written \
-	  --trigger-event-filters=database='(default)' \
-	  --trigger-event-filters-path-pattern=document='posts/{postId}' \
-	  --trigger-location=$(FIRESTORE_LOCATION)
+	  $(call FIRESTORE_TRIGGER,written,posts/{postId})
 	$(GCLOUD_DEPLOY) send_post_notification --entry-point=send_post_notification \
-	  --trigger-event-filters=type=google.cloud.firestore.document.v1.written \
-	  --trigger-event-filters=database='(default)' \
-	  --trigger-event-filters-path-pattern=document='posts/{postId}' \
-	  --trigger-location=$(FIRESTORE_LOCATION)
+	  $(call FIRESTORE_TRIGGER,written,posts/{postId})
 	$(GCLOUD_DEPLOY) relay_outbox --entry-point=relay_outbox \
-	  --trigger-event-filters=type=google.cloud.firestore.document.v1.created \
-	  --trigger-event-filters=database='(default)' \
-	  --trigger-event-filters-path-pattern=document='outbox/{outboxId}' \
-	  --trigger-location=$(FIRESTORE_LOCATION)
+	  $(call FIRESTORE_TRIGGER,created,outbox/{outboxId})
 	$(GCLOUD_DEPLOY) forward_webhook --entry-point=forward_webhook \
 	  --trigger-topic=webhooks
 

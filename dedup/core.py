@@ -217,6 +217,25 @@ class _Run:
     attempt: int = 0
     mismatch: bool = False
 
+    def delivery(
+        self,
+        client: firestore.Client,
+        *,
+        transaction: firestore.Transaction | None = None,
+        batch: firestore.WriteBatch | None = None,
+    ) -> Delivery:
+        """What the handler is told about this run, at its current attempt."""
+        return Delivery(
+            key=self.key,
+            event_id=self.event_id,
+            suffix=self.suffix,
+            attempt=self.attempt,
+            path=self.path,
+            client=client,
+            transaction=transaction,
+            batch=batch,
+        )
+
 
 class _HandlerFailed(Exception):
     """Carries a handler's exception out of a Firestore transaction."""
@@ -408,16 +427,8 @@ class Deduplicator:
 
     def _run_owned(self, d: _Run, handler: Handler, token: datetime) -> Outcome:
         """Run the handler under our lease; every write is fenced by our last update time."""
-        delivery = Delivery(
-            key=d.key,
-            event_id=d.event_id,
-            suffix=d.suffix,
-            attempt=d.attempt,
-            path=d.path,
-            client=self.store.client,
-        )
         try:
-            handler(delivery)
+            handler(d.delivery(self.store.client))
         except TerminalError as exc:
             error = error_text(exc)
             self._end_owned(d, token, finished(State.FAILED, **self._end(error)), "mark failed")
@@ -511,17 +522,8 @@ class Deduplicator:
                 transaction.update(ref, finished(State.DEAD, **self._end(record.last_error)))
                 return OutcomeKind.DEAD
         d.attempt = (record.attempts if record else 0) + 1
-        delivery = Delivery(
-            key=d.key,
-            event_id=d.event_id,
-            suffix=d.suffix,
-            attempt=d.attempt,
-            path=d.path,
-            client=self.store.client,
-            transaction=transaction,
-        )
         try:
-            handler(delivery)
+            handler(d.delivery(self.store.client, transaction=transaction))
         except Exception as exc:
             raise _HandlerFailed(exc) from exc
         self._write_sent_marker(transaction, ref, d, record)
@@ -577,17 +579,8 @@ class Deduplicator:
                     continue
             d.attempt = (record.attempts if record else 0) + 1
             batch = records.client.batch()
-            delivery = Delivery(
-                key=d.key,
-                event_id=d.event_id,
-                suffix=d.suffix,
-                attempt=d.attempt,
-                path=d.path,
-                client=records.client,
-                batch=batch,
-            )
             try:
-                handler(delivery)
+                handler(d.delivery(records.client, batch=batch))
             except Exception as exc:
                 return self._record_failed_attempt(d, exc)
             # One commit: the handler's writes and the marker (create, or update of the record

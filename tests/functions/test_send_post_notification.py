@@ -8,11 +8,17 @@ from collections.abc import Callable
 import pytest
 from google.cloud import firestore
 
+from demo.events import HttpEvent
 from demo.receiver import Receiver
 from tests.functions.conftest import InProcessFunction
 from tests.functions.test_sync_published_count import write_post
 
 NOTIFY = "/notify"
+
+
+def publish(db: firestore.Client, post_id: str) -> HttpEvent:
+    """Create `posts/<post_id>` published by ann; the event of that write."""
+    return write_post(db, post_id, lambda r: r.set({"authorId": "ann", "published": True}))
 
 
 @pytest.fixture
@@ -31,9 +37,7 @@ def test_first_publication_notifies_followers_once(
     unique: str, firestore_client: firestore.Client, notifier: InProcessFunction, receiver: Receiver
 ) -> None:
     """Ten concurrent copies and later repeats of the publishing event: one POST, with a key."""
-    event = write_post(
-        firestore_client, f"p1-{unique}", lambda r: r.set({"authorId": "ann", "published": True})
-    )
+    event = publish(firestore_client, f"p1-{unique}")
     statuses = notifier.deliver_concurrently(event, 10)
     assert all(s in (200, 500) for s in statuses)
     assert statuses.count(200) >= 1
@@ -74,9 +78,7 @@ def test_receiver_outage_is_retried_with_the_same_key(
 ) -> None:
     """A 503 fails the delivery (platform retries); the retry sends once, same key."""
     receiver.fail(NOTIFY, 503, times=1)
-    event = write_post(
-        firestore_client, f"p1-{unique}", lambda r: r.set({"authorId": "ann", "published": True})
-    )
+    event = publish(firestore_client, f"p1-{unique}")
     assert notifier.deliver(event) == 500
     assert notifier.deliver(event) == 200
     assert notifier.deliver(event) == 200
@@ -90,9 +92,7 @@ def test_receiver_refusal_is_a_terminal_failure(
 ) -> None:
     """A 400 is recorded as failed and acknowledged: the platform stops, nothing is resent."""
     receiver.fail(NOTIFY, 400, times=5)
-    event = write_post(
-        firestore_client, f"p1-{unique}", lambda r: r.set({"authorId": "ann", "published": True})
-    )
+    event = publish(firestore_client, f"p1-{unique}")
     assert notifier.deliver(event) == 200
     assert notifier.deliver(event) == 200
     assert receiver.attempts[NOTIFY] == 1
