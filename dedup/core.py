@@ -35,7 +35,6 @@ from dedup import logs
 from dedup.cache import KeyTurns, SentKeys
 from dedup.config import DedupConfig
 from dedup.errors import (
-    DedupError,
     LeaseHeld,
     LeaseLost,
     PayloadMismatch,
@@ -355,9 +354,9 @@ class Deduplicator:
                 return self._run_lease(delivery, handler)
             if mode is Mode.TRANSACTION:
                 with self._turns.turn(key):
-                    return self._run_transaction(delivery, handler)
+                    return self._run_atomic(delivery, handler)
             if mode is Mode.WRITE_ONLY:
-                return self._run_write_only(delivery, handler)
+                return self._run_atomic(delivery, handler)
             raise ValueError(f"unknown mode {mode!r}; use one of {[m.value for m in Mode]}")
         except StoreUnavailable as exc:
             self._finish(delivery, OutcomeKind.UNAVAILABLE, error=str(exc))
@@ -473,61 +472,81 @@ class Deduplicator:
 
     # --- Transaction mode -----------------------------------------------------------------
 
-    def _run_transaction(self, d: _Run, handler: Handler) -> Outcome:
-        client = self.store.client
-        body = firestore.transactional(self._transaction_body)
+    def _run_atomic(self, d: _Run, handler: Handler) -> Outcome:
+        """Transaction and write-only modes: the handler's writes and the sent marker commit
+        together or not at all; no lease.
+
+        The marker is written blind, never read inside the transaction: a create with an
+        exists=false precondition, or an update guarded by the update time of the record as
+        last read. A read inside would take a lock on which concurrent deliveries of the event
+        deadlock until the database aborts them. A failed precondition means another delivery
+        wrote the marker meanwhile; a plain read then decides. Transaction mode reads first
+        (a duplicate then costs that one read); write-only mode assumes the common case, no
+        record, and settles a fresh event in its single commit.
+        """
+        records = self.store
+        snapshot = records.read(d.key) if d.mode is Mode.TRANSACTION else None
         last: BaseException | None = None
         for round_ in range(TRANSACTION_ROUNDS):
-            transaction = client.transaction(max_attempts=TRANSACTION_ATTEMPTS)
+            record = snapshot.record if snapshot else None
+            if snapshot is not None and record is not None:
+                d.attempt = record.attempts
+                self._check_payload(d, record.payload_hash)
+                if record.is_final:
+                    return self._skip(d, record)
+                if attempts_exhausted(record, self.config.max_attempts):
+                    if self._bury(d, record, snapshot):
+                        return self._finish(d, OutcomeKind.DEAD, error=record.last_error)
+                    snapshot = records.read(d.key)
+                    continue
+            d.attempt = (record.attempts if record else 0) + 1
+            guard = None if snapshot is None or record is None else _precondition(snapshot)
             try:
-                kind: OutcomeKind = body(transaction, d, handler)
-            except Exception as exc:
-                failed = _find_in_chain(exc, _HandlerFailed)
-                if failed is not None:
-                    return self._record_failed_attempt(d, failed.error)
-                if isinstance(exc, DedupError):  # e.g. PayloadMismatch decided inside
-                    raise
-                if not _is_contention(exc):
-                    raise self._unavailable("run the transaction on", d, exc) from exc
+                committed = self._commit_atomic(d, handler, record, guard)
+            except _HandlerFailed as failed:
+                return self._record_failed_attempt(d, failed.error)
+            except api_exceptions.Aborted as exc:  # the handler's own reads met contention
                 last = exc
                 _backoff(round_)
-                # Contention usually means another delivery of this event is committing: a
-                # plain read (no locks) settles a finished event without another transaction.
-                record = self.store.read(d.key).record
-                if record is not None and record.is_final:
-                    d.attempt = record.attempts
-                    return self._skip(d, record)
+                snapshot = records.read(d.key)
                 continue
-            if kind is OutcomeKind.RAN:
+            if committed:
                 self.sent_keys.add(d.key, d.payload_hash)
-            return self._finish(d, kind)
-        raise self._unavailable(
-            f"commit (contention, {TRANSACTION_ROUNDS} transactions) on", d, last
-        ) from last
+                return self._finish(d, OutcomeKind.RAN)
+            snapshot = records.read(d.key)  # created or changed by someone else: look
+        raise self._unavailable(f"commit ({TRANSACTION_ROUNDS} rounds) on", d, last) from last
 
-    def _transaction_body(
-        self, transaction: firestore.Transaction, d: _Run, handler: Handler
-    ) -> OutcomeKind:
-        """One try of the transaction; may run several times. Errors propagate raw."""
+    def _commit_atomic(
+        self, d: _Run, handler: Handler, record: Record | None, guard: datetime | None
+    ) -> bool:
+        """Run the handler into a batch or transaction with the marker; False if the marker's
+        precondition failed (nothing applied). Raises `_HandlerFailed` for the handler's error,
+        `Aborted` for contention, `StoreUnavailable` for anything else from Firestore."""
+        client = self.store.client
         ref = self.store.ref(d.key)
-        record = Record.from_snapshot(ref.get(transaction=transaction, **self.store.deadline))
-        if record is not None:
-            d.attempt = record.attempts
-            self._check_payload(d, record.payload_hash)
-            if record_sent(record) or record_finished(record):
-                if record_sent(record):
-                    self.sent_keys.add(d.key, record.payload_hash)
-                return OutcomeKind.DUPLICATE
-            if attempts_exhausted(record, self.config.max_attempts):
-                transaction.update(ref, finished(State.DEAD, **self._end(record.last_error)))
-                return OutcomeKind.DEAD
-        d.attempt = (record.attempts if record else 0) + 1
+        option = None if guard is None else client.write_option(last_update_time=guard)
+        if d.mode is Mode.WRITE_ONLY:
+            batch = client.batch()
+            _run_handler(handler, d.delivery(client, batch=batch))
+            self._write_sent_marker(batch, ref, d, record, option)
+            return self.store.commit_batch(batch, d.key)
+
+        def body(transaction: firestore.Transaction) -> None:
+            _run_handler(handler, d.delivery(client, transaction=transaction))
+            self._write_sent_marker(transaction, ref, d, record, option)
+
         try:
-            handler(d.delivery(self.store.client, transaction=transaction))
+            firestore.transactional(body)(client.transaction(max_attempts=TRANSACTION_ATTEMPTS))
         except Exception as exc:
-            raise _HandlerFailed(exc) from exc
-        self._write_sent_marker(transaction, ref, d, record)
-        return OutcomeKind.RAN
+            # The client's retry wrapper and its rollback may wrap what happened: look inside.
+            if (failed := _find_in_chain(exc, _HandlerFailed)) is not None:
+                raise failed from None
+            if any(_find_in_chain(exc, kind) for kind in _MARKER_PRECONDITION_FAILED):
+                return False
+            if (aborted := _find_in_chain(exc, api_exceptions.Aborted)) is not None:
+                raise aborted from None
+            raise self._unavailable("run the transaction on", d, exc) from exc
+        return True
 
     def _write_sent_marker(
         self,
@@ -558,44 +577,6 @@ class Deduplicator:
         fields[Field.ATTEMPTS] = d.attempt
         fields[Field.LAST_ATTEMPT_AT] = SERVER_TIMESTAMP
         writer.update(ref, fields, option=option)
-
-    # --- Write-only mode ------------------------------------------------------------------
-
-    def _run_write_only(self, d: _Run, handler: Handler) -> Outcome:
-        records = self.store
-        ref = records.ref(d.key)
-        snapshot: Snapshot | None = None  # None: not read yet, assume absent (fast path)
-        for _ in range(CLAIM_ROUNDS):
-            record = snapshot.record if snapshot else None
-            if snapshot is not None and record is not None:
-                d.attempt = record.attempts
-                self._check_payload(d, record.payload_hash)
-                if record_sent(record) or record_finished(record):
-                    return self._skip(d, record)
-                if attempts_exhausted(record, self.config.max_attempts):
-                    if self._bury(d, record, snapshot):
-                        return self._finish(d, OutcomeKind.DEAD, error=record.last_error)
-                    snapshot = records.read(d.key)
-                    continue
-            d.attempt = (record.attempts if record else 0) + 1
-            batch = records.client.batch()
-            try:
-                handler(d.delivery(records.client, batch=batch))
-            except Exception as exc:
-                return self._record_failed_attempt(d, exc)
-            # One commit: the handler's writes and the marker (create, or update of the record
-            # as read) apply together or not at all.
-            option = (
-                None
-                if record is None or snapshot is None
-                else records.client.write_option(last_update_time=_precondition(snapshot))
-            )
-            self._write_sent_marker(batch, ref, d, record, option)
-            if records.commit_batch(batch, d.key):
-                self.sent_keys.add(d.key, d.payload_hash)
-                return self._finish(d, OutcomeKind.RAN)
-            snapshot = records.read(d.key)  # created or changed by someone else: look
-        raise self._unavailable(f"commit (changed {CLAIM_ROUNDS} times) on", d, None)
 
     # --- Failed attempts outside a lease (transaction and write-only modes) ----------------
 
@@ -742,9 +723,20 @@ def _find_in_chain[E: BaseException](exc: BaseException, kind: type[E]) -> E | N
     return None
 
 
-def _is_contention(exc: BaseException) -> bool:
-    """Aborted (on a read or a commit), possibly wrapped by the client's retry loop."""
-    return _find_in_chain(exc, api_exceptions.Aborted) is not None
+_MARKER_PRECONDITION_FAILED = (
+    api_exceptions.AlreadyExists,
+    api_exceptions.FailedPrecondition,
+    api_exceptions.NotFound,
+)
+"""What a commit raises when the marker's create or guarded update finds the record changed."""
+
+
+def _run_handler(handler: Handler, delivery: Delivery) -> None:
+    """Call the handler, marking its own exceptions apart from Firestore's."""
+    try:
+        handler(delivery)
+    except Exception as exc:
+        raise _HandlerFailed(exc) from exc
 
 
 def _backoff(round_: int) -> None:

@@ -11,7 +11,7 @@ send_post_notification; transaction mode: sync_published_count):
 
 * `before_claim`: `Deduplicator.run` entered, no Firestore call yet (both modes).
 * `after_claim`: lease mode, record created (or lease taken over), the lease is ours;
-  transaction mode, the marker was read inside the open transaction.
+  transaction mode, the transaction has begun (the marker was read before it, outside).
 * `in_handler`: the handler runs, before its POST / before its transactional writes.
 * `after_effect`: lease mode, the POST was answered 2xx and "sent" is not recorded yet;
   transaction mode, writes and marker are buffered and the commit not yet sent.
@@ -32,7 +32,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
-from google.cloud.firestore_v1.document import DocumentReference
 from google.cloud.firestore_v1.transaction import Transaction
 
 import functions.forward_webhook
@@ -94,11 +93,9 @@ def _claimed(result: Any, *args: Any, **kwargs: Any) -> str | None:
     return None
 
 
-def _marker_read(result: Any, ref: DocumentReference, *args: Any, **kwargs: Any) -> str | None:
-    """After the transactional read of a dedup marker (transaction mode's claim)."""
-    if kwargs.get("transaction") is not None and ref.path.startswith("triggerEvents/"):
-        return "after_claim"
-    return None
+def _begun(result: Any, *args: Any, **kwargs: Any) -> str:
+    """After `Transaction._begin`: transaction mode's claim (its writes still to come)."""
+    return "after_claim"
 
 
 def _effect_sent(result: Any, *args: Any, **kwargs: Any) -> str:
@@ -113,7 +110,7 @@ def _install() -> None:
     _around(Deduplicator, "run", before="before_claim")
     _around(RecordStore, "create", after=_claimed)
     _around(RecordStore, "update_if_unchanged", after=_claimed)
-    _around(DocumentReference, "get", after=_marker_read)
+    _around(Transaction, "_begin", after=_begun)
     for module in (functions.forward_webhook, functions.notifier):
         _around(module, "post_once", before="in_handler", after=_effect_sent)
     _around(functions.sync_published_count, "count_deltas", before="in_handler")

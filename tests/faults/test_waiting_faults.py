@@ -1,7 +1,7 @@
-"""Faults whose recovery is mostly waiting: Firestore down, a dead transaction's lock, receiver
-read timeouts.
+"""Faults whose recovery involves waiting: Firestore down, a process killed inside a
+transaction, receiver read timeouts.
 
-Each story takes 20 to 70 s of mostly idle time, so the three run at once, in one module
+Each story takes up to about 25 s of mostly idle time, so the three run at once, in one module
 fixture, each against its own servers and ids (the outage against a Firestore emulator of
 its own). Each test then checks one story's guarantees; a story that failed fails only its
 test.
@@ -358,11 +358,11 @@ def test_firestore_outage_fails_lease_deliveries_fast(stories: Stories) -> None:
 
 @pytest.mark.parametrize("point", INSIDE_THE_TRANSACTION)
 def test_killed_inside_the_transaction_no_window_then_once(stories: Stories, point: str) -> None:
-    """Transaction mode, killed inside the open transaction (after reading the marker,
-    inside the handler, with the increment and the marker buffered but not committed):
-    nothing was applied (counter 0, no marker). The dead transaction's lock holds the
-    redeliveries off until the emulator expires it (about 60 s); then the counter moves
-    exactly once and the marker says sent, attempt 1."""
+    """Transaction mode, killed inside the open transaction (after it began, inside the
+    handler, with the increment and the marker buffered but not committed): nothing was
+    applied (counter 0, no marker). The marker is written blind, never read inside the
+    transaction, so the dead transaction holds no lock on it: the redelivery runs at once,
+    the counter moves exactly once and the marker says sent, attempt 1."""
     story = stories.locks.result()[point]
     print(f"\n{point}: redeliveries {[(a.status, round(a.seconds, 1)) for a in story.recovery]}")
     assert story.killed.status == NO_ANSWER
