@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from google.cloud import firestore
+
+from dedup import Mode, State
+from dedup.store import new_record
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 
@@ -20,3 +26,24 @@ def start_worker(*args: str) -> subprocess.Popen[str]:
         text=True,
         env=env,
     )
+
+
+def write_foreign_lease(
+    client: firestore.Client, key: str, *, started: datetime | object, attempts: int = 1
+) -> None:
+    """Create `triggerEvents/<key>` as a delivery that took a 60 s lease at `started` (a
+    datetime, or SERVER_TIMESTAMP for "now" on the database clock) and never finished."""
+    event_id, suffix = key.rsplit("-", 1)
+    fields = new_record(
+        event_id=event_id,
+        suffix=suffix,
+        mode=Mode.LEASE,
+        state=State.IN_PROGRESS,
+        owner="crashed-owner",
+        lease_seconds=60,
+        payload_hash=None,
+        expire_at=datetime.now(UTC) + timedelta(days=7),
+        attempts=attempts,
+    )
+    fields["leaseStartedAt"] = started
+    client.collection("triggerEvents").document(key).create(fields)

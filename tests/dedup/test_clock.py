@@ -5,27 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from dedup_support import write_foreign_lease
 from google.cloud import firestore
 
-from dedup import Deduplicator, Delivery, LeaseHeld, Mode, OutcomeKind, State
-from dedup.store import SERVER_TIMESTAMP, new_record
+from dedup import DedupConfig, Deduplicator, Delivery, LeaseHeld, OutcomeKind
+from dedup.store import SERVER_TIMESTAMP
 
 SKEWS = [timedelta(minutes=-5), timedelta(0), timedelta(minutes=5)]
-
-
-def _lease(client: firestore.Client, key: str, started: object) -> None:
-    fields = new_record(
-        event_id=key.split("-")[0],
-        suffix="s",
-        mode=Mode.LEASE,
-        state=State.IN_PROGRESS,
-        owner="other",
-        lease_seconds=60,
-        payload_hash=None,
-        expire_at=datetime.now(UTC) + timedelta(days=7),
-    )
-    fields["leaseStartedAt"] = started
-    client.collection("triggerEvents").document(key).create(fields)
 
 
 @pytest.mark.parametrize("skew", SKEWS, ids=["minus5min", "exact", "plus5min"])
@@ -39,18 +25,16 @@ def test_skewed_instance_neither_steals_nor_waits_on_a_dead_lease(
     def skewed_clock() -> datetime:
         return datetime.now(UTC) + skew
 
-    from dedup import DedupConfig
-
     dedup = Deduplicator(DedupConfig(clock=skewed_clock), client=firestore_client)
     ran: list[str] = []
 
     def handler(delivery: Delivery) -> None:
         ran.append(delivery.key)
 
-    _lease(firestore_client, "live-s", SERVER_TIMESTAMP)  # 60 s lease starting now
-    _lease(
-        firestore_client, "dead-s", datetime.now(UTC) - timedelta(minutes=2)
-    )  # expired 1 min ago
+    write_foreign_lease(firestore_client, "live-s", started=SERVER_TIMESTAMP)  # 60 s from now
+    write_foreign_lease(  # a 60 s lease that expired a minute ago
+        firestore_client, "dead-s", started=datetime.now(UTC) - timedelta(minutes=2)
+    )
 
     with pytest.raises(LeaseHeld):
         dedup.run("live", "s", handler)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from dedup_support import write_foreign_lease
 from google.cloud import firestore
 
 from dedup import (
@@ -24,7 +25,6 @@ from dedup import (
     dedup_key,
 )
 from dedup.cache import SentKeys
-from dedup.store import new_record
 
 MakeDedup = Callable[..., Deduplicator]
 ReadRecord = Callable[[str], Record | None]
@@ -45,25 +45,6 @@ class Calls:
     @property
     def count(self) -> int:
         return len(self.deliveries)
-
-
-def _write_lease(
-    client: firestore.Client, key: str, *, started: datetime | object, attempts: int = 1
-) -> None:
-    """A record as a delivery that started at `started` and never finished would leave it."""
-    fields = new_record(
-        event_id=key.rsplit("-", 1)[0],
-        suffix=key.rsplit("-", 1)[1],
-        mode=Mode.LEASE,
-        state=State.IN_PROGRESS,
-        owner="crashed-owner",
-        lease_seconds=60,
-        payload_hash=None,
-        expire_at=datetime.now(UTC) + timedelta(days=7),
-        attempts=attempts,
-    )
-    fields["leaseStartedAt"] = started
-    client.collection("triggerEvents").document(key).create(fields)
 
 
 def test_fresh_event_runs_once_and_is_recorded_sent(
@@ -158,7 +139,7 @@ def test_expired_lease_is_taken_over(
     make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
 ) -> None:
     """lease_expired: a run that died 10 minutes ago (60 s lease) is taken over, attempts + 1."""
-    _write_lease(firestore_client, "e1-s", started=datetime.now(UTC) - timedelta(minutes=10))
+    write_foreign_lease(firestore_client, "e1-s", started=datetime.now(UTC) - timedelta(minutes=10))
     handler = Calls()
     assert make_dedup().run("e1", "s", handler).kind is OutcomeKind.RAN
     assert handler.deliveries[0].attempt == 2
@@ -206,7 +187,7 @@ def test_poison_event_that_crashes_is_buried_on_takeover(
     make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
 ) -> None:
     """attempts_exhausted: an expired lease with no attempts left becomes dead, no run."""
-    _write_lease(
+    write_foreign_lease(
         firestore_client, "e1-s", started=datetime.now(UTC) - timedelta(minutes=10), attempts=3
     )
     handler = Calls()
