@@ -38,7 +38,7 @@ def test_a_taken_emulator_port_is_named() -> None:
 
 def test_missing_node_is_named(tmp_path: Path) -> None:
     """Without Node.js on PATH the emulator tool says what to install."""
-    env = {**os.environ, "PATH": bare_path(tmp_path, "gcloud")}
+    env = {**os.environ, "PATH": bare_path(tmp_path)}
     result = run([sys.executable, "tools/emulators.py", "env"], env)
     assert result.returncode == 2
     assert result.stderr.strip() == (
