@@ -33,7 +33,7 @@ FIRESTORE_LAUNCHER = ROOT / ".cache" / "cloud-firestore-emulator-launcher.jar"
 
 
 def unique() -> str:
-    """A fresh id part: served functions remember finished keys, so ids are never reused."""
+    """A fresh id part: served functions remember the keys they sent, so ids are never reused."""
     return uuid.uuid4().hex[:8]
 
 
