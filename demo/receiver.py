@@ -1,18 +1,19 @@
 """A local HTTP receiver for webhooks and notifications, which records every request.
 
 It stands in for a LINE bot, a partner's webhook endpoint or a push gateway: the demo and
-the tests point `WEBHOOK_ROUTES` and `NOTIFY_URL` at it, then count what arrived. It can be
-told to fail: answer a status for the next N requests to a path, or answer slowly.
+the tests point `WEBHOOK_ROUTES` and `NOTIFY_URL` at it, then count what arrived. Every
+attempt is recorded, whatever it was answered, with its `Idempotency-Key`. It can be scripted
+to fail: answer a status, after a delay, to the next requests to a path; or stop listening
+(`down()`: connections refused) and start again (`up()`).
 
-It counts both what a naive receiver would see (`requests`) and what an idempotent one keeps
-(`effects`: distinct `Idempotency-Key` values per path).
+It counts both what a naive receiver would apply (`requests`: attempts answered 2xx) and what
+an idempotent one keeps (`effects`: distinct `Idempotency-Key` values among those).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,103 +22,125 @@ from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
-class Received:
-    """One request the receiver answered with 2xx."""
+class Attempt:
+    """One request that reached the receiver, whatever it was answered."""
 
     path: str
+    """The URL path, without its query string (tokens are not part of the route)."""
     idempotency_key: str | None
     content_type: str | None
     body: bytes
-
-
-@dataclass
-class _Fault:
     status: int
-    remaining: int
-    delay_seconds: float = 0.0
+    """What the receiver answered; a 2xx means it applied the effect, even after a delay
+    the sender gave up on."""
+    arrived: float
+    """time.monotonic() at arrival."""
 
 
 @dataclass
 class Receiver:
-    """Recorded requests and scripted faults; safe to use from many threads."""
+    """Recorded attempts and scripted answers; safe to use from many threads."""
 
     port: int = 0
-    received: list[Received] = field(default_factory=list)
-    attempts: Counter[str] = field(default_factory=Counter)
-    _faults: dict[str, _Fault] = field(default_factory=dict)
+    attempts: list[Attempt] = field(default_factory=list)
+    _scripts: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
 
     @property
     def base_url(self) -> str:
         """`http://127.0.0.1:<port>`."""
         return f"http://127.0.0.1:{self.port}"
 
+    def script(self, path: str, *answers: tuple[int, float]) -> None:
+        """Answer the next requests to `path` with these (status, delay seconds), in order;
+        then 200 at once."""
+        with self._lock:
+            self._scripts[path] = list(answers)
+
     def fail(self, path: str, status: int, times: int = 1, *, delay_seconds: float = 0.0) -> None:
         """Answer `status` (after `delay_seconds`) to the next `times` requests to `path`."""
-        with self._lock:
-            self._faults[path] = _Fault(status, times, delay_seconds)
+        self.script(path, *[(status, delay_seconds)] * times)
 
     def reset(self) -> None:
-        """Forget every request and fault."""
+        """Forget every attempt and script."""
         with self._lock:
-            self.received.clear()
             self.attempts.clear()
-            self._faults.clear()
+            self._scripts.clear()
 
-    def requests(self, path: str | None = None) -> list[Received]:
-        """Successful requests, to `path` or to any path."""
+    def to(self, path: str) -> list[Attempt]:
+        """Every attempt to `path`, in arrival order."""
         with self._lock:
-            return [r for r in self.received if path is None or r.path == path]
+            return [a for a in self.attempts if a.path == path]
+
+    def requests(self, path: str | None = None) -> list[Attempt]:
+        """Attempts answered 2xx (to `path`, or to any path): what a naive receiver applied."""
+        with self._lock:
+            return [
+                a
+                for a in self.attempts
+                if 200 <= a.status < 300 and (path is None or a.path == path)
+            ]
 
     def effects(self, path: str | None = None) -> int:
-        """What an idempotent receiver keeps: distinct idempotency keys (per path)."""
-        return len({(r.path, r.idempotency_key) for r in self.requests(path)})
+        """What an idempotent receiver keeps: distinct idempotency keys among applied attempts."""
+        return len({(a.path, a.idempotency_key) for a in self.requests(path)})
 
-    def _answer(self, request: BaseHTTPRequestHandler) -> tuple[int, float]:
-        length = int(request.headers.get("Content-Length") or 0)
-        body = request.rfile.read(length)
-        path = urlsplit(request.path).path  # query strings (tokens) are not part of the route
+    def up(self) -> None:
+        """Listen on `port` (a free one the first time if it is 0); nothing to do if up."""
+        if self._server is not None:
+            return
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                status, delay = receiver._record(self)
+                time.sleep(delay)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet: the demo prints its own table."""
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        self.port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self._server = server
+
+    def down(self) -> None:
+        """Stop listening: new connections to the port are refused."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def _record(self, request: BaseHTTPRequestHandler) -> tuple[int, float]:
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        path = urlsplit(request.path).path
         with self._lock:
-            self.attempts[path] += 1
-            fault = self._faults.get(path)
-            if fault and fault.remaining > 0:
-                fault.remaining -= 1
-                return fault.status, fault.delay_seconds
-            self.received.append(
-                Received(
+            script = self._scripts.get(path)
+            status, delay = script.pop(0) if script else (200, 0.0)
+            self.attempts.append(
+                Attempt(
                     path,
                     request.headers.get("Idempotency-Key"),
                     request.headers.get("Content-Type"),
                     body,
+                    status,
+                    time.monotonic(),
                 )
             )
-        return 200, 0.0
+        return status, delay
 
 
 @contextmanager
 def running_receiver(port: int = 0) -> Iterator[Receiver]:
     """Serve a `Receiver` on 127.0.0.1:`port` (0: any free port) until the block ends."""
-    receiver = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            status, delay = receiver._answer(self)
-            if delay:
-                time.sleep(delay)
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Quiet: the demo prints its own table."""
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    server.daemon_threads = True
-    receiver.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    receiver = Receiver(port)
+    receiver.up()
     try:
         yield receiver
     finally:
-        server.shutdown()
-        server.server_close()
+        receiver.down()

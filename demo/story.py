@@ -195,7 +195,7 @@ class Story:
         notices = self.receiver.requests("/notify")
         webhooks = [r for r in self.receiver.requests() if r.path.startswith("/webhooks/")]
         orders = self.relayed_orders()
-        line_tries = self.receiver.attempts["/webhooks/line"]
+        line_tries = len(self.receiver.to("/webhooks/line"))
         return [
             self._row(
                 "sync_published_count",

@@ -18,7 +18,6 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
@@ -200,115 +199,6 @@ def outcomes(log: Path, key: str | None = None) -> list[str]:
 def record(db: firestore.Client, key: str) -> dict[str, object] | None:
     """The dedup record `triggerEvents/<key>` as stored, or None."""
     return db.collection("triggerEvents").document(key).get().to_dict()
-
-
-# --- A receiver that records every attempt ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One request that reached the receiver, whatever it was answered."""
-
-    path: str
-    idempotency_key: str | None
-    status: int
-    """What the receiver answered (200: it applied the effect)."""
-    arrived: float
-    """time.monotonic() at arrival."""
-
-
-@dataclass
-class Recorder:
-    """An HTTP receiver that logs every attempt with its key and follows a script.
-
-    `script(path, (status, delay_seconds), ...)` answers the next requests to `path` in order,
-    then 200 at once. A 2xx answer means the effect was applied, even after a delay the
-    sender gave up on. `down()` closes the port (connection refused), `up()` reopens it.
-    Unlike `demo.receiver.Receiver`, failed attempts are recorded too, keys included.
-    """
-
-    port: int
-    attempts: list[Attempt] = field(default_factory=list)
-    _scripts: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
-
-    @property
-    def base_url(self) -> str:
-        """`http://127.0.0.1:<port>`."""
-        return f"http://127.0.0.1:{self.port}"
-
-    def script(self, path: str, *answers: tuple[int, float]) -> None:
-        """Answer the next requests to `path` with these (status, delay) pairs."""
-        with self._lock:
-            self._scripts[path] = list(answers)
-
-    def reset(self) -> None:
-        """Forget attempts and scripts."""
-        with self._lock:
-            self.attempts.clear()
-            self._scripts.clear()
-
-    def to(self, path: str) -> list[Attempt]:
-        """Every attempt to `path`, in arrival order."""
-        with self._lock:
-            return [a for a in self.attempts if a.path == path]
-
-    def applied(self, path: str) -> list[Attempt]:
-        """Attempts answered 2xx: what a naive receiver would have applied."""
-        return [a for a in self.to(path) if 200 <= a.status < 300]
-
-    def effects(self, path: str) -> int:
-        """What an idempotent receiver keeps: distinct keys among applied attempts."""
-        return len({a.idempotency_key for a in self.applied(path)})
-
-    def _answer(self, path: str, key: str | None) -> tuple[int, float]:
-        with self._lock:
-            script = self._scripts.get(path)
-            status, delay = script.pop(0) if script else (200, 0.0)
-            self.attempts.append(Attempt(path, key, status, time.monotonic()))
-        return status, delay
-
-    def up(self) -> None:
-        """Listen on `port` (again); nothing to do if it is listening."""
-        if self._server is not None:
-            return
-        recorder = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, delay = recorder._answer(self.path, self.headers.get("Idempotency-Key"))
-                time.sleep(delay)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Quiet."""
-
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self._server = server
-
-    def down(self) -> None:
-        """Stop listening: new connections are refused."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-
-@contextmanager
-def recording_receiver() -> Iterator[Recorder]:
-    """A `Recorder` listening on a free port until the block ends."""
-    recorder = Recorder(free_port())
-    recorder.up()
-    try:
-        yield recorder
-    finally:
-        recorder.down()
 
 
 # --- A Firestore emulator of the test's own -----------------------------------------------

@@ -19,17 +19,16 @@ import pytest
 from google.cloud import firestore
 
 from demo.events import HttpEvent, pubsub_event
+from demo.receiver import Receiver, running_receiver
 from demo.serve import ServedFunction
 from tests.faults.support import (
     PROJECT,
     Answer,
-    Recorder,
     Spec,
     deliver,
     outcomes,
     publish_post,
     record,
-    recording_receiver,
     redeliver_until_acknowledged,
     serving,
     unique,
@@ -45,20 +44,20 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def module_recorder() -> Iterator[Recorder]:
-    with recording_receiver() as recorder:
+def module_recorder() -> Iterator[Receiver]:
+    with running_receiver() as recorder:
         yield recorder
 
 
 @pytest.fixture
-def recorder(module_recorder: Recorder) -> Iterator[Recorder]:
+def recorder(module_recorder: Receiver) -> Iterator[Receiver]:
     module_recorder.reset()
     yield module_recorder
     module_recorder.up()  # in case the test closed it
 
 
 @pytest.fixture(scope="module")
-def servers(module_recorder: Recorder, log_dir: Path) -> Iterator[dict[str, ServedFunction]]:
+def servers(module_recorder: Receiver, log_dir: Path) -> Iterator[dict[str, ServedFunction]]:
     env = {
         "DEDUP_LEASE_SECONDS": str(LEASE_SECONDS),
         "WEBHOOK_ROUTES": json.dumps({"default": f"{module_recorder.base_url}/webhook"}),
@@ -97,7 +96,7 @@ def case(
 
 
 def test_5xx_is_retried_with_the_same_key(
-    case: Case, recorder: Recorder, firestore_client: firestore.Client
+    case: Case, recorder: Receiver, firestore_client: firestore.Client
 ) -> None:
     """A receiver answering 503 then 500 fails both deliveries (retryable, lease released);
     the third delivery is accepted; all three POSTs carry the same Idempotency-Key, and the
@@ -108,7 +107,7 @@ def test_5xx_is_retried_with_the_same_key(
 
     assert [a.status for a in answers] == [500, 500, 200]
     assert [a.idempotency_key for a in recorder.to(case.path)] == [case.key] * 3
-    assert recorder.effects(case.path) == len(recorder.applied(case.path)) == 1
+    assert recorder.effects(case.path) == len(recorder.requests(case.path)) == 1
     assert outcomes(case.log, case.key) == ["released", "released", "ran"]
     final = record(firestore_client, case.key)
     assert final is not None
@@ -116,7 +115,7 @@ def test_5xx_is_retried_with_the_same_key(
 
 
 def test_connection_refused_is_retried_until_the_receiver_is_back(
-    case: Case, recorder: Recorder, firestore_client: firestore.Client
+    case: Case, recorder: Receiver, firestore_client: firestore.Client
 ) -> None:
     """With the receiver's port closed, deliveries fail fast (retryable) and nothing is
     recorded as sent; once it listens again the next delivery POSTs once, and a later
@@ -139,7 +138,7 @@ def test_connection_refused_is_retried_until_the_receiver_is_back(
 
 
 def test_receiver_slower_than_the_lease_gets_the_same_key_twice(
-    case: Case, recorder: Recorder, firestore_client: firestore.Client
+    case: Case, recorder: Receiver, firestore_client: firestore.Client
 ) -> None:
     """A receiver that answers after 4 s, beyond the 2 s lease: a redelivery takes the lease
     over and POSTs again with the SAME Idempotency-Key; the slow first owner then gets
@@ -163,7 +162,7 @@ def test_receiver_slower_than_the_lease_gets_the_same_key_twice(
     assert [a.status for a in answers][-1] == 200
     posts = recorder.to(case.path)
     assert [a.idempotency_key for a in posts] == [case.key, case.key]
-    assert len(recorder.applied(case.path)) == 2
+    assert len(recorder.requests(case.path)) == 2
     assert recorder.effects(case.path) == 1
     logged = outcomes(case.log, case.key)
     assert sorted(logged) == sorted(["ran", "lease_lost", *["lease_held"] * (len(answers) - 1)])

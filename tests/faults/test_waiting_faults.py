@@ -22,13 +22,13 @@ import requests
 from google.cloud import firestore
 
 from demo.events import HttpEvent, pubsub_event
+from demo.receiver import Attempt, running_receiver
 from functions.http_delivery import READ_TIMEOUT_SECONDS
 from tests.faults.support import (
     CRASH_SOURCE,
     NO_ANSWER,
     PROJECT,
     Answer,
-    Attempt,
     Spec,
     crash_during,
     deliver,
@@ -37,7 +37,6 @@ from tests.faults.support import (
     publish_post,
     published_count,
     record,
-    recording_receiver,
     redeliver_until_acknowledged,
     serving,
     unique,
@@ -84,7 +83,7 @@ def outage_story(workdir: Path) -> OutageStory:
     """Serve forward_webhook (lease mode, POST) and sync_published_count (transaction mode)
     against an emulator of our own; deliver one event each; stop the emulator; deliver the
     others; restart it from its export; redeliver everything until acknowledged."""
-    with own_firestore(workdir) as emulator, recording_receiver() as recorder:
+    with own_firestore(workdir) as emulator, running_receiver() as recorder:
         db = emulator.client()
         env = {
             "FIRESTORE_EMULATOR_HOST": emulator.host,
@@ -233,7 +232,7 @@ class TimeoutStory:
 def timeout_stories(workdir: Path, db: firestore.Client) -> dict[str, TimeoutStory]:
     """A receiver that answers after READ_TIMEOUT_SECONDS + 1.5 s (default lease, 60 s),
     for each function at once; then the platform's redelivery."""
-    with recording_receiver() as recorder:
+    with running_receiver() as recorder:
         env = {
             "WEBHOOK_ROUTES": json.dumps({"default": f"{recorder.base_url}/webhook"}),
             "NOTIFY_URL": f"{recorder.base_url}/notify",
