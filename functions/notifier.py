@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from dedup import TerminalError
+from dedup.errors import ConfigError
 from functions.http_delivery import post_once
 
 
@@ -90,11 +90,12 @@ class FcmNotifier:
 
 
 def notifier_from_env() -> Notifier:
-    """`HttpNotifier(NOTIFY_URL)` when that variable is set, else `FcmNotifier()`."""
+    """`HttpNotifier(NOTIFY_URL)` when that variable is set, else `FcmNotifier()`; a
+    `ConfigError` for a NOTIFY_URL that is not an http(s) URL."""
     url = os.environ.get("NOTIFY_URL", "").strip()
     if url:
         if not url.startswith(("http://", "https://")):
-            raise TerminalError("NOTIFY_URL must be an http:// or https:// URL")
+            raise ConfigError("NOTIFY_URL must be an http:// or https:// URL, or unset for FCM")
         return HttpNotifier(url)
     return FcmNotifier()
 

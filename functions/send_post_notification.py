@@ -16,6 +16,7 @@ recorded as sent (there is nobody to notify; a retry would not change that).
 from __future__ import annotations
 
 import logging
+import os
 from functools import cache
 
 from firebase_functions import firestore_fn
@@ -46,7 +47,12 @@ def becomes_published(before: DocumentSnapshot | None, after: DocumentSnapshot |
 
 @cache
 def _notifier() -> Notifier:
+    """This instance's notifier, configured once."""
     return notifier_from_env()
+
+
+if os.environ.get("FUNCTION_TARGET") == "send_post_notification":
+    _notifier()  # a bad NOTIFY_URL fails at start-up, not on the first post
 
 
 @trigger_once(SUFFIX, event_id_from=lambda event: f"post-{event.params['postId']}")

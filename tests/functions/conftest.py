@@ -6,6 +6,8 @@ cloudevent` would, and receives CloudEvents built from real emulator state (`dem
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -58,3 +60,18 @@ def serve() -> Callable[[str], InProcessFunction]:
         return InProcessFunction(name, app.test_client())
 
     return make
+
+
+def start_instance(target: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Load main.py for `target` in a fresh process, as an instance starting up does."""
+    code = (
+        "import functions_framework; functions_framework.create_app("
+        f"target={target!r}, source={MAIN!r}, signature_type='cloudevent')"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "FUNCTION_TARGET": target},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

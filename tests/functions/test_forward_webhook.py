@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 
 import pytest
@@ -15,7 +13,7 @@ from demo.events import HttpEvent, pubsub_event
 from demo.receiver import Receiver
 from functions.forward_webhook import parse_routes
 from tests.conftest import PROJECT
-from tests.functions.conftest import MAIN, InProcessFunction
+from tests.functions.conftest import InProcessFunction, start_instance
 
 LINE, DEFAULT = "/webhooks/line", "/webhooks/default"
 BODY = json.dumps({"destination": "U123", "events": [{"type": "message", "text": "hi"}]}).encode()
@@ -131,13 +129,6 @@ def test_bad_routes_are_refused_with_a_clear_message(raw: str | None, says: str)
 def test_instance_refuses_to_start_without_routes() -> None:
     """Serving forward_webhook without WEBHOOK_ROUTES fails at start-up, naming the variable."""
     env = {k: v for k, v in os.environ.items() if k != "WEBHOOK_ROUTES"}
-    env["FUNCTION_TARGET"] = "forward_webhook"
-    code = (
-        "import functions_framework; functions_framework.create_app("
-        f"target='forward_webhook', source={MAIN!r}, signature_type='cloudevent')"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
-    )
+    result = start_instance("forward_webhook", env)
     assert result.returncode != 0
     assert "WEBHOOK_ROUTES is not set" in result.stderr

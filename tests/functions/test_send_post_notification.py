@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 
 import pytest
@@ -10,7 +11,7 @@ from google.cloud import firestore
 
 from demo.events import HttpEvent
 from demo.receiver import Receiver
-from tests.functions.conftest import InProcessFunction
+from tests.functions.conftest import InProcessFunction, start_instance
 from tests.functions.test_sync_published_count import write_post
 
 NOTIFY = "/notify"
@@ -104,3 +105,11 @@ def test_receiver_refusal_is_a_terminal_failure(
     assert record is not None
     assert record["state"] == "failed"
     assert "400" in record["lastError"]
+
+
+def test_instance_refuses_to_start_with_a_bad_notify_url() -> None:
+    """Serving send_post_notification with a NOTIFY_URL that is not an http(s) URL fails at
+    start-up, naming the variable, rather than failing every notification."""
+    result = start_instance("send_post_notification", {**os.environ, "NOTIFY_URL": "ftp://x"})
+    assert result.returncode != 0
+    assert "NOTIFY_URL must be an http:// or https:// URL" in result.stderr
