@@ -8,13 +8,22 @@ downstream receiver can drop the copy. See `dedup.record` for the record schema 
 """
 
 from dedup.config import DedupConfig
-from dedup.core import Deduplicator, Delivery, Outcome, OutcomeKind
+from dedup.core import Deduplicator
 from dedup.decorator import SuffixRegistry, trigger_once
+from dedup.delivery import (
+    Delivery,
+    Outcome,
+    OutcomeKind,
+    Step,
+    TransactionDelivery,
+    WriteOnlyDelivery,
+)
 from dedup.errors import (
     ConfigError,
     DedupError,
     DuplicateSuffix,
     InvalidSuffix,
+    KeyCollision,
     LeaseHeld,
     LeaseLost,
     MissingEventId,
@@ -33,6 +42,7 @@ __all__ = [
     "Delivery",
     "DuplicateSuffix",
     "InvalidSuffix",
+    "KeyCollision",
     "LeaseHeld",
     "LeaseLost",
     "MissingEventId",
@@ -42,9 +52,12 @@ __all__ = [
     "PayloadMismatch",
     "Record",
     "State",
+    "Step",
     "StoreUnavailable",
     "SuffixRegistry",
     "TerminalError",
+    "TransactionDelivery",
+    "WriteOnlyDelivery",
     "dedup_key",
     "trigger_once",
 ]

@@ -4,6 +4,13 @@
 may revive failed and dead ones, which is why those are not cached), so a cached answer cannot
 be wrong, only evicted. Lost on a cold start.
 
+`LiveLeases`: keys whose lease this instance knows to be live, so that a copy of the event
+arriving meanwhile answers `LeaseHeld` without a round trip: while this process runs the
+handler itself (until it records the outcome), or, for at most `LIVE_LEASE_HORIZON_SECONDS`,
+after a read showed another delivery's live lease. Fifty copies of one event then cost one
+write and a few reads instead of fifty contending writes. It only ever answers "retry later",
+never "done", so it cannot lose an effect; the horizon bounds how long it can delay one.
+
 `KeyTurns`: deliveries of one key on one instance take turns. Firestore transactions take
 read locks, so N transactions that read the same record deadlock until the database aborts
 all but one (the emulator after a 2 s lock timeout): letting one go first turns the rest into
@@ -13,6 +20,7 @@ cheap duplicates. An optimization only; correctness never depends on it.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +62,56 @@ class SentKeys:
             self._entries.move_to_end(key)
             while len(self._entries) > self._capacity:
                 self._entries.popitem(last=False)
+
+
+LIVE_LEASE_HORIZON_SECONDS = 1.0
+"""How long a live lease seen in a read is trusted without reading again."""
+
+
+class LiveLeases:
+    """Keys with a lease known live on this instance, each until a local monotonic deadline."""
+
+    def __init__(self, horizon_seconds: float = LIVE_LEASE_HORIZON_SECONDS) -> None:
+        """Nothing known; leases seen in reads are trusted for at most `horizon_seconds`."""
+        self._horizon = horizon_seconds
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def own(self, key: str, seconds: float) -> None:
+        """This process holds the lease of `key` for `seconds` (until `drop`)."""
+        self._set(key, seconds)
+
+    def hold(self, key: str, seconds: float) -> None:
+        """A read showed another delivery's lease live for `seconds` more (capped)."""
+        self._set(key, min(seconds, self._horizon))
+
+    def drop(self, key: str) -> None:
+        """Forget `key` (its lease ended here)."""
+        with self._lock:
+            self._until.pop(key, None)
+
+    def live(self, key: str) -> bool:
+        """True while a lease of `key` is known live."""
+        with self._lock:
+            until = self._until.get(key)
+            if until is None:
+                return False
+            if until <= time.monotonic():
+                del self._until[key]
+                return False
+            return True
+
+    def __len__(self) -> int:
+        """Number of keys held (expired ones included until looked up or swept)."""
+        with self._lock:
+            return len(self._until)
+
+    def _set(self, key: str, seconds: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._until[key] = now + max(0.0, seconds)
+            if len(self._until) > 10_000:  # sweep: memory stays bounded by live keys
+                self._until = {k: t for k, t in self._until.items() if t > now}
 
 
 class KeyTurns:

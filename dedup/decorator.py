@@ -12,12 +12,14 @@ and `@functions_framework.cloud_event` alike.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from dedup.config import DedupConfig
-from dedup.core import Deduplicator, Delivery, default_deduplicator
+from dedup.core import Deduplicator, default_deduplicator
+from dedup.delivery import Delivery
 from dedup.errors import ConfigError, DuplicateSuffix
 from dedup.events import describe
 from dedup.keys import validate_suffix
@@ -82,8 +84,10 @@ def trigger_once(
 ) -> HandlerDecorator:
     """Make a handler's effect happen once per event, however often the event is delivered.
 
-    `suffix` names the function (1-100 of `[A-Za-z0-9_-]`, unique in the process); it is
-    checked here, at import time (`InvalidSuffix`, `DuplicateSuffix`). The wrapper extracts
+    `suffix` names the function (1-100 of `[A-Za-z0-9_]`, unique in the process); it is
+    checked here, at import time (`InvalidSuffix`, `DuplicateSuffix`), and so is the handler:
+    an `async def` handler is refused with `ConfigError` (its coroutine would never run).
+    The default deduplicator is created on the first delivery, not here. The wrapper extracts
     the event id, payload fingerprint, time and document path (`dedup.events`) and calls
     `Deduplicator.run`: it returns None when the platform should stop retrying, and raises
     when it should retry (`LeaseHeld`, `LeaseLost`, `StoreUnavailable`, the handler's own
@@ -102,10 +106,15 @@ def trigger_once(
 
     def decorate[E](handler: EventHandler[E]) -> Callable[[E], None]:
         owner = f"{handler.__module__}.{handler.__qualname__}"
+        if inspect.iscoroutinefunction(handler):
+            raise ConfigError(
+                f"{owner} is an async function: trigger_once wraps synchronous handlers only "
+                "(an async handler's coroutine would never be awaited); write it with `def`"
+            )
         suffixes.register(suffix, owner)
-        runner = deduplicator if deduplicator is not None else default_deduplicator(config)
 
         def once(event: E) -> None:
+            runner = deduplicator if deduplicator is not None else default_deduplicator(config)
             info = describe(event)
             event_id = info.event_id if event_id_from is None else event_id_from(event)
 

@@ -25,7 +25,15 @@ class MissingEventId(DedupError, ValueError):
 
 
 class InvalidSuffix(DedupError, ValueError):
-    """A suffix is not 1 to 100 characters of `[A-Za-z0-9_-]`; rename it in the decorator."""
+    """A suffix is not 1 to 100 characters of `[A-Za-z0-9_]`; rename it in the decorator."""
+
+
+class KeyCollision(DedupError):
+    """The record at this event's key was written for another event id or suffix.
+
+    Keys cannot collide (`dedup.keys`), so the record was written by hand or by an older
+    version of this package; inspect it with `dedup show` and delete it if it is stale.
+    """
 
 
 class DuplicateSuffix(DedupError):

@@ -1,5 +1,9 @@
 """Document ids of dedup records: `<event id>-<suffix>`, with unsafe event ids mapped.
 
+Suffixes hold no "-", so a key splits into its event id and suffix at its last "-": distinct
+(event id, suffix) pairs give distinct keys (`("post-launch", "email")` and
+`("post", "launch-email")` cannot meet, because the second suffix is refused).
+
 Firestore rejects a document id that contains "/", is "." or "..", matches `__.*__`, or is
 longer than 1,500 bytes of UTF-8. An event id is used as it is unless it or the key built from
 it would break one of these rules (an id matching `__.*__` is mapped even though the suffix
@@ -32,8 +36,9 @@ MAPPED_PREFIX = "~"
 READABLE_PREFIX_CHARS = 40
 """How many leading characters of a mapped id are kept readable in its safe id."""
 
-SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,100}")
-"""What a suffix may be: it names one function, and appears in every one of its keys."""
+SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_]{1,100}")
+"""What a suffix may be: it names one function, and ends every one of its keys after the
+last "-" (so a suffix holds none)."""
 
 _RESERVED_ID = re.compile(r"__.*__", re.DOTALL)
 _UNREADABLE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -41,14 +46,15 @@ _PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 
 def validate_suffix(suffix: str) -> str:
-    """Return `suffix` unchanged if it is 1-100 characters of `[A-Za-z0-9_-]`.
+    """Return `suffix` unchanged if it is 1-100 characters of `[A-Za-z0-9_]`.
 
     Raises `InvalidSuffix` (with the rule and a fix) otherwise.
     """
     if not isinstance(suffix, str) or not SUFFIX_PATTERN.fullmatch(suffix):
         raise InvalidSuffix(
-            f"suffix {suffix!r} is invalid: use 1 to 100 characters of letters, digits, '_' "
-            "and '-', unique per function, e.g. trigger_once('sendWelcomeEmail')"
+            f"suffix {suffix!r} is invalid: use 1 to 100 characters of letters, digits and "
+            "'_' (no '-': keys are <event id>-<suffix>), unique per function, e.g. "
+            "trigger_once('send_welcome_email')"
         )
     return suffix
 
@@ -73,6 +79,17 @@ def dedup_key(event_id: str | None, suffix: str) -> str:
 def safe_event_id(event_id: str, suffix: str) -> str:
     """`event_id` itself when the key built from it is a valid document id, else its mapping."""
     return _mapped(event_id) if _needs_mapping(event_id, suffix) else event_id
+
+
+def storable_event_id(event_id: str) -> str:
+    """`event_id` as written into the record and the log line: itself, unless it holds lone
+    surrogates (a JSON `\\ud800` escape), which no UTF-8 field can carry; those are escaped
+    as `\\ud800` text. The key is unaffected (`dedup_key` hashes the id itself)."""
+    try:
+        event_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return event_id.encode("utf-8", "backslashreplace").decode("utf-8")
+    return event_id
 
 
 def payload_hash(payload: bytes) -> str:

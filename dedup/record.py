@@ -11,8 +11,8 @@ eventId             string               The original event id (before any safe-
 suffix              string               The function's suffix.
 state               string               "in_progress" | "sent" | "failed" | "dead".
 sent                bool                 True once the effect is done (state "sent").
-owner               string | null        Lease owner token (uuid4 hex) of the delivery running
-                                         the handler; null = no lease (released or finished).
+owner               string | null        Token (uuid4 hex) of the attempt that wrote the record
+                                         last; with leaseStartedAt set, the lease's owner.
 leaseStartedAt      timestamp | null     Server timestamp of the lease start; null = no lease.
 leaseSeconds        int                  Lease length chosen by the owner.
 attempts            int                  Handler starts so far, including crashed ones.
@@ -24,6 +24,8 @@ lastError           string | null        Last handler error, <= 1000 chars, URL 
                                          and query strings removed.
 payloadHash         string | null        sha256 hex of the event payload's canonical form.
 mode                string               "lease" | "transaction" | "write_only".
+subject             string | null        What the event is about: the document path of a
+                                         Firestore event (`posts/p1`), else null.
 ==================  ===================  ===================================================
 
 Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
@@ -92,6 +94,7 @@ class Field:
     LAST_ERROR = "lastError"
     PAYLOAD_HASH = "payloadHash"
     MODE = "mode"
+    SUBJECT = "subject"
 
 
 class SnapshotLike(Protocol):
@@ -127,6 +130,8 @@ class Record:
     last_error: str | None
     payload_hash: str | None
     mode: Mode
+    subject: str | None = None
+    """The document path the event was about, when known (Firestore events)."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -154,6 +159,7 @@ class Record:
             last_error=data.get(Field.LAST_ERROR),
             payload_hash=data.get(Field.PAYLOAD_HASH),
             mode=Mode(data.get(Field.MODE, Mode.LEASE)),
+            subject=data.get(Field.SUBJECT),
         )
 
     @property

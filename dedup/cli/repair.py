@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import click
 
@@ -14,29 +13,11 @@ from dedup.cli.options import SUFFIX, yes_option
 from dedup.cli.queries import filtered, records_of
 from dedup.cli.render import console, records_table
 from dedup.cli.target import Target
-from dedup.record import Field, Record, State
+from dedup.record import Record, State
+from dedup.transitions import operator_released, revived
 
 REVIVABLE_STATES = (State.DEAD.value, State.FAILED.value)
 """States `revive` hands back: final states other than sent, whose effect never happened."""
-
-RELEASED_FIELDS: dict[str, Any] = {
-    Field.STATE: State.IN_PROGRESS.value,
-    Field.OWNER: None,
-    Field.LEASE_STARTED_AT: None,
-}
-"""What `release` writes: the lease handed back; attempts and history kept."""
-
-REVIVED_FIELDS: dict[str, Any] = {
-    **RELEASED_FIELDS,
-    Field.SENT: False,
-    Field.ATTEMPTS: 0,
-}
-"""What `revive` writes: in progress, released, attempts back to 0 (`lastError` kept).
-
-Attempts restart at 0 because a dead record has used `max_attempts` already: kept, the next
-delivery would bury it again at once without running the handler. A revived event gets the
-full retry budget, as if it were new.
-"""
 
 
 # --- release ----------------------------------------------------------------------------------
@@ -66,7 +47,7 @@ def release(target: Target, keys: tuple[str, ...], yes: bool) -> None:
         elif lease_status(record, now) is LeaseStatus.RELEASED:
             click.echo(f"{target.path(snapshot.id)}: already released, nothing to do")
         else:
-            writes.append(GuardedWrite(snapshot, RELEASED_FIELDS))
+            writes.append(GuardedWrite(snapshot, operator_released()))
     if writes:
         _confirm_writes(target, writes, now, "Release the lease of", yes)
         tally = apply_guarded(target.client, writes)
@@ -109,7 +90,7 @@ def revive(target: Target, state: str, suffix: str | None, yes: bool) -> None:
     if not snapshots:
         click.echo(f"no {state} records" + (f" with suffix {suffix}" if suffix else ""))
         return
-    writes = [GuardedWrite(s, REVIVED_FIELDS) for s in snapshots]
+    writes = [GuardedWrite(s, revived()) for s in snapshots]
     _confirm_writes(target, writes, now, f"Revive {state}", yes)
     tally = apply_guarded(target.client, writes)
     _report(target, tally, "revived")

@@ -11,7 +11,7 @@ from google.cloud import firestore
 from dedup.config import DEFAULT_COLLECTION
 from dedup.keys import dedup_key
 from dedup.record import Field, Mode, Record, State
-from dedup.store import SERVER_TIMESTAMP, new_record
+from dedup.transitions import SERVER_TIMESTAMP, new_record
 
 BATCH = 500
 
@@ -31,7 +31,7 @@ def record_fields(
     attempts: int = 1,
     last_error: str | None = None,
 ) -> dict[str, Any]:
-    """A record built by `dedup.store.new_record`, first attempted `age` ago.
+    """A record built by `dedup.transitions.new_record`, first attempted `age` ago.
 
     `lease`: None for no lease, "live" (an owner holds it for an hour from now), or
     "expired" (taken `age` ago for 60 s, long over).
@@ -42,6 +42,7 @@ def record_fields(
         mode=Mode.LEASE,
         state=state,
         owner=None if lease is None else f"owner-{event_id}",
+        leased=lease is not None,
         lease_seconds=3600 if lease == "live" else 60,
         payload_hash=None,
         expire_at=now() + timedelta(days=7),

@@ -134,7 +134,8 @@ def test_list_of_nothing_says_so(invoke: Invoke) -> None:
 def test_release_hands_a_live_lease_back(
     invoke: Invoke, firestore_client: firestore.Client
 ) -> None:
-    """After `release --yes` the record is in progress with no owner and no lease start."""
+    """After `release --yes` the record is in progress with no lease (the owner's token kept,
+    so a handler still running can record its outcome)."""
     (key,) = records.write(
         firestore_client, [record_fields("e1", state=State.IN_PROGRESS, lease="live", attempts=3)]
     )
@@ -143,7 +144,12 @@ def test_release_hands_a_live_lease_back(
     assert "warning: 1 lease(s) still live" in result.stdout
     record = records.read(firestore_client, key)
     assert record is not None
-    assert (record.state, record.owner, record.lease_started_at) == (State.IN_PROGRESS, None, None)
+    assert (record.state, record.owner, record.lease_started_at) == (
+        State.IN_PROGRESS,
+        "owner-e1",
+        None,
+    )
+    assert not record.has_lease
     assert record.attempts == 3
 
 
@@ -184,7 +190,7 @@ def test_release_reports_keys_it_cannot_release(
     assert records.raw(firestore_client, keys[:2]) == before
     stuck = records.read(firestore_client, keys[2])
     assert stuck is not None
-    assert stuck.owner is None
+    assert stuck.lease_started_at is None
 
 
 def test_release_of_a_released_record_is_a_no_op(
@@ -260,6 +266,27 @@ def test_a_revived_dead_event_runs_on_its_next_delivery(
 
     assert outcome.kind is OutcomeKind.RAN
     assert [d.attempt for d in runs] == [1]
+
+
+def test_release_of_a_crashed_last_attempt_runs_the_handler_on_the_next_delivery(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """`release` does what its help says even when the crashed attempt was the last allowed:
+    the next delivery runs the handler (one more attempt), it does not bury the event."""
+    dedup = Deduplicator(DedupConfig(max_attempts=3, cache_size=0), client=firestore_client)
+    (key,) = records.write(
+        firestore_client,
+        [record_fields("e1", state=State.IN_PROGRESS, lease="expired", attempts=3)],
+    )
+    assert invoke("release", key, "--yes").exit_code == 0
+    runs: list[Delivery] = []
+
+    outcome = dedup.run("e1", "sendEmail", runs.append)
+
+    assert (outcome.kind, [d.attempt for d in runs]) == (OutcomeKind.RAN, [4])
+    record = records.read(firestore_client, key)
+    assert record is not None
+    assert record.state is State.SENT
 
 
 def test_revive_refused_at_the_prompt_changes_nothing(

@@ -11,7 +11,7 @@ from pathlib import Path
 from google.cloud import firestore
 
 from dedup import Mode, State
-from dedup.store import new_record
+from dedup.transitions import new_record
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 
@@ -40,6 +40,7 @@ def write_foreign_lease(
         mode=Mode.LEASE,
         state=State.IN_PROGRESS,
         owner="crashed-owner",
+        leased=True,
         lease_seconds=60,
         payload_hash=None,
         expire_at=datetime.now(UTC) + timedelta(days=7),

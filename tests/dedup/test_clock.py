@@ -9,7 +9,7 @@ from dedup_support import write_foreign_lease
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, LeaseHeld, OutcomeKind
-from dedup.store import SERVER_TIMESTAMP
+from dedup.transitions import SERVER_TIMESTAMP
 
 SKEWS = [timedelta(minutes=-5), timedelta(0), timedelta(minutes=5)]
 

@@ -68,8 +68,9 @@ def test_fresh_event_runs_once_and_is_recorded_sent(
     assert record is not None
     assert record.state is State.SENT
     assert record.sent
-    assert record.owner is None
+    assert record.owner is not None  # the token of the attempt that wrote the outcome
     assert record.lease_started_at is None
+    assert not record.has_lease
     assert record.attempts == 1
     assert record.event_id == "e1"
     assert record.suffix == "s"
@@ -124,7 +125,7 @@ def test_released_lease_is_taken_over(make_dedup: MakeDedup, read_record: ReadRe
         make_dedup().run("e1", "s", Calls(RuntimeError("boom")))
     record = read_record("e1-s")
     assert record is not None
-    assert (record.state, record.owner, record.attempts) == (State.IN_PROGRESS, None, 1)
+    assert (record.state, record.has_lease, record.attempts) == (State.IN_PROGRESS, False, 1)
     assert record.last_error == "RuntimeError: boom"
     handler = Calls()
     outcome = make_dedup().run("e1", "s", handler)

@@ -36,7 +36,8 @@ def test_effect_commits_once_with_the_marker(
     record = read_record("e1-s")
     assert record is not None
     assert (record.state, record.sent, record.attempts, record.mode) == (State.SENT, True, 1, mode)
-    assert record.owner is None
+    assert record.owner is not None  # the committing attempt's token
+    assert not record.has_lease
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -1,0 +1,122 @@
+"""What a handler is told (`Delivery`) and what a delivery did (`Outcome`, `OutcomeKind`).
+
+The types every layer shares: the flows (`dedup.lease`, `dedup.atomic`) build them, the front
+door (`dedup.core.Deduplicator`) returns them, handlers receive a `Delivery`. `Step` names the
+points a delivery passes, for test hooks (crash injection) and tracing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from google.cloud import firestore
+
+
+class OutcomeKind(StrEnum):
+    """What a delivery did; the `outcome` field of its log line."""
+
+    RAN = "ran"
+    """The handler ran and its outcome was recorded (sent)."""
+    DUPLICATE = "duplicate"
+    """The record is final (sent, failed or dead): handler skipped, returned normally."""
+    DUPLICATE_CACHED = "duplicate_cached"
+    """Same, known from the instance's LRU: no round trip."""
+    LEASE_HELD = "lease_held"
+    """Another live delivery holds the lease: `LeaseHeld` raised (log only)."""
+    RELEASED = "released"
+    """The handler raised: lease released, error recorded, exception re-raised (log only)."""
+    FAILED = "failed"
+    """The handler raised `TerminalError` (or Firestore refused its data as invalid): recorded
+    as failed, returned normally."""
+    DEAD = "dead"
+    """`max_attempts` reached: recorded as dead, returned normally."""
+    TOO_OLD = "too_old"
+    """The event is older than `max_event_age_seconds`: dropped, returned normally."""
+    SELF_TRIGGER = "self_trigger"
+    """The event is about a document of the dedup collection itself: ignored, no record."""
+    LEASE_LOST = "lease_lost"
+    """This delivery's lease was taken over before it finished: `LeaseLost` raised (log only)."""
+    UNAVAILABLE = "unavailable"
+    """Firestore failed: `StoreUnavailable` raised (log only)."""
+    PAYLOAD_MISMATCH = "payload_mismatch"
+    """Recorded fingerprint differs and the policy is "raise": `PayloadMismatch` raised."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of a delivery that returned normally."""
+
+    kind: OutcomeKind
+    key: str
+    """The record's document id."""
+    attempt: int
+    """The attempt number this delivery ran or found (0 when it never touched a record)."""
+    ms: int
+    """Wall time of the delivery, milliseconds."""
+
+
+class Step(StrEnum):
+    """Named points of a delivery, in the order it reaches them (see `Deduplicator.step_hook`).
+
+    Crash tests stop a process at a step and kill it; nothing else depends on them.
+    """
+
+    BEFORE_CLAIM = "before_claim"
+    """`run` entered, no Firestore call yet."""
+    AFTER_CLAIM = "after_claim"
+    """Lease mode: the lease is ours. Atomic modes: the marker was read (or assumed absent)."""
+    AFTER_EFFECT = "after_effect"
+    """The handler returned; lease mode: "sent" not recorded yet; atomic modes: the writes and
+    the marker are buffered, the commit not yet sent."""
+    AFTER_MARK = "after_mark"
+    """The outcome is recorded (lease mode) or committed (atomic modes)."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a handler learns about its delivery; pass `key` downstream as an Idempotency-Key."""
+
+    key: str
+    """The record's document id: stable across every delivery of this event to this function."""
+    event_id: str
+    """The original event id."""
+    suffix: str
+    """The function's suffix."""
+    attempt: int
+    """1-based attempt number (see `Mode` for which attempts each mode counts)."""
+    path: str
+    """The record's document path, `triggerEvents/<key>`."""
+    client: firestore.Client
+    """The deduplicator's Firestore client (one per instance): use it for the handler's own
+    reads and writes rather than creating a client per event."""
+    transaction: firestore.Transaction | None = field(default=None, kw_only=True)
+    """Mode.TRANSACTION: read and write through it; its writes commit with the marker. Annotate
+    the handler's parameter as `TransactionDelivery` to have it typed as always present."""
+    batch: firestore.WriteBatch | None = field(default=None, kw_only=True)
+    """Mode.WRITE_ONLY: add writes to it; they commit with the marker's create. Annotate the
+    handler's parameter as `WriteOnlyDelivery` to have it typed as always present."""
+
+
+@dataclass(frozen=True)
+class TransactionDelivery(Delivery):
+    """The delivery a transaction-mode handler gets: `transaction` is always set."""
+
+    transaction: firestore.Transaction = field(kw_only=True)
+    """The transaction the handler reads and writes through; it commits with the marker."""
+
+
+@dataclass(frozen=True)
+class WriteOnlyDelivery(Delivery):
+    """The delivery a write-only-mode handler gets: `batch` is always set."""
+
+    batch: firestore.WriteBatch = field(kw_only=True)
+    """The batch the handler adds writes to; it commits with the marker's create."""
+
+
+Handler = Callable[[Delivery], None]
+"""The explicit form's handler: called with the delivery, returns nothing."""
+
+StepHook = Callable[[Step, str], None]
+"""`hook(step, key)`: called at each `Step` of a delivery (tests, tracing)."""

@@ -1,0 +1,194 @@
+"""Lease mode: claim a lease on the record, run the handler, record its outcome.
+
+Per delivery:
+
+1. this instance knows the lease is live (its own delivery of the key is running, or a read
+   just showed another's) -> `LeaseHeld`, no round trip;
+2. create the record with an exists=false precondition (1 RPC, the common case: a fresh
+   event is settled in one round trip without a read);
+3. if it exists, read it and `decide` (`dedup.claims`) on the database's read time; take over
+   with an update-time precondition, re-reading when someone else moved the record first;
+4. run the handler, then record sent / failed / dead, or release and re-raise.
+
+Every write after the claim is fenced by the update time of this owner's last write: a stale
+owner gets `LeaseLost` and records nothing. Once the handler has returned, the delivery owns
+the outcome: it keeps trying to record "sent" (retrying is safe, the write is fenced) until it
+succeeds or its lease runs out; a write whose response was lost is recognised by the owner
+token and counts as done. The one window left: the process dies, or Firestore stays
+unreachable for the rest of the lease, after the effect and before "sent" is recorded; the
+next delivery after the lease then runs the handler again with the same `Delivery.key`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+
+from dedup.claims import Claim, decide, written_by
+from dedup.delivery import Handler, Outcome, OutcomeKind, Step
+from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
+from dedup.record import Mode, State, error_text
+from dedup.runs import Run, bury, is_terminal, precondition
+from dedup.store import backoff
+from dedup.transitions import Fields, finished, lease_taken, new_record, released
+
+CLAIM_ROUNDS = 8
+"""Re-reads allowed when other deliveries keep changing the record under a precondition."""
+
+
+def run_lease(run: Run, handler: Handler) -> Outcome:
+    """Claim the lease of `run.key` and run `handler` under it (see the module docstring)."""
+    config, store = run.config, run.store
+    if run.live_leases.live(run.key):
+        run.finish(OutcomeKind.LEASE_HELD)
+        raise LeaseHeld(
+            f"{run.path} is leased by a delivery this instance knows to be running; "
+            "the platform will retry"
+        )
+    owner = uuid.uuid4().hex
+    try_create = True
+    sent_at = time.monotonic()  # when the latest claim write was sent: our lease starts later
+    for _ in range(CLAIM_ROUNDS):
+        if try_create:
+            sent_at = time.monotonic()
+            fields = new_record(
+                event_id=run.event_id,
+                suffix=run.suffix,
+                mode=Mode.LEASE,
+                state=State.IN_PROGRESS,
+                owner=owner,
+                leased=True,
+                lease_seconds=config.lease_seconds,
+                payload_hash=run.payload_hash,
+                expire_at=run.expire_at(),
+                subject=run.subject,
+            )
+            created = store.create(run.key, fields)
+            if isinstance(created, datetime):
+                run.attempt = 1
+                return _run_owned(run, handler, owner, created, sent_at)
+        snapshot = store.read(run.key)
+        record = snapshot.record
+        if record is not None and written_by(record, owner):
+            # Our own claim or burial landed although its response was lost.
+            run.attempt = record.attempts
+            if record.state is State.DEAD:
+                return run.finish(OutcomeKind.DEAD, error=record.last_error)
+            return _run_owned(run, handler, owner, precondition(snapshot), sent_at)
+        claim = decide(record, snapshot.read_time, config.max_attempts)
+        try_create = claim is Claim.CREATE
+        if record is None:  # vanished (TTL) between the create and the read
+            continue
+        run.check_record(record)
+        run.attempt = record.attempts
+        if claim is Claim.SKIP:
+            return run.skip(record)
+        if claim is Claim.WAIT:
+            run.raise_lease_held(record, snapshot.read_time)
+        if claim is Claim.BURY:
+            if bury(run, record, snapshot, owner):
+                return run.finish(OutcomeKind.DEAD, error=record.last_error)
+            continue
+        sent_at = time.monotonic()
+        taken = store.update_if_unchanged(
+            run.key,
+            lease_taken(
+                owner=owner,
+                lease_seconds=config.lease_seconds,
+                attempts=record.attempts + 1,
+                expire_at=run.expire_at(),
+            ),
+            precondition(snapshot),
+            action="take over the lease of",
+        )
+        if isinstance(taken, datetime):
+            run.attempt = record.attempts + 1
+            return _run_owned(run, handler, owner, taken, sent_at)
+    run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
+    raise LeaseHeld(
+        f"{run.path} changed {CLAIM_ROUNDS} times while this delivery tried to claim it; "
+        "another delivery is working on it, the platform will retry"
+    )
+
+
+def _run_owned(run: Run, handler: Handler, owner: str, token: datetime, sent_at: float) -> Outcome:
+    """Run the handler under our lease; record its outcome fenced by our last update time."""
+    config = run.config
+    lease_ends = sent_at + config.lease_seconds  # a lower bound of the lease's real end
+    run.live_leases.own(run.key, config.lease_seconds)
+    try:
+        run.step(Step.AFTER_CLAIM)
+        try:
+            handler(run.delivery())
+        except Exception as exc:
+            error = error_text(exc)
+            if is_terminal(exc):
+                fields = finished(State.FAILED, owner=owner, expire_at=run.expire_at(), error=error)
+                _record(run, owner, token, fields, State.FAILED, "mark failed", lease_ends)
+                return run.finish(OutcomeKind.FAILED, error=error)
+            if run.attempt >= config.max_attempts:
+                fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=error)
+                _record(run, owner, token, fields, State.DEAD, "mark dead", lease_ends)
+                return run.finish(OutcomeKind.DEAD, error=error)
+            fields = released(error=error, expire_at=run.expire_at())
+            _record(run, owner, token, fields, State.IN_PROGRESS, "release", None)
+            run.finish(OutcomeKind.RELEASED, error=error)
+            raise
+        run.step(Step.AFTER_EFFECT)
+        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at())
+        _record(run, owner, token, fields, State.SENT, "mark sent", lease_ends)
+        run.step(Step.AFTER_MARK)
+        return run.ran()
+    finally:
+        run.live_leases.drop(run.key)
+
+
+def _record(
+    run: Run,
+    owner: str,
+    token: datetime,
+    fields: Fields,
+    state: State,
+    action: str,
+    until: float | None,
+) -> None:
+    """Write an owner's outcome, fenced by `token`, retrying transient errors until `until`
+    (a monotonic time; None: one RPC timeout). Raises `LeaseLost` if another delivery moved
+    the record, `StoreUnavailable` if the store kept failing until the deadline."""
+    store = run.store
+    deadline = until if until is not None else time.monotonic() + run.config.rpc_timeout_seconds
+    round_ = refreshes = 0
+    while True:
+        try:
+            result = store.update_if_unchanged(
+                run.key, fields, token, action=action, budget=max(0.5, deadline - time.monotonic())
+            )
+            if isinstance(result, datetime):
+                return
+            # The precondition failed: our own earlier try may have landed (lost response),
+            # an operator may have released our lease, or another delivery took it over.
+            snapshot = store.read(run.key, action=action)
+        except StoreUnavailable:
+            pause = backoff(round_)
+            round_ += 1
+            if time.monotonic() + pause >= deadline:
+                raise
+            time.sleep(pause)
+            continue
+        record = snapshot.record
+        if record is not None and written_by(record, owner) and refreshes < CLAIM_ROUNDS:
+            if record.state is state and not record.has_lease:
+                return  # our write is there
+            if record.state is State.IN_PROGRESS:
+                # Still ours (an operator released the lease, or edited the record by hand):
+                # record the outcome over what is there now.
+                token = precondition(snapshot)
+                refreshes += 1
+                continue
+        run.finish(OutcomeKind.LEASE_LOST)
+        raise LeaseLost(
+            f"could not {action} {run.path}: this delivery's lease expired and another "
+            "delivery took it over, so this outcome was not recorded; set lease_seconds "
+            "(DEDUP_LEASE_SECONDS) above the function timeout"
+        )

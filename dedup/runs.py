@@ -1,0 +1,195 @@
+"""The bookkeeping of one delivery (`Run`): identity, attempt, log line, shared checks.
+
+Below both flows (`dedup.lease`, `dedup.atomic`) and above the store: a flow gets a `Run` and
+everything it needs through it (config, store, the instance's caches), and reports through it
+(`finish` writes the delivery's single log line and builds its `Outcome`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import NoReturn
+
+from google.api_core import exceptions as api_exceptions
+from google.cloud import firestore
+
+from dedup import logs
+from dedup.cache import LiveLeases, SentKeys
+from dedup.claims import belongs_to, record_sent
+from dedup.config import DedupConfig
+from dedup.delivery import (
+    Delivery,
+    Outcome,
+    OutcomeKind,
+    Step,
+    StepHook,
+    TransactionDelivery,
+    WriteOnlyDelivery,
+)
+from dedup.errors import KeyCollision, LeaseHeld, PayloadMismatch, TerminalError
+from dedup.record import Mode, Record, State
+from dedup.store import RecordStore, Snapshot
+from dedup.transitions import finished
+
+_SEVERITY = {
+    OutcomeKind.RAN: logging.INFO,
+    OutcomeKind.DUPLICATE: logging.INFO,
+    OutcomeKind.DUPLICATE_CACHED: logging.INFO,
+    OutcomeKind.SELF_TRIGGER: logging.INFO,
+    OutcomeKind.LEASE_HELD: logging.WARNING,
+    OutcomeKind.RELEASED: logging.WARNING,
+    OutcomeKind.TOO_OLD: logging.WARNING,
+    OutcomeKind.UNAVAILABLE: logging.WARNING,
+    OutcomeKind.FAILED: logging.ERROR,
+    OutcomeKind.DEAD: logging.ERROR,
+    OutcomeKind.LEASE_LOST: logging.ERROR,
+    OutcomeKind.PAYLOAD_MISMATCH: logging.ERROR,
+}
+
+
+def is_terminal(error: BaseException) -> bool:
+    """A handler error that no retry can cure: `TerminalError`, or Firestore refusing the
+    handler's data as invalid (`InvalidArgument`: a bad document id, a value too large)."""
+    return isinstance(error, TerminalError | api_exceptions.InvalidArgument)
+
+
+@dataclass
+class Run:
+    """One `Deduplicator.run` call: who it is, what it found, and the instance it runs on."""
+
+    config: DedupConfig
+    store: RecordStore
+    sent_keys: SentKeys
+    live_leases: LiveLeases
+    mode: Mode
+    event_id: str
+    """The event id as stored and logged (lone surrogates escaped, see `dedup.keys`)."""
+    suffix: str
+    key: str
+    payload_hash: str | None
+    subject: str | None = None
+    step_hook: StepHook | None = None
+    started: float = field(default_factory=time.monotonic)
+    attempt: int = 0
+    mismatch: bool = False
+
+    @property
+    def path(self) -> str:
+        """The record's document path."""
+        return self.store.path(self.key)
+
+    def step(self, step: Step) -> None:
+        """Report reaching `step` to the hook, if any."""
+        if self.step_hook is not None:
+            self.step_hook(step, self.key)
+
+    def delivery(
+        self,
+        *,
+        transaction: firestore.Transaction | None = None,
+        batch: firestore.WriteBatch | None = None,
+    ) -> Delivery:
+        """What the handler is told about this run, at its current attempt."""
+        client = self.store.client
+        identity = (self.key, self.event_id, self.suffix, self.attempt, self.path, client)
+        if transaction is not None:
+            return TransactionDelivery(*identity, transaction=transaction)
+        if batch is not None:
+            return WriteOnlyDelivery(*identity, batch=batch)
+        return Delivery(*identity)
+
+    def expire_at(self) -> datetime:
+        """`expireAt` for a write made now: instance time plus the retention."""
+        return self.config.clock() + timedelta(days=self.config.retention_days)
+
+    def check_record(self, record: Record) -> None:
+        """Refuse a record written for another event or suffix; compare payload fingerprints."""
+        if not belongs_to(record, self.event_id, self.suffix):
+            self.finish(OutcomeKind.UNAVAILABLE, error="key collision")
+            raise KeyCollision(
+                f"{self.path} holds the record of event {record.event_id!r}, suffix "
+                f"{record.suffix!r}, not of event {self.event_id!r}, suffix {self.suffix!r}: "
+                "it was written by hand or by an older version whose keys could collide; "
+                "inspect it with `dedup show` and delete it if it is stale"
+            )
+        self.check_payload(record.payload_hash)
+
+    def check_payload(self, recorded: str | None) -> None:
+        """Compare fingerprints; under policy "raise" a mismatch raises `PayloadMismatch`."""
+        if recorded is None or self.payload_hash is None or recorded == self.payload_hash:
+            return
+        if self.config.on_payload_mismatch == "raise":
+            self.finish(OutcomeKind.PAYLOAD_MISMATCH)
+            raise PayloadMismatch(
+                f"{self.path} was recorded for a payload with fingerprint {recorded[:12]}…, "
+                f"this delivery's is {self.payload_hash[:12]}…: the event id was reused for a "
+                "different event; check the event source, or set on_payload_mismatch='log'"
+            )
+        self.mismatch = True
+
+    def skip(self, record: Record) -> Outcome:
+        """A final record: report the duplicate (and cache the key when it is sent)."""
+        self.attempt = record.attempts
+        if record_sent(record):
+            self.sent_keys.add(self.key, record.payload_hash)
+        return self.finish(OutcomeKind.DUPLICATE)
+
+    def ran(self) -> Outcome:
+        """The handler ran and its outcome is recorded as sent."""
+        self.sent_keys.add(self.key, self.payload_hash)
+        return self.finish(OutcomeKind.RAN)
+
+    def raise_lease_held(self, record: Record, read_time: datetime) -> NoReturn:
+        """Someone else's lease is live: remember it briefly, log, raise `LeaseHeld`."""
+        expires = record.lease_expires_at
+        if expires is not None:
+            self.live_leases.hold(self.key, (expires - read_time).total_seconds())
+        self.finish(OutcomeKind.LEASE_HELD)
+        raise LeaseHeld(
+            f"{self.path} is leased by another delivery (attempt {record.attempts}) until "
+            f"{expires.isoformat() if expires else 'unknown'}; the platform will retry"
+        )
+
+    def finish(self, kind: OutcomeKind, *, error: str | None = None) -> Outcome:
+        """Log the delivery's single line and build its `Outcome`."""
+        ms = int((time.monotonic() - self.started) * 1000)
+        level = _SEVERITY[kind]
+        message = f"{kind.value}: {self.path} (attempt {self.attempt})"
+        if self.mismatch:
+            level = max(level, logging.ERROR)
+            message += "; payload fingerprint differs from the recorded event's"
+        if kind is OutcomeKind.DEAD:
+            message += f"; gave up after {self.config.max_attempts} attempts, inspect the record"
+        logs.log_delivery(
+            level,
+            message,
+            event_id=self.event_id,
+            suffix=self.suffix,
+            key=self.key,
+            outcome=kind.value,
+            attempt=self.attempt,
+            ms=ms,
+            error=error,
+            path=self.path,
+        )
+        return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms)
+
+
+def bury(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
+    """Mark a record whose last allowed attempt crashed as dead, guarded by the update time of
+    the read that showed it; False if it changed meanwhile."""
+    fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=record.last_error)
+    result = run.store.update_if_unchanged(
+        run.key, fields, precondition(snapshot), action="mark dead"
+    )
+    return isinstance(result, datetime)
+
+
+def precondition(snapshot: Snapshot) -> datetime:
+    """The update time guarding a change of what `snapshot` showed (an existing record)."""
+    if snapshot.update_time is None:  # pragma: no cover - only existing records are updated
+        raise AssertionError("an existing record always has an update time")
+    return snapshot.update_time

@@ -1,0 +1,322 @@
+"""The holes an adversarial review found in exactly-once, each closed (issue: "close the holes").
+
+Every test states the invariant it proves and fails on the code before the fix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from dedup_support import write_foreign_lease
+from google.api_core import exceptions as api_exceptions
+from google.cloud import firestore
+from grpc_faults import Fault, faulty_client, nth
+
+from dedup import (
+    DedupConfig,
+    Deduplicator,
+    Delivery,
+    InvalidSuffix,
+    KeyCollision,
+    LeaseHeld,
+    Mode,
+    OutcomeKind,
+    Record,
+    State,
+    StoreUnavailable,
+    dedup_key,
+)
+from dedup.transitions import SERVER_TIMESTAMP, operator_released
+
+MakeDedup = Callable[..., Deduplicator]
+ReadRecord = Callable[[str], Record | None]
+ATOMIC = [Mode.TRANSACTION, Mode.WRITE_ONLY]
+EFFECTS = "effects"
+
+
+class Counting:
+    """A handler that counts its calls and runs `body(delivery)`."""
+
+    def __init__(self, body: Callable[[Delivery], None] = lambda d: None) -> None:
+        self.calls = 0
+        self.body = body
+
+    def __call__(self, delivery: Delivery) -> None:
+        self.calls += 1
+        self.body(delivery)
+
+
+def writer(delivery: Delivery) -> firestore.Transaction | firestore.WriteBatch:
+    """The transaction or batch of an atomic-mode delivery."""
+    found = delivery.transaction if delivery.transaction is not None else delivery.batch
+    assert found is not None
+    return found
+
+
+def add_effect(delivery: Delivery) -> None:
+    """The handler's effect: one document in `effects`, written the way its mode commits."""
+    ref = delivery.client.collection(EFFECTS).document()
+    if delivery.transaction is not None or delivery.batch is not None:
+        writer(delivery).create(ref, {"key": delivery.key})
+    else:
+        ref.create({"key": delivery.key})
+
+
+def effects(client: firestore.Client) -> int:
+    """How many effects committed."""
+    return sum(1 for _ in client.collection(EFFECTS).list_documents())
+
+
+# --- 1. The handler's own writes fail the commit ---------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ATOMIC)
+def test_a_commit_refused_for_the_handlers_writes_counts_an_attempt(
+    mode: Mode, make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A handler whose own write is refused (update of a missing document: NotFound) counts
+    one attempt per delivery, and `max_attempts` makes the event dead (it used to be retried
+    12 times per delivery, then reported unavailable, with no record ever written).
+
+    The handler runs once per delivery; write-only mode builds its batch once more on a
+    redelivery, because it assumes no record until its blind create fails."""
+    missing = firestore_client.collection("posts").document("missing")
+    handler = Counting(lambda d: writer(d).update(missing, {"n": 1}))
+    dedup = make_dedup(max_attempts=2, cache_size=0)
+    with pytest.raises(api_exceptions.NotFound):
+        dedup.run("e1", "s", handler, mode=mode)
+    assert handler.calls == 1
+    record = read_record("e1-s")
+    assert record is not None
+    assert (record.state, record.attempts, record.has_lease) == (State.IN_PROGRESS, 1, False)
+    assert record.last_error is not None
+    assert "NotFound" in record.last_error
+    assert dedup.run("e1", "s", handler, mode=mode).kind is OutcomeKind.DEAD
+    assert handler.calls == (2 if mode is Mode.TRANSACTION else 3)
+    assert read_record("e1-s").state is State.DEAD  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ATOMIC)
+def test_a_create_of_an_existing_document_counts_an_attempt(
+    mode: Mode, make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """AlreadyExists from the handler's create is the handler's failure, not the marker's."""
+    existing = firestore_client.collection("posts").document("p1")
+    existing.create({"n": 0})
+    handler = Counting(lambda d: writer(d).create(existing, {"n": 1}))
+    with pytest.raises(api_exceptions.AlreadyExists):
+        make_dedup(max_attempts=3).run("e1", "s", handler, mode=mode)
+    assert handler.calls == 1
+    assert read_record("e1-s").attempts == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ATOMIC)
+def test_invalid_data_is_a_terminal_failure_recorded_once(
+    mode: Mode, make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """Data Firestore refuses as invalid (a document over 1 MiB) cannot succeed on a retry: the
+    event is recorded failed at once and the delivery returns, so the platform stops."""
+    target = firestore_client.collection("posts").document("big")
+
+    def too_large(delivery: Delivery) -> None:
+        add_effect(delivery)
+        writer(delivery).set(target, {"blob": "x" * (1_100_000)})
+
+    handler = Counting(too_large)
+    outcome = make_dedup().run("e1", "s", handler, mode=mode)
+    assert (outcome.kind, handler.calls) == (OutcomeKind.FAILED, 1)
+    record = read_record("e1-s")
+    assert record is not None
+    assert record.state is State.FAILED
+    assert make_dedup().run("e1", "s", handler, mode=mode).kind is OutcomeKind.DUPLICATE
+    assert effects(firestore_client) == 0
+
+
+def test_invalid_argument_from_a_lease_mode_handler_is_terminal(
+    make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A lease-mode handler whose write Firestore refuses as invalid is failed, not retried."""
+    target = firestore_client.collection("posts").document("big")
+    handler = Counting(lambda d: target.set({"blob": "x" * 1_100_000}))
+    assert make_dedup().run("e1", "s", handler).kind is OutcomeKind.FAILED
+    assert read_record("e1-s").state is State.FAILED  # type: ignore[union-attr]
+
+
+# --- 2. Keys cannot collide -------------------------------------------------------------------
+
+
+def test_suffixes_cannot_hold_the_key_separator() -> None:
+    """`("post-launch-email", "notify")` and `("post-launch", "email-notify")` would share a
+    key; a suffix with "-" is refused, so distinct pairs give distinct keys."""
+    assert dedup_key("post-launch-email", "notify") == "post-launch-email-notify"
+    with pytest.raises(InvalidSuffix, match="no '-'"):
+        dedup_key("post-launch", "email-notify")
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_a_record_of_another_event_at_the_key_is_refused(
+    mode: Mode, make_dedup: MakeDedup, firestore_client: firestore.Client
+) -> None:
+    """A record at this key written for another (event, suffix) pair, by hand or by an older
+    version, is never taken for this event's: the handler does not run and nothing is skipped
+    silently."""
+    write_foreign_lease(firestore_client, "a-b", started=SERVER_TIMESTAMP)
+    firestore_client.collection("triggerEvents").document("a-b").update(
+        {"eventId": "x", "state": "sent", "leaseStartedAt": None}
+    )
+    with pytest.raises(KeyCollision, match="event 'x'"):
+        make_dedup().run("a", "b", add_effect, mode=mode)
+    assert effects(firestore_client) == 0
+
+
+# --- 3. Contention on the handler's reads ------------------------------------------------------
+
+
+def test_contention_on_the_handlers_reads_is_retried_never_counted(
+    make_dedup: MakeDedup, read_record: ReadRecord
+) -> None:
+    """Aborted raised by a read inside the transaction is contention: the transaction is tried
+    again and no attempt is counted, so even `max_attempts=1` runs the effect."""
+
+    def body(delivery: Delivery) -> None:
+        if handler.calls == 1:
+            raise api_exceptions.Aborted("Transaction lock timeout")
+
+    handler = Counting(body)
+    outcome = make_dedup(max_attempts=1).run("e1", "s", handler, mode=Mode.TRANSACTION)
+    assert (outcome.kind, outcome.attempt, handler.calls) == (OutcomeKind.RAN, 1, 2)
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
+# --- 4. Lost responses are recognised as the delivery's own writes -----------------------------
+
+
+def faulty_dedup(
+    plan_method: str, calls: set[int], fault: Fault, **settings: object
+) -> Deduplicator:
+    """A Deduplicator whose client suffers `fault` on the listed calls of `plan_method`."""
+    client = faulty_client(nth(plan_method, calls, fault))
+    return Deduplicator(DedupConfig(cache_size=0, **settings), client=client)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("max_attempts", [1, 10])
+def test_a_lost_claim_response_is_the_deliverys_own_claim(
+    max_attempts: int, read_record: ReadRecord
+) -> None:
+    """The claim's create is applied but its response lost: the delivery recognises its own
+    lease (owner token) and runs the handler, instead of waiting on itself for a whole lease
+    (and, with `max_attempts=1`, having the next delivery bury the event unrun)."""
+    dedup = faulty_dedup("Commit", {1}, Fault.LOSE_RESPONSE, max_attempts=max_attempts)
+    handler = Counting()
+    outcome = dedup.run("e1", "s", handler)
+    assert (outcome.kind, outcome.attempt, handler.calls) == (OutcomeKind.RAN, 1, 1)
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
+def test_a_lost_mark_sent_response_is_the_deliverys_own_success(read_record: ReadRecord) -> None:
+    """ "Sent" is applied but its response lost: the retry's precondition fails against the
+    delivery's own write, which it recognises, instead of reporting `LeaseLost`."""
+    dedup = faulty_dedup("Commit", {2}, Fault.LOSE_RESPONSE)
+    handler = Counting()
+    assert dedup.run("e1", "s", handler).kind is OutcomeKind.RAN
+    assert handler.calls == 1
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ATOMIC)
+def test_a_lost_commit_response_is_the_attempts_own_commit(
+    mode: Mode, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """An atomic commit applied with its response lost is recognised by the marker's token:
+    the delivery reports ran, the effect is there once, and no error reaches the platform."""
+    dedup = faulty_dedup("Commit", {1}, Fault.LOSE_RESPONSE)
+    counter = firestore_client.collection("counters").document("c")
+    handler = Counting(lambda d: writer(d).set(counter, {"n": firestore.Increment(1)}, merge=True))
+    assert dedup.run("e1", "s", handler, mode=mode).kind is OutcomeKind.RAN
+    assert counter.get().to_dict() == {"n": 1}
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
+# --- 7. An operator's release -------------------------------------------------------------------
+
+
+def test_release_of_a_live_lease_lets_its_running_owner_record_the_outcome(
+    make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """An operator releases the lease of a handler still running at its last attempt; when the
+    handler returns, its outcome is recorded as sent (the effect happened), not lost, not
+    dead."""
+    ref = firestore_client.collection("triggerEvents").document("e1-s")
+    handler = Counting(lambda d: ref.update(operator_released()))
+    outcome = make_dedup(max_attempts=1).run("e1", "s", handler)
+    assert outcome.kind is OutcomeKind.RAN
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
+# --- 8. Atomic modes honour a live lease (a mode changed during a rolling deploy) --------------
+
+
+@pytest.mark.parametrize("mode", ATOMIC)
+def test_atomic_modes_wait_for_a_live_lease(
+    mode: Mode, make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A lease-mode delivery of the key holds a live lease (the function's mode is changing
+    during a deploy): an atomic-mode delivery raises `LeaseHeld` and runs nothing."""
+    write_foreign_lease(firestore_client, "e1-s", started=SERVER_TIMESTAMP)
+    with pytest.raises(LeaseHeld):
+        make_dedup().run("e1", "s", add_effect, mode=mode)
+    assert effects(firestore_client) == 0
+    assert read_record("e1-s").owner == "crashed-owner"  # type: ignore[union-attr]
+
+
+# --- 9. Every id maps to a key ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_an_id_with_a_lone_surrogate_maps_to_a_key(
+    mode: Mode, make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A JSON `\\ud800` escape in an event id gives a key and a record, not UnicodeEncodeError."""
+    event_id = "evt-\ud800-1"
+    assert make_dedup().run(event_id, "s", add_effect, mode=mode).kind is OutcomeKind.RAN
+    assert make_dedup().run(event_id, "s", add_effect, mode=mode).kind is OutcomeKind.DUPLICATE
+    record = read_record(dedup_key(event_id, "s"))
+    assert record is not None
+    assert record.event_id == "evt-\\ud800-1"
+    assert effects(firestore_client) == 1
+
+
+# --- 10. Transactions are bounded by the RPC timeout ---------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["BeginTransaction", "Commit"])
+def test_transaction_calls_are_bounded_by_the_rpc_timeout(method: str) -> None:
+    """A transaction whose begin or commit hangs gives up after about
+    `rpc_timeout_seconds` (here 2 s), not the client library's 60 s."""
+    dedup = faulty_dedup(method, set(range(1, 100)), Fault.HANG, rpc_timeout_seconds=2)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        dedup.run("e1", "s", Counting(), mode=Mode.TRANSACTION)
+    assert time.monotonic() - started < 45  # well under one library default of 60 s
+
+
+# --- Issue 19: a store error after the effect never runs the effect again ------------------------
+
+
+@pytest.mark.parametrize("fault", [Fault.ABORT, Fault.DEADLINE, Fault.LOSE_RESPONSE])
+def test_store_errors_on_mark_sent_are_retried_not_reported(
+    fault: Fault, read_record: ReadRecord
+) -> None:
+    """Under load Firestore answers "Transaction lock timeout" (ABORTED) or DEADLINE_EXCEEDED;
+    when that hits "sent" after the handler ran, the delivery keeps trying (the write is fenced,
+    so retrying is safe) and records it, instead of raising and leaving the lease to expire for
+    another copy to run the effect again."""
+    dedup = faulty_dedup("Commit", {2, 3, 4}, fault)
+    handler = Counting()
+    assert dedup.run("e1", "s", handler).kind is OutcomeKind.RAN
+    assert handler.calls == 1
+    record = read_record("e1-s")
+    assert record is not None
+    assert record.state is State.SENT
