@@ -9,10 +9,10 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from dedup_support import start_worker
 from google.cloud import firestore
 
 from dedup import Deduplicator, Delivery, LeaseHeld, Mode, OutcomeKind
+from tests.dedup.support import start_worker
 
 MakeDedup = Callable[..., Deduplicator]
 THREADS = 50

@@ -132,6 +132,7 @@ def test_self_trigger_is_ignored(
     assert not firestore_client.collection("triggerEvents").document("evt-2-anyDoc").get().exists
 
 
+@pytest.mark.needs_emulators  # the served function reaches Firestore from its own process
 def test_raw_cloud_event_through_functions_framework(tmp_path: Path) -> None:
     """A functions-framework app receiving the same CloudEvent twice runs the handler once;
     a Pub/Sub CloudEvent is keyed by its messageId."""
