@@ -71,7 +71,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/docs.py
+	  tools/deploy.py tools/docs.py docs/examples
 
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
 	$(VENV)/bin/ruff check --fix .

@@ -58,7 +58,7 @@ def _pubsub_event(message_id: str) -> CloudEvent[pubsub_fn.MessagePublishedData[
         publish_time=NOW.isoformat(),
         attributes={"b": "2", "a": "1"},
         data="aGk=",
-        ordering_key=None,
+        ordering_key="",  # what Pub/Sub sends for a message without one
     )
     return CloudEvent(
         specversion="1.0",
