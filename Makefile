@@ -26,22 +26,23 @@ FIRESTORE_TRIGGER = --trigger-event-filters=type=google.cloud.firestore.document
 GCLOUD_DEPLOY = gcloud functions deploy --gen2 --runtime=python312 --region=$(REGION) \
   --project=$(PROJECT) --source=. --retry --env-vars-file=$(ENV_YAML) --quiet
 
-.PHONY: help install demo test lint format check emulators bench deploy-firebase deploy-gcloud \
-        rules ttl topics guard-project clean
+.PHONY: help install demo test unit docs lint format check emulators bench deploy-firebase \
+        deploy-gcloud rules ttl topics guard-project clean
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-install: $(STAMP_PY) $(STAMP_NODE) ## Python 3.12 venv and the pinned Firebase CLI (incremental).
+install: $(STAMP_PY) $(STAMP_NODE) ## Python 3.12 venv (with `dedup` in venv/bin) and the pinned Firebase CLI.
 
 # The Firebase CLI needs the venv at exactly <functions source>/venv, built with the runtime's
 # Python (python312 in firebase.json).
-$(STAMP_PY): requirements.txt requirements-dev.txt tools/find-python.sh
+$(STAMP_PY): requirements.txt requirements-dev.txt pyproject.toml tools/find-python.sh
 	@python=$$(tools/find-python.sh) || exit 1; \
 	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
 	  echo "Recreating $(VENV): it was not built with Python 3.12."; rm -rf $(VENV); fi; \
 	[ -x $(PY) ] || "$$python" -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e '.[cli]'
 	@touch $@
 
 $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
@@ -52,13 +53,25 @@ $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
 demo: install ## The main job: the scripted story on the local emulators, checked row by row.
 	$(EMULATORS) exec --only firestore,pubsub -- $(PY) -m demo
 
-test: install ## All tests, against the real Firestore, Pub/Sub and Functions emulators.
-	$(EMULATORS) exec -- $(PY) -m pytest
+# T= a test file, folder or node id; K= a name expression (pytest -k): `make test T=tests/cli K=purge`
+T ?=
+K ?=
+test: install ## All tests on the emulators; one file or test: make test T=tests/dedup/test_lease.py K=expired
+	$(EMULATORS) exec -- $(PY) -m pytest $(T) $(if $(K),-k '$(K)')
+
+# The wheel test (marker `packaging`, about a minute) needs no emulator either; `make test` runs it.
+unit: $(STAMP_PY) ## The tests that need no emulator (no Java, no Node), in seconds.
+	env -u FIRESTORE_EMULATOR_HOST -u PUBSUB_EMULATOR_HOST -u FIREBASE_EMULATOR_HUB \
+	  $(PY) -m pytest -m 'not needs_emulators and not packaging' $(T) $(if $(K),-k '$(K)')
+
+docs: $(STAMP_PY) ## Regenerate the generated parts of README.md and docs/ (tests check they are current).
+	$(PY) -m tools.docs
 
 lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy.
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy dedup functions demo bench main.py tools/emulators.py tools/deploy.py
+	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
+	  tools/deploy.py tools/docs.py docs/examples
 
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
 	$(VENV)/bin/ruff check --fix .

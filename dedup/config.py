@@ -68,15 +68,19 @@ class DedupConfig:
 
     retention_days: int = DEFAULT_RETENTION_DAYS
     """How long records are kept: `expireAt` = now + this, for a Firestore TTL policy.
-    Keep it longer than the platform's retry window (Pub/Sub and Eventarc retry for up to
-    7 days), or a late redelivery finds no record and runs again. DEDUP_RETENTION_DAYS."""
+    Keep it longer than the platform's retry window (24 hours for 2nd gen functions, see
+    docs/platform.md), or a late redelivery finds no record and runs again.
+    DEDUP_RETENTION_DAYS."""
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    """Attempts (handler starts, including crashed ones) before the record becomes `dead`.
+    """Attempts before the record becomes `dead`: in lease mode every handler start, crashed
+    ones included; in the transaction and write-only modes every attempt that failed with an
+    exception (a crashed one leaves nothing behind, so it is not counted).
 
-    10 lets the platform's exponential backoff (10 s doubling to 600 s) ride out a
-    downstream outage of roughly half an hour, yet stops a poison event, even one that
-    crashes the process, instead of letting it retry for days. DEDUP_MAX_ATTEMPTS (>= 1)."""
+    10 lets the platform's exponential backoff (10 s doubling to 600 s, docs/platform.md)
+    ride out a downstream outage of about 40 minutes, yet stops a poison event (in lease
+    mode even one that crashes the process) instead of letting it retry for the whole retry
+    window. DEDUP_MAX_ATTEMPTS (>= 1)."""
 
     max_event_age_seconds: float | None = None
     """Events older than this (by the event's own time versus the instance clock) are

@@ -15,7 +15,9 @@ owner               string | null        Token (uuid4 hex) of the attempt that w
                                          last; with leaseStartedAt set, the lease's owner.
 leaseStartedAt      timestamp | null     Server timestamp of the lease start; null = no lease.
 leaseSeconds        int                  Lease length chosen by the owner.
-attempts            int                  Handler starts so far, including crashed ones.
+attempts            int                  Attempts so far: lease mode counts every handler
+                                         start (crashed ones too), the atomic modes every
+                                         attempt that failed or committed.
 firstAttemptAt      timestamp            Server timestamp of the first attempt.
 lastAttemptAt       timestamp            Server timestamp of the latest attempt.
 sentAt              timestamp | null     Server timestamp of the successful attempt.
@@ -64,13 +66,18 @@ class Mode(StrEnum):
 
     LEASE = "lease"
     """Any effect (HTTP, email...): a lease guards the run, a sent flag records the outcome.
-    An effect whose process dies mid-way is retried with the same `Delivery.key`."""
+    An effect whose process dies mid-way is retried with the same `Delivery.key`. Every
+    handler start counts as an attempt, crashed ones included."""
     TRANSACTION = "transaction"
     """The effect is Firestore reads and writes: they commit with the marker in one
-    transaction; no lease. The handler may be called again if the transaction retries."""
+    transaction; no lease. The handler may be called again if the transaction retries.
+    Attempts that fail with an exception are counted; one whose process dies is not (nothing
+    of it committed): bound such events with `max_event_age_seconds`."""
     WRITE_ONLY = "write_only"
     """The effect is Firestore writes needing no reads: they commit in one batch with the
-    marker's create, one round trip. The handler may be called again if the batch is rebuilt."""
+    marker's create, one round trip. The handler may be called again if the batch is rebuilt
+    (a redelivery builds it once blind before reading the record). Attempts are counted as in
+    transaction mode."""
 
 
 FINAL_STATES = frozenset({State.SENT, State.FAILED, State.DEAD})

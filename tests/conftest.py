@@ -1,8 +1,19 @@
-"""Session-wide test environment: the emulators started by `make test`, a clean database per test.
+"""Test session set-up: which tests need the emulators, and a clean slate for each of those.
 
-`make test` runs pytest inside one `firebase emulators:exec` run, which exports
-FIRESTORE_EMULATOR_HOST, PUBSUB_EMULATOR_HOST and FIREBASE_EMULATOR_HUB. Every test gets an
-empty Firestore database and an environment with no DEDUP_* overrides.
+Two kinds of test live side by side in every package:
+
+* **Emulator tests** use the `firestore_host` fixture, directly or through a fixture built on
+  it (`firestore_client`, `make_dedup`, `read_record`, `invoke`, `serve`, ...), or are marked
+  `needs_emulators` (or `e2e`) because they reach the emulators another way (a subprocess, the
+  demo). The collection hook below marks all of them `needs_emulators`; each starts with an
+  empty database, the Functions emulator's triggers off (unless `e2e`) and no DEDUP_*
+  variables. A run that selected any of them refuses to start unless the environment points at
+  the emulators `make test` starts (`tests/emulator_env.py` says what is missing).
+* **Unit tests** are every other test: `make unit` runs them (`pytest -m "not needs_emulators"`)
+  with no Java, no Node and no emulator, in seconds.
+
+`make test` runs both inside one `firebase emulators:exec` run, which exports
+FIRESTORE_EMULATOR_HOST, PUBSUB_EMULATOR_HOST, FIREBASE_EMULATOR_HUB and GCLOUD_PROJECT.
 """
 
 from __future__ import annotations
@@ -15,8 +26,9 @@ import requests
 from google.cloud import firestore
 
 from demo.receiver import Receiver, running_receiver
+from tests import emulator_env
 
-PROJECT = os.environ.get("GCLOUD_PROJECT", "demo-exactly-once")
+PROJECT = emulator_env.PROJECT
 RECEIVER_PORT = 8765
 """Where `.env.local` points the emulator's functions; the in-process ones are told the same."""
 RECEIVER_URL = f"http://127.0.0.1:{RECEIVER_PORT}"
@@ -26,30 +38,44 @@ FUNCTION_ENV = {
     ),
     "NOTIFY_URL": f"{RECEIVER_URL}/notify",
 }
-os.environ.update(FUNCTION_ENV)  # before any test imports main.py
+"""The functions' variables, as `.env.local` gives them to the Functions emulator's functions."""
+
+NEEDS_EMULATORS = "needs_emulators"
 
 
-def _emulator_host(variable: str) -> str:
-    host = os.environ.get(variable)
-    if not host:
-        pytest.exit(
-            f"{variable} is not set: run the tests with `make test`, which starts the emulators "
-            "(or start them yourself with `make emulators` and export the variable).",
-            returncode=2,
-        )
-    return host
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the functions served in this process the variables `.env.local` gives the emulator's.
+
+    Set here, before collection, because some test modules import main.py (whose functions
+    check their variables when an instance starts).
+    """
+    os.environ.update(FUNCTION_ENV)
 
 
-@pytest.fixture(scope="session")
-def firestore_host() -> str:
-    """host:port of the Firestore emulator."""
-    return _emulator_host("FIRESTORE_EMULATOR_HOST")
+def needs_emulators(item: pytest.Item) -> bool:
+    """True for a test that talks to the emulators (see the module docstring)."""
+    return (
+        "firestore_host" in getattr(item, "fixturenames", ())
+        or item.get_closest_marker(NEEDS_EMULATORS) is not None
+        or item.get_closest_marker("e2e") is not None
+    )
 
 
-@pytest.fixture(scope="session")
-def firestore_client(firestore_host: str) -> firestore.Client:
-    """One Firestore client for the session, talking to the emulator (never a real project)."""
-    return firestore.Client(project=PROJECT)
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marker added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the emulator tests; put the end-to-end ones first (see `emulator_triggers`)."""
+    for item in items:
+        if needs_emulators(item):
+            item.add_marker(NEEDS_EMULATORS)
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a run that selected emulator tests in an environment that does not fit them."""
+    if any(item.get_closest_marker(NEEDS_EMULATORS) for item in session.items):
+        found = emulator_env.problems(os.environ)
+        if found:
+            pytest.exit(emulator_env.refusal(found), returncode=2)
 
 
 @pytest.fixture(autouse=True)
@@ -61,31 +87,51 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def clean_firestore(firestore_host: str) -> Iterator[None]:
-    """Each test starts with an empty database (the emulator's documented reset endpoint)."""
+def emulator_isolation(request: pytest.FixtureRequest) -> None:
+    """An emulator test starts with an empty database and the emulator's triggers as it needs
+    them; a unit test gets nothing (and needs nothing running)."""
+    if request.node.get_closest_marker(NEEDS_EMULATORS) is not None:
+        request.getfixturevalue("clean_firestore")
+        request.getfixturevalue("emulator_triggers")
+
+
+@pytest.fixture(scope="session")
+def firestore_host() -> str:
+    """host:port of the Firestore emulator (the session refused to start without it)."""
+    return os.environ["FIRESTORE_EMULATOR_HOST"]
+
+
+@pytest.fixture(scope="session")
+def firestore_client(firestore_host: str) -> firestore.Client:
+    """One Firestore client for the session, talking to the emulator (never a real project)."""
+    return firestore.Client(project=PROJECT)
+
+
+@pytest.fixture
+def clean_firestore(firestore_host: str) -> None:
+    """An empty database (the emulator's documented reset endpoint), for each emulator test.
+
+    This wipes the emulator's data: run tests against emulators of their own (`make test`
+    starts them), not ones holding data you entered by hand.
+    """
     url = f"http://{firestore_host}/emulator/v1/projects/{PROJECT}/databases/(default)/documents"
     requests.delete(url, timeout=10).raise_for_status()
-    return
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """End-to-end tests run first, while the Functions emulator's triggers are still on."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
 _triggers_on = True
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def emulator_triggers(request: pytest.FixtureRequest) -> None:
     """The Functions emulator's background triggers: on for `e2e` tests, off for the others.
 
     Most tests play the platform themselves, delivering the events they build, so the
     emulator's own deliveries of the same writes would be extra effects. The end-to-end tests
-    run first, with the triggers as the emulator starts them; every other test switches them
-    off again (5 ms), because the emulator re-registers them whenever it reloads the source
-    after an edit. They are never switched back on: re-enabling registers each trigger twice,
-    and the emulator then delivers every write twice, under two event ids.
+    run first, with the triggers as the emulator starts them; every other emulator test
+    switches them off again (5 ms), because the emulator re-registers them whenever it reloads
+    the source after an edit. They are never switched back on: re-enabling registers each
+    trigger twice, and the emulator then delivers every write twice, under two event ids. That
+    is a limitation of the Functions emulator (firebase-tools), hence the order.
     """
     global _triggers_on
     if request.node.get_closest_marker("e2e") is not None:

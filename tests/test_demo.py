@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from demo.story import play
+
+pytestmark = pytest.mark.needs_emulators  # the story runs its own clients on the emulators
 
 
 def test_demo_story_has_exactly_once_effects(tmp_path: Path) -> None:

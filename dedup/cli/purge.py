@@ -42,7 +42,8 @@ def purge(target: Target, older_than: timedelta, dry_run: bool) -> None:
 
     For projects without a TTL policy on expireAt. Deletes in batches of 500, sparing
     records whose lease is still live. Keep --older-than above the platform's retry window
-    (7d for Pub/Sub and Eventarc): a redelivery that finds no record runs the handler again.
+    (24 hours for 2nd gen functions, docs/platform.md): a redelivery that finds no record runs
+    the handler again.
     """
     now = target.database_now()
     cutoff = now - older_than

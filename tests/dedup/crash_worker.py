@@ -1,6 +1,7 @@
 """A separate process that delivers one event through a Deduplicator (used by the tests).
 
-    python crash_worker.py EVENT_ID SUFFIX --lease 3 [--hang] [--start-at EPOCH] [--mode lease]
+    python -m tests.dedup.crash_worker EVENT_ID SUFFIX --lease 3 [--hang] [--start-at EPOCH]
+        [--mode lease]
 
 The handler's effect is one new document in `effects` (so the test can count effects). With
 --hang the handler records its effect, prints STARTED and sleeps: the test SIGKILLs it while
@@ -13,9 +14,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 from google.cloud import firestore
 

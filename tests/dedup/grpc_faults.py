@@ -45,7 +45,7 @@ Plan = Callable[[str, int], Fault]
 """`plan(method, n)`: the fault for the `n`-th call (1-based) of `method`."""
 
 
-class _InjectedError(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[misc]
+class _InjectedError(grpc.RpcError, grpc.Call, grpc.Future):
     """A failed call as the channel returns it: a finished future whose result raises."""
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
@@ -99,7 +99,7 @@ class _InjectedError(grpc.RpcError, grpc.Call, grpc.Future):  # type: ignore[mis
         fn(self)
 
 
-class FaultInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class FaultInterceptor(grpc.UnaryUnaryClientInterceptor):
     """Applies a `Plan` to every unary call and counts calls per method."""
 
     def __init__(self, plan: Plan) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from dedup_support import write_foreign_lease
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, LeaseHeld, OutcomeKind
 from dedup.transitions import SERVER_TIMESTAMP
+from tests.dedup.support import write_foreign_lease
 
 SKEWS = [timedelta(minutes=-5), timedelta(0), timedelta(minutes=5)]
 

@@ -9,14 +9,19 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from dedup_support import start_worker
 from google.cloud import firestore
 
 from dedup import Deduplicator, Delivery, LeaseHeld, Mode, OutcomeKind
+from tests.dedup.support import start_worker
 
 MakeDedup = Callable[..., Deduplicator]
 THREADS = 50
 PROCESSES = 4
+
+
+def _create(effects: firestore.CollectionReference, key: str) -> None:
+    """The handlers' effect: one new document in `effects`."""
+    effects.document().create({"k": key})
 
 
 def _deliver_concurrently(count: int, deliver: Callable[[], OutcomeKind]) -> Counter[str]:
@@ -74,7 +79,7 @@ def test_fifty_separate_instances_lease_mode_run_the_handler_once(
     def deliver() -> OutcomeKind:
         with lock:
             dedup = next(handed)
-        return dedup.run("e1", "s", lambda d: effects.document().create({"k": d.key})).kind
+        return dedup.run("e1", "s", lambda d: _create(effects, d.key)).kind
 
     tally = _deliver_concurrently(THREADS, deliver)
     assert tally["ran"] == 1

@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-from dedup_support import start_worker
 from google.cloud import firestore
 
 from dedup import Deduplicator, Delivery, LeaseHeld, OutcomeKind, Record, State
+from tests.dedup.support import start_worker
 
 LEASE_SECONDS = 3
 

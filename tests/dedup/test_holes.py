@@ -9,12 +9,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from dedup_support import write_foreign_lease
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
-from grpc_faults import Fault, faulty_client, nth
 
 from dedup import (
+    ConfigError,
     DedupConfig,
     Deduplicator,
     Delivery,
@@ -26,9 +25,13 @@ from dedup import (
     Record,
     State,
     StoreUnavailable,
+    SuffixRegistry,
     dedup_key,
+    trigger_once,
 )
 from dedup.transitions import SERVER_TIMESTAMP, operator_released
+from tests.dedup.grpc_faults import Fault, faulty_client, nth
+from tests.dedup.support import write_foreign_lease
 
 MakeDedup = Callable[..., Deduplicator]
 ReadRecord = Callable[[str], Record | None]
@@ -39,7 +42,7 @@ EFFECTS = "effects"
 class Counting:
     """A handler that counts its calls and runs `body(delivery)`."""
 
-    def __init__(self, body: Callable[[Delivery], None] = lambda d: None) -> None:
+    def __init__(self, body: Callable[[Delivery], object] = lambda d: None) -> None:
         self.calls = 0
         self.body = body
 
@@ -142,6 +145,20 @@ def test_invalid_argument_from_a_lease_mode_handler_is_terminal(
     handler = Counting(lambda d: target.set({"blob": "x" * 1_100_000}))
     assert make_dedup().run("e1", "s", handler).kind is OutcomeKind.FAILED
     assert read_record("e1-s").state is State.FAILED  # type: ignore[union-attr]
+
+
+# --- Handlers the package cannot run ----------------------------------------------------------
+
+
+def test_an_async_handler_is_refused_at_decoration() -> None:
+    """An `async def` handler would be marked sent without ever running (its coroutine is
+    never awaited): `trigger_once` refuses it when the function is decorated."""
+
+    async def handler(event: object, delivery: Delivery) -> None:  # pragma: no cover
+        raise AssertionError("never called")
+
+    with pytest.raises(ConfigError, match="async"):
+        trigger_once("async_handler", registry=SuffixRegistry())(handler)  # type: ignore[arg-type]
 
 
 # --- 2. Keys cannot collide -------------------------------------------------------------------
@@ -292,7 +309,7 @@ def test_an_id_with_a_lone_surrogate_maps_to_a_key(
 
 
 @pytest.mark.parametrize("method", ["BeginTransaction", "Commit"])
-def test_transaction_calls_are_bounded_by_the_rpc_timeout(method: str) -> None:
+def test_transaction_calls_are_bounded_by_the_rpc_timeout(method: str, firestore_host: str) -> None:
     """A transaction whose begin or commit hangs gives up after about
     `rpc_timeout_seconds` (here 2 s), not the client library's 60 s."""
     dedup = faulty_dedup(method, set(range(1, 100)), Fault.HANG, rpc_timeout_seconds=2)

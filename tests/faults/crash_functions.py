@@ -1,6 +1,6 @@
 """The functions of main.py with crash points: served by the fault tests, never deployed.
 
-    functions-framework --source tests/faults/crash_functions.py --target forward_webhook ...
+    PYTHONPATH=. functions-framework --source tests/faults/crash_functions.py --target ...
 
 With `CRASH_AT=<point>` in the environment, the first delivery that reaches `<point>` appends
 the point's name to the file `CRASH_FILE` and stops there (sleeps), so the test can SIGKILL the
@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 
 import functions.forward_webhook
 import functions.notifier

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -57,8 +56,10 @@ def serving(specs: Mapping[str, Spec], log_dir: Path) -> Iterator[dict[str, Serv
     with ExitStack() as stack:
 
         def start(label: str, spec: Spec) -> ServedFunction:
+            # A source outside the root (crash_functions.py) imports main.py from the root.
+            env = {**spec.env, "PYTHONPATH": str(ROOT)} if spec.source else spec.env
             manager = served_function(
-                spec.name, spec.env, log=log_dir / f"{label}.log", source=spec.source
+                spec.name, env, log=log_dir / f"{label}.log", source=spec.source
             )
             served = manager.__enter__()
             with lock:
@@ -206,11 +207,8 @@ def record(db: firestore.Client, key: str) -> dict[str, object] | None:
 
 def find_java() -> str:
     """A Java >= 21, found the way `make test` finds it."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import emulators  # type: ignore[import-not-found]
-    finally:
-        sys.path.pop(0)
+    from tools import emulators
+
     return str(emulators.find_java())
 
 

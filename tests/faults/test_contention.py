@@ -9,6 +9,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from demo.events import HttpEvent, pubsub_event
 from demo.receiver import Receiver
 from demo.serve import ServedFunction
@@ -21,6 +23,8 @@ from tests.faults.support import (
     serving,
     unique,
 )
+
+pytestmark = pytest.mark.needs_emulators  # served functions reach the emulators
 
 EVENTS = 10
 DELIVERIES = 200

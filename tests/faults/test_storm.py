@@ -25,6 +25,8 @@ INSTANCES = 10
 REDELIVERY_DELAY_SECONDS = 0.1
 GIVE_UP_SECONDS = 240.0
 
+pytestmark = pytest.mark.needs_emulators  # starts a Firestore emulator of its own (Java)
+
 
 def storm(clients: list[firestore.Client], mode: Mode) -> tuple[Counter[str], Counter[str], int]:
     """20 events x 50 copies over 10 instances; each copy is redelivered 0.1 s after it raised,

@@ -52,8 +52,8 @@ def unique() -> str:
 
 
 @pytest.fixture
-def serve() -> Callable[[str], InProcessFunction]:
-    """serve(name) -> that function of main.py, served in this process."""
+def serve(firestore_host: str) -> Callable[[str], InProcessFunction]:
+    """serve(name) -> that function of main.py, served in this process (on the emulators)."""
 
     def make(name: str) -> InProcessFunction:
         app = functions_framework.create_app(target=name, source=MAIN, signature_type="cloudevent")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,6 +22,11 @@ def write_post(db: firestore.Client, post_id: str, change: Write) -> HttpEvent:
     before = ref.get()
     change(ref)
     return firestore_event(ref.path, before, ref.get(), project=PROJECT)
+
+
+def set_fields(ref: firestore.DocumentReference, *, fields: dict[str, Any]) -> None:
+    """A `Write` that sets the document to `fields`."""
+    ref.set(fields)
 
 
 def count(db: firestore.Client, user: str) -> int:
@@ -71,11 +77,12 @@ def test_malformed_posts_count_as_unpublished(
     firestore_client: firestore.Client, counter: InProcessFunction, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A post without authorId, or with a non-bool published, never counts, and says so."""
-    for post_id, fields in [
+    malformed: list[tuple[str, dict[str, Any]]] = [
         ("no-author", {"published": True}),
         ("string-flag", {"authorId": "ann", "published": "yes"}),
-    ]:
-        event = write_post(firestore_client, post_id, lambda r, f=fields: r.set(f))
+    ]
+    for post_id, fields in malformed:
+        event = write_post(firestore_client, post_id, partial(set_fields, fields=fields))
         assert counter.deliver(event) == 200
     assert count(firestore_client, "ann") == 0
     assert "malformed" in caplog.text

@@ -1,4 +1,7 @@
-"""Support code shared by the dedup tests (kept out of conftest so tests can import it)."""
+"""Support code shared by the dedup tests: `from tests.dedup.support import ...`.
+
+(Fixtures live in `conftest.py`; plain functions that tests call live here.)
+"""
 
 from __future__ import annotations
 
@@ -13,14 +16,17 @@ from google.cloud import firestore
 from dedup import Mode, State
 from dedup.transitions import new_record
 
-WORKER = Path(__file__).with_name("crash_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+WORKER_MODULE = "tests.dedup.crash_worker"
 
 
 def start_worker(*args: str) -> subprocess.Popen[str]:
-    """Start crash_worker.py in its own process with the emulator environment."""
+    """Start `python -m tests.dedup.crash_worker ARGS` from the repository root, with this
+    process's (emulator) environment."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
+        [sys.executable, "-m", WORKER_MODULE, *args],
+        cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

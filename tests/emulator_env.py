@@ -1,0 +1,82 @@
+"""Is this process set up to test against the emulators `make test` starts? One answer, one place.
+
+A test run against the emulators is only meaningful when every party talks to the same
+emulators about the same project: the test's own clients, the functions it serves in-process
+(which read `GCLOUD_PROJECT`) and the Functions emulator's functions (which use the ports of
+`firebase.json`). With only `FIRESTORE_EMULATOR_HOST` exported, a served function writes to
+another project than the one the test reads, and the test can pass for the wrong reason.
+`problems()` lists every variable that is missing or disagrees; `tests/conftest.py` refuses to
+start a run that selected an emulator test while there is any.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "demo-exactly-once"
+"""The emulators' project id (`tools/emulators.py`, `.firebaserc`): a `demo-` id never reaches
+a real project."""
+
+HOST_VARIABLES = {
+    "FIRESTORE_EMULATOR_HOST": "firestore",
+    "PUBSUB_EMULATOR_HOST": "pubsub",
+    "FIREBASE_EMULATOR_HUB": "hub",
+}
+"""Variable -> the emulator of `firebase.json` it must point at."""
+
+HOW_TO_RUN = (
+    "Run the tests through the Makefile, which starts the emulators and sets all of these:\n"
+    "  make test                                      # every test\n"
+    "  make test T=tests/dedup/test_lease.py          # one file\n"
+    "  make test T=tests/dedup/test_lease.py K=expired  # tests whose name matches\n"
+    "  make unit                                      # only the tests that need no emulator"
+)
+
+
+def configured_hosts(firebase_json: Path = ROOT / "firebase.json") -> dict[str, str]:
+    """Variable -> `host:port` that `firebase.json` gives its emulator."""
+    emulators = json.loads(firebase_json.read_text())["emulators"]
+    return {
+        variable: f"{emulators[name]['host']}:{emulators[name]['port']}"
+        for variable, name in HOST_VARIABLES.items()
+    }
+
+
+def problems(environ: Mapping[str, str], hosts: Mapping[str, str] | None = None) -> list[str]:
+    """Every way `environ` differs from the environment `make test` gives pytest (empty: none).
+
+    Each entry names the variable, what it is, and what it must be.
+    """
+    expected = configured_hosts() if hosts is None else hosts
+    found: list[str] = []
+    for variable, host in expected.items():
+        value = environ.get(variable, "")
+        if not value:
+            found.append(f"{variable} is not set (the emulators listen on {host})")
+        elif value.removeprefix("http://") != host:
+            found.append(
+                f"{variable} is {value!r}, but firebase.json puts that emulator at {host}, "
+                "where the Functions emulator's functions look for it"
+            )
+    if environ.get("GCLOUD_PROJECT") != PROJECT:
+        found.append(
+            f"GCLOUD_PROJECT is {environ.get('GCLOUD_PROJECT', 'not set')!r}: it must be "
+            f"{PROJECT!r}, the emulators' project, or functions served by the tests write to "
+            "another project than the one the tests read"
+        )
+    other = environ.get("GOOGLE_CLOUD_PROJECT")
+    if other and other != PROJECT:
+        found.append(f"GOOGLE_CLOUD_PROJECT is {other!r}: unset it, or set it to {PROJECT!r}")
+    return found
+
+
+def refusal(found: list[str]) -> str:
+    """The message a refused test run prints: what is wrong, then how to run the tests."""
+    lines = "\n".join(f"  - {problem}" for problem in found)
+    return (
+        "These tests need the Firestore, Pub/Sub and Functions emulators, and this environment "
+        f"does not point at them consistently:\n{lines}\n{HOW_TO_RUN}"
+    )

@@ -1,0 +1,2 @@
+"""Developer tools run from the Makefile (`tools/emulators.py`, `tools/deploy.py`,
+`tools/docs.py`); a package so that tests import them as `tools.emulators`."""
