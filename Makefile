@@ -67,9 +67,10 @@ unit: $(STAMP_PY) ## The tests that need no emulator (no Java, no Node), in seco
 docs: $(STAMP_PY) ## Regenerate the generated parts of README.md and docs/ (tests check they are current).
 	$(PY) -m tools.docs
 
-lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy.
+lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedup library).
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
 	  tools/deploy.py tools/docs.py docs/examples
 

@@ -29,18 +29,19 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup.claims import Claim, decide, written_by
-from dedup.delivery import Handler, Outcome, OutcomeKind, Step
+from dedup.delivery import Handler, HandlerResult, Outcome, OutcomeKind, Step
 from dedup.record import Mode, Record, State, error_text
 from dedup.runs import Run, bury, is_terminal, precondition
 from dedup.store import CommitFailure, Snapshot, backoff, commit_failure
-from dedup.transitions import attempt_finished, new_record
+from dedup.transitions import attempt_finished, new_record, storable_result
 
 TRANSACTION_ROUNDS = 12
 """Commits tried (each transaction retried by the client up to `TRANSACTION_ATTEMPTS`) before
@@ -87,7 +88,7 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
         token = uuid.uuid4().hex
         run.step(Step.AFTER_CLAIM)
         try:
-            _commit(run, handler, record, guard, token)
+            result = _commit(run, handler, record, guard, token)
         except _HandlerFailed as failed:
             return _record_failed_attempt(run, failed.error, token)
         except Exception as exc:
@@ -103,21 +104,22 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
                 raise store.unavailable(action, run.key, cause) from cause
             snapshot = store.read(run.key)
             if written_by(snapshot.record, token):
-                return _committed(run)  # the commit landed; its response was lost
+                # The commit landed; its response was lost. The handler's result is stored.
+                return _committed(run, snapshot.record.result if snapshot.record else None)
             if kind is CommitFailure.REJECTED and not _marker_moved(guard, snapshot):
                 return _record_failed_attempt(run, cause, token)  # the handler's writes
             if kind is not CommitFailure.REJECTED:
                 time.sleep(backoff(round_))
             continue  # contention or an outage, or another delivery wrote the marker: again
-        return _committed(run)
+        return _committed(run, result)
     raise store.unavailable(
         f"commit ({TRANSACTION_ROUNDS} rounds) the writes and the marker of", run.key, last
     ) from last
 
 
-def _committed(run: Run) -> Outcome:
+def _committed(run: Run, result: HandlerResult) -> Outcome:
     run.step(Step.AFTER_MARK)
-    return run.ran()
+    return run.ran(result)
 
 
 def _marker_moved(guard: datetime | None, snapshot: Snapshot) -> bool:
@@ -129,27 +131,30 @@ def _marker_moved(guard: datetime | None, snapshot: Snapshot) -> bool:
 
 def _commit(
     run: Run, handler: Handler, record: Record | None, guard: datetime | None, token: str
-) -> None:
-    """Run the handler into a batch or transaction with the marker and commit it. Raises
-    `_HandlerFailed` for the handler's error, the Google API error of a failed commit."""
+) -> HandlerResult:
+    """Run the handler into a batch or transaction with the marker and commit it; returns
+    what the handler returned. Raises `_HandlerFailed` for the handler's error, the Google
+    API error of a failed commit."""
     store = run.store
     client = store.client
     ref = store.ref(run.key)
     option = None if guard is None else client.write_option(last_update_time=guard)
     if run.mode is Mode.WRITE_ONLY:
         batch = client.batch()
-        _call_handler(handler, run, batch=batch)
-        _write_marker(run, batch, ref, record, option, token)
+        result = _call_handler(handler, run, batch=batch)
+        _write_marker(run, batch, ref, record, option, token, result)
         run.step(Step.AFTER_EFFECT)
         batch.commit(retry=None, timeout=run.config.rpc_timeout_seconds)
-        return
+        return result
 
-    def body(transaction: firestore.Transaction) -> None:
-        _call_handler(handler, run, transaction=transaction)
-        _write_marker(run, transaction, ref, record, option, token)
+    def body(transaction: firestore.Transaction) -> HandlerResult:
+        result = _call_handler(handler, run, transaction=transaction)
+        _write_marker(run, transaction, ref, record, option, token, result)
         run.step(Step.AFTER_EFFECT)
+        return result
 
-    firestore.transactional(body)(store.transaction(max_attempts=TRANSACTION_ATTEMPTS))
+    transaction = store.transaction(max_attempts=TRANSACTION_ATTEMPTS)
+    return cast(HandlerResult, firestore.transactional(body)(transaction))
 
 
 def _call_handler(
@@ -158,15 +163,17 @@ def _call_handler(
     *,
     transaction: firestore.Transaction | None = None,
     batch: firestore.WriteBatch | None = None,
-) -> None:
-    """Call the handler; its exceptions are marked apart from Firestore's, except contention
-    on its own transactional reads (Aborted), which is retried and never counted."""
+) -> HandlerResult:
+    """Call the handler and return its result; its exceptions are marked apart from
+    Firestore's, except contention on its own transactional reads (Aborted), which is retried
+    and never counted."""
     try:
-        handler(run.delivery(transaction=transaction, batch=batch))
+        result = handler(run.delivery(transaction=transaction, batch=batch))
     except api_exceptions.Aborted:
         raise
     except Exception as exc:
         raise _HandlerFailed(exc) from exc
+    return result if isinstance(result, Mapping) else None
 
 
 def _write_marker(
@@ -176,8 +183,10 @@ def _write_marker(
     record: Record | None,
     option: Any,
     token: str,
+    result: HandlerResult,
 ) -> None:
-    """Add the sent marker to a transaction or batch: a create, or an update of `record`."""
+    """Add the sent marker (with the handler's result) to a transaction or batch: a create,
+    or an update of `record`."""
     if record is None:
         fields = new_record(
             event_id=run.event_id,
@@ -191,11 +200,16 @@ def _write_marker(
             expire_at=run.expire_at(),
             attempts=run.attempt,
             subject=run.subject,
+            result=storable_result(result),
         )
         writer.create(ref, fields)
         return
     fields = attempt_finished(
-        State.SENT, owner=token, attempts=run.attempt, expire_at=run.expire_at()
+        State.SENT,
+        owner=token,
+        attempts=run.attempt,
+        expire_at=run.expire_at(),
+        result=storable_result(result),
     )
     writer.update(ref, fields, option=option)
 

@@ -7,9 +7,10 @@ points a delivery passes, for test hooks (crash injection) and tracing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from google.cloud import firestore
 
@@ -55,6 +56,9 @@ class Outcome:
     """The attempt number this delivery ran or found (0 when it never touched a record)."""
     ms: int
     """Wall time of the delivery, milliseconds."""
+    result: Mapping[str, Any] | None = None
+    """What the handler returned: its return value when it ran now, the stored one for a
+    duplicate read from the record (None for `duplicate_cached`: the cache keeps no results)."""
 
 
 class Step(StrEnum):
@@ -115,8 +119,12 @@ class WriteOnlyDelivery(Delivery):
     """The batch the handler adds writes to; it commits with the marker's create."""
 
 
-Handler = Callable[[Delivery], None]
-"""The explicit form's handler: called with the delivery, returns nothing."""
+HandlerResult = Mapping[str, Any] | None
+"""What a handler may return: None, or a map of Firestore values stored with "sent" (see
+`dedup.transitions.MAX_RESULT_BYTES`) and handed to later duplicates as `Outcome.result`."""
+
+Handler = Callable[[Delivery], HandlerResult]
+"""The explicit form's handler: called with the delivery; returns None or a result map."""
 
 StepHook = Callable[[Step, str], None]
 """`hook(step, key)`: called at each `Step` of a delivery (tests, tracing)."""

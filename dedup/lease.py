@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 
 from dedup.claims import Claim, decide, written_by
@@ -31,7 +32,14 @@ from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
 from dedup.record import Mode, State, error_text
 from dedup.runs import Run, bury, is_terminal, precondition
 from dedup.store import backoff
-from dedup.transitions import Fields, finished, lease_taken, new_record, released
+from dedup.transitions import (
+    Fields,
+    finished,
+    lease_taken,
+    new_record,
+    released,
+    storable_result,
+)
 
 CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
@@ -120,7 +128,7 @@ def _run_owned(run: Run, handler: Handler, owner: str, token: datetime, sent_at:
     try:
         run.step(Step.AFTER_CLAIM)
         try:
-            handler(run.delivery())
+            result = handler(run.delivery())
         except Exception as exc:
             error = error_text(exc)
             if is_terminal(exc):
@@ -136,10 +144,11 @@ def _run_owned(run: Run, handler: Handler, owner: str, token: datetime, sent_at:
             run.finish(OutcomeKind.RELEASED, error=error)
             raise
         run.step(Step.AFTER_EFFECT)
-        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at())
+        stored = storable_result(result)
+        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
         _record(run, owner, token, fields, State.SENT, "mark sent", lease_ends)
         run.step(Step.AFTER_MARK)
-        return run.ran()
+        return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
 

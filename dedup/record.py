@@ -28,6 +28,9 @@ payloadHash         string | null        sha256 hex of the event payload's canon
 mode                string               "lease" | "transaction" | "write_only".
 subject             string | null        What the event is about: the document path of a
                                          Firestore event (`posts/p1`), else null.
+result              map | null           What the handler returned (a map), stored with
+                                         "sent" for duplicates to replay; null if it
+                                         returned None or the map was over 512 KiB.
 ==================  ===================  ===================================================
 
 Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
@@ -102,6 +105,7 @@ class Field:
     PAYLOAD_HASH = "payloadHash"
     MODE = "mode"
     SUBJECT = "subject"
+    RESULT = "result"
 
 
 class SnapshotLike(Protocol):
@@ -139,6 +143,8 @@ class Record:
     mode: Mode
     subject: str | None = None
     """The document path the event was about, when known (Firestore events)."""
+    result: dict[str, Any] | None = None
+    """What the handler returned when it ran, stored with "sent" (None if nothing)."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -167,6 +173,7 @@ class Record:
             payload_hash=data.get(Field.PAYLOAD_HASH),
             mode=Mode(data.get(Field.MODE, Mode.LEASE)),
             subject=data.get(Field.SUBJECT),
+            result=data.get(Field.RESULT),
         )
 
     @property

@@ -22,6 +22,7 @@ from dedup.claims import belongs_to, record_sent
 from dedup.config import DedupConfig
 from dedup.delivery import (
     Delivery,
+    HandlerResult,
     Outcome,
     OutcomeKind,
     Step,
@@ -131,16 +132,17 @@ class Run:
         self.mismatch = True
 
     def skip(self, record: Record) -> Outcome:
-        """A final record: report the duplicate (and cache the key when it is sent)."""
+        """A final record: report the duplicate, with the stored result (and cache the key
+        when it is sent)."""
         self.attempt = record.attempts
         if record_sent(record):
             self.sent_keys.add(self.key, record.payload_hash)
-        return self.finish(OutcomeKind.DUPLICATE)
+        return self.finish(OutcomeKind.DUPLICATE, result=record.result)
 
-    def ran(self) -> Outcome:
+    def ran(self, result: HandlerResult = None) -> Outcome:
         """The handler ran and its outcome is recorded as sent."""
         self.sent_keys.add(self.key, self.payload_hash)
-        return self.finish(OutcomeKind.RAN)
+        return self.finish(OutcomeKind.RAN, result=result)
 
     def raise_lease_held(self, record: Record, read_time: datetime) -> NoReturn:
         """Someone else's lease is live: remember it briefly, log, raise `LeaseHeld`."""
@@ -153,7 +155,9 @@ class Run:
             f"{expires.isoformat() if expires else 'unknown'}; the platform will retry"
         )
 
-    def finish(self, kind: OutcomeKind, *, error: str | None = None) -> Outcome:
+    def finish(
+        self, kind: OutcomeKind, *, error: str | None = None, result: HandlerResult = None
+    ) -> Outcome:
         """Log the delivery's single line and build its `Outcome`."""
         ms = int((time.monotonic() - self.started) * 1000)
         level = _SEVERITY[kind]
@@ -175,7 +179,7 @@ class Run:
             error=error,
             path=self.path,
         )
-        return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms)
+        return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms, result=result)
 
 
 def bury(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:

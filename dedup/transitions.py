@@ -12,6 +12,9 @@ was lost, and a running owner whose lease an operator released can still record 
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +26,38 @@ SERVER_TIMESTAMP = firestore.SERVER_TIMESTAMP
 """Sentinel: the database's commit time, written by the server."""
 
 Fields = dict[str, Any]
+
+MAX_RESULT_BYTES = 512 * 1024
+"""A handler result larger than this (as JSON) is not stored: a record is one document, at
+most 1 MiB, and "sent" must always fit. The run still reports it; duplicates get None."""
+
+logger = logging.getLogger("dedup")
+
+
+def storable_result(result: object) -> dict[str, Any] | None:
+    """What of a handler's return value is stored in the record: a mapping as a dict; None
+    when it returned None, something that is not a mapping, or a mapping too large to store
+    (both logged). Never raises: the effect already happened, "sent" must be written."""
+    if result is None:
+        return None
+    if not isinstance(result, Mapping):
+        logger.warning(
+            "handler returned a %s, not a mapping: nothing stored with the record",
+            type(result).__name__,
+        )
+        return None
+    try:
+        size = len(json.dumps(result, default=str).encode("utf-8"))
+    except (TypeError, ValueError):
+        size = MAX_RESULT_BYTES + 1
+    if size > MAX_RESULT_BYTES:
+        logger.warning(
+            "handler result of %d bytes not stored (limit %d): duplicates get no result",
+            size,
+            MAX_RESULT_BYTES,
+        )
+        return None
+    return dict(result)
 
 
 def new_record(
@@ -39,6 +74,7 @@ def new_record(
     attempts: int = 1,
     last_error: str | None = None,
     subject: str | None = None,
+    result: dict[str, Any] | None = None,
 ) -> Fields:
     """Every field of a record written for the first time (an attempt starting now).
 
@@ -62,6 +98,7 @@ def new_record(
         Field.PAYLOAD_HASH: payload_hash,
         Field.MODE: mode.value,
         Field.SUBJECT: subject,
+        Field.RESULT: result,
     }
 
 
@@ -79,9 +116,15 @@ def lease_taken(*, owner: str, lease_seconds: int, attempts: int, expire_at: dat
 
 
 def finished(
-    state: State, *, owner: str | None, expire_at: datetime, error: str | None = None
+    state: State,
+    *,
+    owner: str | None,
+    expire_at: datetime,
+    error: str | None = None,
+    result: dict[str, Any] | None = None,
 ) -> Fields:
-    """The record ends in a final state (sent, failed or dead); the lease is dropped."""
+    """The record ends in a final state (sent, failed or dead); the lease is dropped. A sent
+    record keeps the handler's `result` (see `storable_result`)."""
     sent = state is State.SENT
     fields: Fields = {
         Field.STATE: state.value,
@@ -93,15 +136,22 @@ def finished(
     }
     if sent:
         fields[Field.SENT_AT] = SERVER_TIMESTAMP
+        fields[Field.RESULT] = result
     return fields
 
 
 def attempt_finished(
-    state: State, *, owner: str, attempts: int, expire_at: datetime, error: str | None = None
+    state: State,
+    *,
+    owner: str,
+    attempts: int,
+    expire_at: datetime,
+    error: str | None = None,
+    result: dict[str, Any] | None = None,
 ) -> Fields:
     """An attempt that ran outside any lease (atomic modes) ends: sent with its writes, or
     failed / dead / still in progress after its writes were discarded. Counts the attempt."""
-    fields = finished(state, owner=owner, expire_at=expire_at, error=error)
+    fields = finished(state, owner=owner, expire_at=expire_at, error=error, result=result)
     fields[Field.ATTEMPTS] = attempts
     fields[Field.LAST_ATTEMPT_AT] = SERVER_TIMESTAMP
     return fields

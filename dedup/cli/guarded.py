@@ -17,7 +17,7 @@ BATCH_LIMIT = 500
 class GuardedWrite:
     """An update (or, with `fields` None, a delete) of a document exactly as it was read."""
 
-    snapshot: firestore.DocumentSnapshot
+    snapshot: firestore.DocumentSnapshot[Any]
     fields: dict[str, Any] | None
 
 

@@ -13,7 +13,7 @@ from dedup.errors import InvalidSuffix
 from dedup.keys import validate_suffix
 
 
-class DurationType(click.ParamType):
+class DurationType(click.ParamType[timedelta, Any]):
     """A click parameter holding a duration such as `10m`, converted to a timedelta."""
 
     name = "duration"
@@ -30,7 +30,7 @@ class DurationType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class SuffixType(click.ParamType):
+class SuffixType(click.ParamType[str, Any]):
     """A click parameter holding a function suffix, validated like `trigger_once` does."""
 
     name = "suffix"

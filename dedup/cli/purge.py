@@ -71,12 +71,12 @@ def purge(target: Target, older_than: timedelta, dry_run: bool) -> None:
     )
 
 
-def _live(snapshot: firestore.DocumentSnapshot, now: datetime) -> bool:
+def _live(snapshot: firestore.DocumentSnapshot[Any], now: datetime) -> bool:
     record = Record.from_snapshot(snapshot)
     return record is not None and record.lease_live(now)
 
 
-def _pages(query: Any, size: int = BATCH_LIMIT) -> Iterator[list[firestore.DocumentSnapshot]]:
+def _pages(query: Any, size: int = BATCH_LIMIT) -> Iterator[list[firestore.DocumentSnapshot[Any]]]:
     """`query` (ordered) in pages of `size`, each starting after the last one read."""
     page = list(query.limit(size).stream())
     while page:

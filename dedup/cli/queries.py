@@ -10,7 +10,7 @@ from google.cloud import firestore
 from dedup.record import Field, Record
 
 
-def records_of(snapshots: Iterable[firestore.DocumentSnapshot]) -> list[Record]:
+def records_of(snapshots: Iterable[firestore.DocumentSnapshot[Any]]) -> list[Record]:
     """The records among `snapshots` (missing documents left out)."""
     return [r for r in map(Record.from_snapshot, snapshots) if r is not None]
 

@@ -69,7 +69,7 @@ class Target:
 
     def database_now(self) -> datetime:
         """The database's current time: the read time of a one-document read."""
-        read_time = self.records.document(CLOCK_DOCUMENT).get().read_time
+        read_time: datetime | None = self.records.document(CLOCK_DOCUMENT).get().read_time
         if read_time is None:  # pragma: no cover - Firestore always returns a read time
             raise click.ClickException("Firestore returned no read time")
         return read_time
