@@ -14,8 +14,9 @@ token):
 * it carries this attempt's token: the commit landed, its response was lost -> ran;
 * it changed since this attempt read it: another delivery wrote the marker -> decide again;
 * unchanged, and the commit was rejected (AlreadyExists, NotFound, FailedPrecondition,
-  InvalidArgument): the handler's own writes were refused -> a failed attempt, counted, and
-  final (failed) for InvalidArgument, which no retry can cure;
+  InvalidArgument): the handler's own writes were refused -> a failed attempt, counted. An
+  InvalidArgument is tried once more with a fresh transaction first (an expired transaction
+  is refused with it too); refused again, it is final (failed): no retry can cure bad data;
 * unchanged, after Aborted or a transient error: contention or an outage -> back off, again.
 
 A record under another delivery's live lease (a lease-mode delivery of the same key, during a
@@ -67,6 +68,7 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
     store = run.store
     snapshot = store.read(run.key) if run.mode is Mode.TRANSACTION else None
     last: BaseException | None = None
+    retried_invalid = False  # an expired transaction is refused as InvalidArgument too
     for round_ in range(TRANSACTION_ROUNDS):
         record = snapshot.record if snapshot is not None else None
         guard: datetime | None = None
@@ -89,15 +91,17 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
         run.step(Step.AFTER_CLAIM)
         try:
             result = _commit(run, handler, record, guard, token)
-        except _HandlerFailed as failed:
-            return _record_failed_attempt(run, failed.error, token)
         except Exception as exc:
             failure = _failure_in_chain(exc)
             if failure is None:
                 raise
-            if isinstance(failure[1], _HandlerFailed):
-                return _record_failed_attempt(run, failure[1].error, token)
             kind, cause = failure
+            if isinstance(cause, _HandlerFailed):
+                if _invalid(cause.error) and not retried_invalid:
+                    retried_invalid = True  # maybe the transaction expired: once more, fresh
+                    snapshot = store.read(run.key)
+                    continue
+                return _record_failed_attempt(run, cause.error, token)
             last = cause
             if kind is CommitFailure.OTHER:
                 action = "commit the writes and the marker of"
@@ -107,6 +111,9 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
                 # The commit landed; its response was lost. The handler's result is stored.
                 return _committed(run, snapshot.record.result if snapshot.record else None)
             if kind is CommitFailure.REJECTED and not _marker_moved(guard, snapshot):
+                if _invalid(cause) and not retried_invalid:
+                    retried_invalid = True  # maybe the transaction expired: once more, fresh
+                    continue
                 return _record_failed_attempt(run, cause, token)  # the handler's writes
             if kind is not CommitFailure.REJECTED:
                 time.sleep(backoff(round_))
@@ -115,6 +122,13 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
     raise store.unavailable(
         f"commit ({TRANSACTION_ROUNDS} rounds) the writes and the marker of", run.key, last
     ) from last
+
+
+def _invalid(error: BaseException) -> bool:
+    """Firestore refused something as invalid: the handler's data, or an expired transaction
+    ("Transaction is invalid or expired" after a long pause): terminal only if a fresh
+    attempt is refused again."""
+    return isinstance(error, api_exceptions.InvalidArgument)
 
 
 def _committed(run: Run, result: HandlerResult) -> Outcome:

@@ -11,10 +11,11 @@ after a read showed another delivery's live lease. Fifty copies of one event the
 write and a few reads instead of fifty contending writes. It only ever answers "retry later",
 never "done", so it cannot lose an effect; the horizon bounds how long it can delay one.
 
-`KeyTurns`: deliveries of one key on one instance take turns. Firestore transactions take
-read locks, so N transactions that read the same record deadlock until the database aborts
-all but one (the emulator after a 2 s lock timeout): letting one go first turns the rest into
-cheap duplicates. An optimization only; correctness never depends on it.
+`KeyTurns`: deliveries of one key on one instance take turns (lease mode for its claim only,
+the atomic modes for their whole commit). Concurrent writes with preconditions on one
+document contend for its lock (the emulator answers "Transaction lock timeout" after 2 s
+under load): letting one go first turns the rest into cheap duplicates or `LeaseHeld`
+answers. An optimization only; correctness never depends on it.
 """
 
 from __future__ import annotations

@@ -123,6 +123,7 @@ class Deduplicator:
             store=self.store,
             sent_keys=self.sent_keys,
             live_leases=self.live_leases,
+            turns=self._turns,
             mode=mode,
             event_id=storable_event_id(event_id),
             suffix=suffix,
@@ -142,11 +143,9 @@ class Deduplicator:
             return run.finish(OutcomeKind.DUPLICATE_CACHED)
         try:
             if mode is Mode.LEASE:
-                return run_lease(run, handler)
-            if mode is Mode.TRANSACTION:
-                with self._turns.turn(key):
-                    return run_atomic(run, handler)
-            return run_atomic(run, handler)
+                return run_lease(run, handler)  # claims in turn, runs the handler outside
+            with self._turns.turn(key):  # atomic modes: one commit per key at a time here
+                return run_atomic(run, handler)
         except StoreUnavailable as exc:
             run.finish(OutcomeKind.UNAVAILABLE, error=str(exc))
             raise

@@ -2,8 +2,9 @@
 
 Per delivery:
 
-1. this instance knows the lease is live (its own delivery of the key is running, or a read
-   just showed another's) -> `LeaseHeld`, no round trip;
+1. copies of the key on this instance claim in turn; a copy that finds the lease known live
+   (this instance's own delivery of the key holds it, or a read just showed another's) ->
+   `LeaseHeld`, no round trip: fifty copies of an event cost one write per instance, not fifty;
 2. create the record with an exists=false precondition (1 RPC, the common case: a fresh
    event is settled in one round trip without a read);
 3. if it exists, read it and `decide` (`dedup.claims`) on the database's read time; take over
@@ -46,12 +47,27 @@ CLAIM_ROUNDS = 8
 
 
 def run_lease(run: Run, handler: Handler) -> Outcome:
-    """Claim the lease of `run.key` and run `handler` under it (see the module docstring)."""
+    """Claim the lease of `run.key` and run `handler` under it (see the module docstring).
+
+    Copies of the key on this instance claim one at a time (`Run.turns`): the first writes,
+    the others then know the lease is live (or just saw someone else's) and answer `LeaseHeld`
+    without a write of their own. The handler runs outside that turn.
+    """
+    with run.turns.turn(run.key):
+        claimed = _claim(run)
+    if isinstance(claimed, Outcome):
+        return claimed
+    return _run_owned(run, handler, *claimed)
+
+
+def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
+    """Take the lease: (owner token, fencing token, when the claim was sent), or the outcome
+    of a delivery that ends here (duplicate, dead). Raises `LeaseHeld` when it is taken."""
     config, store = run.config, run.store
     if run.live_leases.live(run.key):
         run.finish(OutcomeKind.LEASE_HELD)
         raise LeaseHeld(
-            f"{run.path} is leased by a delivery this instance knows to be running; "
+            f"{run.path} is leased by a delivery this instance knows to be live; "
             "the platform will retry"
         )
     owner = uuid.uuid4().hex
@@ -75,7 +91,7 @@ def run_lease(run: Run, handler: Handler) -> Outcome:
             created = store.create(run.key, fields)
             if isinstance(created, datetime):
                 run.attempt = 1
-                return _run_owned(run, handler, owner, created, sent_at)
+                return _owned(run, owner, created, sent_at)
         snapshot = store.read(run.key)
         record = snapshot.record
         if record is not None and written_by(record, owner):
@@ -83,7 +99,7 @@ def run_lease(run: Run, handler: Handler) -> Outcome:
             run.attempt = record.attempts
             if record.state is State.DEAD:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
-            return _run_owned(run, handler, owner, precondition(snapshot), sent_at)
+            return _owned(run, owner, precondition(snapshot), sent_at)
         claim = decide(record, snapshot.read_time, config.max_attempts)
         try_create = claim is Claim.CREATE
         if record is None:  # vanished (TTL) between the create and the read
@@ -112,7 +128,7 @@ def run_lease(run: Run, handler: Handler) -> Outcome:
         )
         if isinstance(taken, datetime):
             run.attempt = record.attempts + 1
-            return _run_owned(run, handler, owner, taken, sent_at)
+            return _owned(run, owner, taken, sent_at)
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
         f"{run.path} changed {CLAIM_ROUNDS} times while this delivery tried to claim it; "
@@ -120,11 +136,16 @@ def run_lease(run: Run, handler: Handler) -> Outcome:
     )
 
 
+def _owned(run: Run, owner: str, token: datetime, sent_at: float) -> tuple[str, datetime, float]:
+    """The lease is ours: tell this instance's other copies, before our turn ends."""
+    run.live_leases.own(run.key, run.config.lease_seconds)
+    return owner, token, sent_at
+
+
 def _run_owned(run: Run, handler: Handler, owner: str, token: datetime, sent_at: float) -> Outcome:
     """Run the handler under our lease; record its outcome fenced by our last update time."""
     config = run.config
     lease_ends = sent_at + config.lease_seconds  # a lower bound of the lease's real end
-    run.live_leases.own(run.key, config.lease_seconds)
     try:
         run.step(Step.AFTER_CLAIM)
         try:

@@ -1,12 +1,13 @@
 """One structured log line per delivery, in Cloud Logging's JSON shape.
 
 Lines go to `logging.getLogger("dedup")`. Each carries `severity`, `message`, `eventId`,
-`suffix`, `key`, `outcome`, `attempt` and `ms` (plus `error` when relevant), never payloads.
+`suffix`, `key`, `outcome`, `attempt` and `ms` (plus `error` and `subject` when known), never
+payloads.
 
-If neither the "dedup" logger nor the root logger has a handler when the first line is
-logged, a stdout handler with `CloudLoggingFormatter` is attached to "dedup" (and its level set
-to INFO if unset), so lines reach Cloud Logging as structured entries with no setup. Configure
-logging yourself, before the first event, to route them elsewhere; then nothing is attached.
+Nothing is configured behind your back: `configure_logging()`, called once from `main.py`,
+attaches a stdout handler with `CloudLoggingFormatter` to "dedup" (level INFO) unless the
+application already configured a handler there or on the root logger, so lines reach Cloud
+Logging as structured entries. Configure logging yourself instead to route them elsewhere.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from typing import Any
 LOGGER_NAME = "dedup"
 logger = logging.getLogger(LOGGER_NAME)
 
-_FIELDS = ("eventId", "suffix", "key", "outcome", "attempt", "ms", "error", "path")
+_FIELDS = ("eventId", "suffix", "key", "outcome", "attempt", "ms", "error", "path", "subject")
 _setup_lock = threading.Lock()
-_setup_done = False
 
 
 class CloudLoggingFormatter(logging.Formatter):
@@ -43,21 +43,17 @@ class CloudLoggingFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def ensure_handler() -> None:
-    """Attach the stdout JSON handler once, only if the application configured no logging."""
-    global _setup_done
-    if _setup_done:
-        return
+def configure_logging() -> None:
+    """Attach the stdout JSON handler to the "dedup" logger (level INFO if unset), once, and
+    only if neither it nor the root logger has a handler. Call it at start-up (`main.py`)."""
     with _setup_lock:
-        if _setup_done:
+        if logger.handlers or logging.getLogger().handlers:
             return
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(sys.stdout)
-            handler.setFormatter(CloudLoggingFormatter())
-            logger.addHandler(handler)
-            if logger.level == logging.NOTSET:
-                logger.setLevel(logging.INFO)
-        _setup_done = True
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(CloudLoggingFormatter())
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
 
 
 def log_delivery(
@@ -72,10 +68,10 @@ def log_delivery(
     ms: int | None = None,
     error: str | None = None,
     path: str | None = None,
+    subject: str | None = None,
 ) -> None:
     """Emit the one line describing a delivery's outcome (no traceback, no payload); fields
     left None are omitted from the line."""
-    ensure_handler()
     logger.log(
         level,
         message,
@@ -88,6 +84,7 @@ def log_delivery(
             "ms": ms,
             "error": error,
             "path": path,
+            "subject": subject,
         },
     )
 

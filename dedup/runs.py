@@ -17,7 +17,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup import logs
-from dedup.cache import LiveLeases, SentKeys
+from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.claims import belongs_to, record_sent
 from dedup.config import DedupConfig
 from dedup.delivery import (
@@ -65,6 +65,8 @@ class Run:
     store: RecordStore
     sent_keys: SentKeys
     live_leases: LiveLeases
+    turns: KeyTurns
+    """Per-key turns of this instance: lease mode claims, transaction mode runs, in turn."""
     mode: Mode
     event_id: str
     """The event id as stored and logged (lone surrogates escaped, see `dedup.keys`)."""
@@ -178,6 +180,7 @@ class Run:
             ms=ms,
             error=error,
             path=self.path,
+            subject=self.subject,
         )
         return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms, result=result)
 

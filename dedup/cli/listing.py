@@ -21,6 +21,11 @@ DEFAULT_LIST_LIMIT = 50
 @click.option("--state", type=click.Choice([s.value for s in State]), help="Only this state.")
 @click.option("--suffix", type=SUFFIX, help="Only this function's records.")
 @click.option(
+    "--subject",
+    metavar="PATH",
+    help="Only records of events about this document (e.g. users/alice).",
+)
+@click.option(
     "--older-than", type=DURATION, metavar="DURATION", help="First attempted before now - this."
 )
 @click.option(
@@ -36,17 +41,20 @@ def list_command(
     target: Target,
     state: str | None,
     suffix: str | None,
+    subject: str | None,
     older_than: timedelta | None,
     limit: int,
     as_json: bool,
 ) -> None:
     """List records, newest first (by firstAttemptAt).
 
-    With --state or --suffix, Firestore needs a composite index (that field, then
-    firstAttemptAt descending); the error message links to its creation when it is missing.
+    With --state, --suffix or --subject, Firestore needs a composite index (that field, then
+    firstAttemptAt descending; firestore.indexes.json declares them); the error message links
+    to its creation when it is missing. --subject answers "what happened to this document":
+    records keep the document path of the Firestore event that created them.
     """
     now = target.database_now()
-    query = filtered(target.records, state, suffix)
+    query = filtered(target.records, state, suffix, subject)
     if older_than is not None:
         query = query.where(
             filter=firestore.FieldFilter(Field.FIRST_ATTEMPT_AT, "<", now - older_than)

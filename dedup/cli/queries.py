@@ -19,12 +19,14 @@ def _eq(name: str, value: Any) -> firestore.FieldFilter:
     return firestore.FieldFilter(name, "==", value)
 
 
-def filtered(query: Any, state: str | None, suffix: str | None) -> Any:
-    """`query` narrowed to a state and a suffix (equality filters: single-field indexes)."""
+def filtered(query: Any, state: str | None, suffix: str | None, subject: str | None = None) -> Any:
+    """`query` narrowed to a state, a suffix and a subject (equality filters)."""
     if state is not None:
         query = query.where(filter=_eq(Field.STATE, state))
     if suffix is not None:
         query = query.where(filter=_eq(Field.SUFFIX, suffix))
+    if subject is not None:
+        query = query.where(filter=_eq(Field.SUBJECT, subject.strip("/")))
     return query
 
 

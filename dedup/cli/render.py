@@ -70,6 +70,8 @@ def record_json(record: Record, path: str, now: datetime) -> dict[str, Any]:
         Field.LAST_ERROR: record.last_error,
         Field.PAYLOAD_HASH: record.payload_hash,
         Field.MODE: record.mode.value,
+        Field.SUBJECT: record.subject,
+        Field.RESULT: record.result,
         "leaseExpiresAt": iso(record.lease_expires_at),
         "leaseStatus": lease_status(record, now).value,
         "readTime": iso(now),
@@ -78,7 +80,7 @@ def record_json(record: Record, path: str, now: datetime) -> dict[str, Any]:
 
 def echo_json(value: Any) -> None:
     """Print `value` as indented JSON on standard output."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -123,6 +125,7 @@ def record_grid(record: Record, path: str, now: datetime) -> Table:
         (Field.EVENT_ID, record.event_id),
         (Field.SUFFIX, record.suffix),
         (Field.MODE, record.mode.value),
+        (Field.SUBJECT, record.subject),
         (Field.ATTEMPTS, record.attempts),
         (Field.SENT, record.sent),
         (Field.OWNER, record.owner),

@@ -30,6 +30,7 @@ def record_fields(
     lease: str | None = None,
     attempts: int = 1,
     last_error: str | None = None,
+    subject: str | None = None,
 ) -> dict[str, Any]:
     """A record built by `dedup.transitions.new_record`, first attempted `age` ago.
 
@@ -48,6 +49,7 @@ def record_fields(
         expire_at=now() + timedelta(days=7),
         attempts=attempts,
         last_error=last_error,
+        subject=subject,
     )
     started = now() - age
     fields[Field.FIRST_ATTEMPT_AT] = started

@@ -110,6 +110,25 @@ def test_list_filters_by_state_suffix_and_age(
     assert keys("--limit", "1") == ["new-dead-a"]
 
 
+def test_list_finds_the_records_of_a_document(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """ "Alice got no welcome mail": records keep the document their event was about, and
+    `list --subject users/alice` finds them for every function."""
+    records.write(
+        firestore_client,
+        [
+            record_fields("e1", "welcome_mail", subject="users/alice", state=State.DEAD),
+            record_fields("e2", "count_users", subject="users/alice", age=HOUR),
+            record_fields("e3", "welcome_mail", subject="users/bob"),
+        ],
+    )
+    result = invoke("list", "--json", "--subject", "users/alice")
+    assert result.exit_code == 0, result.output
+    found = [(r["key"], r["state"]) for r in json.loads(result.stdout)]
+    assert found == [("e1-welcome_mail", "dead"), ("e2-count_users", "sent")]
+
+
 def test_list_table_is_readable(invoke: Invoke, firestore_client: firestore.Client) -> None:
     """The default output is a table naming each record, its state and its lease."""
     records.write(

@@ -6,8 +6,9 @@ unary call through `plan(method, call_number) -> Fault`. Faults:
 * `Fault.PASS`: the call goes through untouched;
 * `Fault.LOSE_RESPONSE`: the call is applied on the emulator, then the client sees
   UNAVAILABLE, as when a connection drops after the server committed;
-* `Fault.ABORT` / `Fault.DEADLINE`: the call is not sent; the client sees ABORTED (the
-  emulator's "Transaction lock timeout") or DEADLINE_EXCEEDED;
+* `Fault.ABORT` / `Fault.DEADLINE` / `Fault.INVALID`: the call is not sent; the client sees
+  ABORTED (the emulator's "Transaction lock timeout"), DEADLINE_EXCEEDED, or INVALID_ARGUMENT
+  (what a commit of an expired transaction gets);
 * `Fault.HANG`: the call is not sent; the client waits for its own deadline (60 s when the
   caller set none, the library's default) and sees DEADLINE_EXCEEDED.
 
@@ -38,6 +39,7 @@ class Fault(Enum):
     LOSE_RESPONSE = "lose_response"
     ABORT = "abort"
     DEADLINE = "deadline"
+    INVALID = "invalid"
     HANG = "hang"
 
 
@@ -119,6 +121,10 @@ class FaultInterceptor(grpc.UnaryUnaryClientInterceptor):
         if fault is Fault.LOSE_RESPONSE:
             continuation(details, request).result()  # applied on the server
             return _InjectedError(grpc.StatusCode.UNAVAILABLE, "injected: response lost")
+        if fault is Fault.INVALID:
+            return _InjectedError(
+                grpc.StatusCode.INVALID_ARGUMENT, "injected: Transaction is invalid or expired."
+            )
         if fault is Fault.ABORT:
             return _InjectedError(grpc.StatusCode.ABORTED, "injected: Transaction lock timeout")
         if fault is Fault.HANG:

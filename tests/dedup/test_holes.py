@@ -120,7 +120,9 @@ def test_invalid_data_is_a_terminal_failure_recorded_once(
     mode: Mode, make_dedup: MakeDedup, read_record: ReadRecord, firestore_client: firestore.Client
 ) -> None:
     """Data Firestore refuses as invalid (a document over 1 MiB) cannot succeed on a retry: the
-    event is recorded failed at once and the delivery returns, so the platform stops."""
+    event is recorded failed and the delivery returns, so the platform stops. (The attempt is
+    tried once more with a fresh transaction first, because an expired transaction is refused
+    with the same error: the handler builds its writes twice, nothing commits.)"""
     target = firestore_client.collection("posts").document("big")
 
     def too_large(delivery: Delivery) -> None:
@@ -129,7 +131,7 @@ def test_invalid_data_is_a_terminal_failure_recorded_once(
 
     handler = Counting(too_large)
     outcome = make_dedup().run("e1", "s", handler, mode=mode)
-    assert (outcome.kind, handler.calls) == (OutcomeKind.FAILED, 1)
+    assert (outcome.kind, handler.calls) == (OutcomeKind.FAILED, 2)
     record = read_record("e1-s")
     assert record is not None
     assert record.state is State.FAILED
@@ -253,6 +255,20 @@ def test_a_lost_commit_response_is_the_attempts_own_commit(
     handler = Counting(lambda d: writer(d).set(counter, {"n": firestore.Increment(1)}, merge=True))
     assert dedup.run("e1", "s", handler, mode=mode).kind is OutcomeKind.RAN
     assert counter.get().to_dict() == {"n": 1}
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ATOMIC)
+def test_an_expired_transaction_is_retried_not_a_terminal_failure(
+    mode: Mode, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A commit refused because the transaction expired ("Transaction is invalid or expired",
+    INVALID_ARGUMENT, as after a long pause or a database restart) is not bad data: the
+    attempt runs again with a fresh transaction and its effect commits once (the chaos soak
+    found these effects lost, recorded `failed`)."""
+    dedup = faulty_dedup("Commit", {1}, Fault.INVALID)
+    assert dedup.run("e1", "s", add_effect, mode=mode).kind is OutcomeKind.RAN
+    assert effects(firestore_client) == 1
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 
 

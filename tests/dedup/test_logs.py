@@ -46,3 +46,28 @@ def test_one_json_line_per_delivery(
     )
     assert isinstance(first["ms"], int)
     assert "secret-payload" not in log_lines.getvalue()
+
+
+def test_logging_is_configured_only_when_asked(log_lines: io.StringIO) -> None:
+    """Importing dedup and delivering attach no handler; `configure_logging()` attaches one
+    stdout JSON handler, once, only where the application configured none."""
+    from dedup.logs import configure_logging
+
+    logger.removeHandler(logger.handlers[0])  # the fixture's: as an unconfigured application
+    root_handlers = logging.getLogger().handlers[:]
+    for handler in root_handlers:
+        logging.getLogger().removeHandler(handler)
+    try:
+        configure_logging()
+        configure_logging()
+        attached = [h for h in logger.handlers if isinstance(h.formatter, CloudLoggingFormatter)]
+        assert len(attached) == 1
+        logger.removeHandler(attached[0])
+        logging.getLogger().addHandler(logging.NullHandler())
+        configure_logging()
+        assert logger.handlers == []  # the application's root handler wins
+    finally:
+        for handler in logging.getLogger().handlers[:]:
+            logging.getLogger().removeHandler(handler)
+        for handler in root_handlers:
+            logging.getLogger().addHandler(handler)

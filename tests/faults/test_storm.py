@@ -51,7 +51,7 @@ def storm(clients: list[firestore.Client], mode: Mode) -> tuple[Counter[str], Co
             delivery.batch.set(effect, {"n": firestore.Increment(1)}, merge=True)
 
     def copy(index: int) -> bool:
-        instance = instances[index % INSTANCES]
+        instance = instances[(index // EVENTS) % INSTANCES]  # each event's copies on every one
         event_id = f"{run_id}-{index % EVENTS}"
         gate.wait()
         deadline = time.monotonic() + GIVE_UP_SECONDS
