@@ -136,6 +136,8 @@ class Soak:
         """Run the soak; returns the results (see docs/soak.md)."""
         began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        for old in self.workdir.glob("*.log"):
+            old.unlink()  # logs of an earlier run
         self.faults_file = self.workdir / "faults.log"
         self.faults_file.write_text("")
         self.emulator = SoakEmulator(self.s.project, self.workdir)

@@ -25,7 +25,11 @@ READ_METHODS = frozenset({"BatchGetDocuments", "RunQuery"})
 
 
 class InjectedRpcError(grpc.RpcError):
-    """A gRPC error made up by the interceptor; google-api-core maps it by `code()`."""
+    """A gRPC error made up by the interceptor; google-api-core maps it by `code()`.
+
+    Like grpc's own errors it is also a finished call (`result()` raises it): the client's
+    transport wraps the channel in its own interceptor, which may hand it on as a call.
+    """
 
     def __init__(self, code: grpc.StatusCode, details: str) -> None:
         """An error with this status code and message."""
@@ -48,6 +52,42 @@ class InjectedRpcError(grpc.RpcError):
     def initial_metadata(self) -> None:
         """No metadata."""
         return None
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Raise this error, as a failed call does."""
+        raise self
+
+    def exception(self, timeout: float | None = None) -> BaseException:
+        """This error."""
+        return self
+
+    def traceback(self, timeout: float | None = None) -> Any:
+        """The traceback of this error."""
+        return self.__traceback__
+
+    def done(self) -> bool:
+        """Finished."""
+        return True
+
+    def running(self) -> bool:
+        """Not running."""
+        return False
+
+    def cancelled(self) -> bool:
+        """Not cancelled."""
+        return False
+
+    def cancel(self) -> bool:
+        """Too late to cancel."""
+        return False
+
+    def is_active(self) -> bool:
+        """Finished."""
+        return False
+
+    def add_done_callback(self, fn: Callable[[Any], None]) -> None:
+        """Call `fn` at once: the call is done."""
+        fn(self)
 
 
 class LostResponses(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
