@@ -67,8 +67,8 @@ class Observed:
     excused: set[str]
     """Events of which a notify delivery lost its process (or its connection) or overlapped an
     emulator restart: a repeat of the notification with the same key is documented there."""
-    unacknowledged: list[tuple[str, str]] = field(default_factory=list)
-    """(event id, function) still redelivered when the drain ended."""
+    unacknowledged: list[tuple[str, str, str]] = field(default_factory=list)
+    """(event id, function, last answer) of copies still redelivered when the drain ended."""
     worker_exits: list[str] = field(default_factory=list)
     """How function processes died other than by the soak's SIGKILL."""
     max_attempts: int = 10
@@ -137,8 +137,8 @@ def check(seen: Observed) -> list[Violation]:
                     f"max_attempts {seen.max_attempts} + concurrency {seen.copies}",
                 )
             )
-    for event, name in seen.unacknowledged:
-        found.append(Violation("not acknowledged", event, name, "still redelivered at the end"))
+    for event, name, last in seen.unacknowledged:
+        found.append(Violation("not acknowledged", event, name, f"still redelivered: {last}"))
     for exit_ in seen.worker_exits:
         found.append(Violation("worker exited", "-", "-", exit_))
     return found

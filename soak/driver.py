@@ -89,6 +89,8 @@ class _Chain:
     function: str
     tries: int = 0
     acked: bool = False
+    last: str = ""
+    """The last answer it got, for the report."""
 
 
 @dataclass
@@ -267,6 +269,7 @@ class Soak:
             body = response.read()
         except (OSError, http.client.HTTPException):
             with self._lock:
+                chain.last = "connection dropped (process killed?)"
                 self.stats.dropped += 1
                 self.stats.outcomes["dropped"] += 1
                 self._excused.add(chain.event_id)  # its process died (or hung) mid-delivery
@@ -276,6 +279,7 @@ class Soak:
         ended = time.monotonic()
         outcome, message = _outcome(response.status, body)
         with self._lock:
+            chain.last = f"{outcome}: {message}" if message else outcome
             self.stats.outcomes[outcome] += 1
             samples = self.stats.error_samples.setdefault(outcome, [])
             if message and len(samples) < 3:
@@ -419,7 +423,11 @@ class Soak:
             notify_applied=applied,
             records=records,
             excused=set(self._excused),
-            unacknowledged=[(c.event_id, c.function) for c in self._chains if not c.acked],
+            unacknowledged=[
+                (c.event_id, c.function, f"{c.tries} tries, last answer {c.last}")
+                for c in self._chains
+                if not c.acked
+            ],
             worker_exits=list(self._worker_exits),
             max_attempts=self.s.max_attempts,
             copies=self.s.copies,
