@@ -6,9 +6,10 @@ Each check names an invariant; `check` returns every broken one as a `Violation`
   (0 = effect lost, 2+ = effect repeated).
 * `keyed effect`: the receiver applied every event's notification under exactly one key, the
   event's `dedup_key(event, "notify")`, and an idempotent receiver keeps exactly one per key.
-* `repeated without a crash`: a key reached the receiver (answered 2xx) more than once although
-  no delivery of that event lost its process or overlapped an emulator restart: the repeat
-  was caused by something else (a store error after the effect), which the design forbids.
+* `repeated without a crash`: a key reached the receiver (answered 2xx) more than once, and
+  fewer than all but one of those POSTs arrived during a delivery of that event whose process
+  was killed (or whose connection dropped) or which overlapped an emulator restart: a repeat
+  caused by something else (a store error after the effect), which the design forbids.
 * `record of another event`: a record at an event's key was written for another (event, suffix).
 * `in_progress past its lease`: a record still leased after its lease expired, at the end.
 * `attempts`: no record counts more than `max_attempts` + concurrency attempts.
@@ -61,12 +62,14 @@ class Observed:
     """soakCount/<event>.n (transaction function)."""
     batches: dict[str, int]
     """soakBatch/<event>.n (write-only function)."""
-    notify_applied: list[tuple[str, str]]
-    """(Idempotency-Key, event id) of every /notify attempt the receiver answered 2xx."""
+    notify_applied: list[tuple[str, str, float]]
+    """(Idempotency-Key, event id, arrival time) of every /notify POST the receiver answered
+    2xx; times are `time.monotonic()` of the driver's process."""
     records: list[RecordView]
-    excused: set[str]
-    """Events of which a notify delivery lost its process (or its connection) or overlapped an
-    emulator restart: a repeat of the notification with the same key is documented there."""
+    excused: list[tuple[str, float, float]]
+    """(event id, start, end) of notify deliveries that lost their process (or connection) or
+    overlapped an emulator restart: a POST that arrived meanwhile may be repeated under the
+    same key, the documented window."""
     unacknowledged: list[tuple[str, str, str]] = field(default_factory=list)
     """(event id, function, last answer) of copies still redelivered when the drain ended."""
     worker_exits: list[str] = field(default_factory=list)
@@ -147,9 +150,15 @@ def check(seen: Observed) -> list[Violation]:
 def _keyed(seen: Observed) -> list[Violation]:
     found: list[Violation] = []
     keys_by_event: dict[str, set[str]] = defaultdict(set)
-    sends = Counter(key for key, _ in seen.notify_applied)
-    for key, event in seen.notify_applied:
+    sends = Counter(key for key, _, _ in seen.notify_applied)
+    windows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for event, start, end in seen.excused:
+        windows[event].append((start, end))
+    explained: Counter[str] = Counter()
+    for key, event, arrived in seen.notify_applied:
         keys_by_event[event].add(key)
+        if any(start <= arrived <= end for start, end in windows[event]):
+            explained[key] += 1
     for event in seen.events:
         expected = dedup_key(event, "notify")
         keys = keys_by_event.get(event, set())
@@ -165,14 +174,16 @@ def _keyed(seen: Observed) -> list[Violation]:
                     f"applied under keys {sorted(keys)}, expected only {expected!r}",
                 )
             )
-        if sends[expected] > 1 and event not in seen.excused:
+        unexplained = sends[expected] - 1 - explained[expected]
+        if unexplained > 0:
             found.append(
                 Violation(
                     "repeated without a crash",
                     event,
                     "notify",
-                    f"key {expected!r} applied {sends[expected]} times although no delivery "
-                    "of this event died or overlapped an emulator restart",
+                    f"key {expected!r} applied {sends[expected]} times, only "
+                    f"{explained[expected]} of them during a delivery that was killed or "
+                    "overlapped an emulator restart",
                 )
             )
     return found
@@ -183,5 +194,5 @@ def effects(seen: Observed) -> int:
     return (
         sum(seen.counts.values())
         + sum(seen.batches.values())
-        + len({key for key, _ in seen.notify_applied})
+        + len({key for key, _, _ in seen.notify_applied})
     )

@@ -122,13 +122,15 @@ class Soak:
         self._pending: Counter[str] = Counter()
         """Unacknowledged chains per event."""
         self._chains: list[_Chain] = []
-        self._excused: set[str] = set()
+        self._excused: list[tuple[str, float, float]] = []
+        """(event, start, end) of notify deliveries that were killed or overlapped a restart."""
         self._restart_windows: list[tuple[float, float]] = []
         self._restarting_since: float | None = None
         self._stop_senders = False
         self._calm = threading.Event()
         self._workers: dict[int, subprocess.Popen[bytes]] = {}
-        self._killed_by_us: set[int] = set()
+        self._refused_until: dict[int, float] = {}
+        """Port -> until when deliveries avoid it (it refused a connection: restarting)."""
         self._worker_exits: list[str] = []
         self._stopping = False
 
@@ -246,10 +248,15 @@ class Soak:
     def _deliver(self, chain: _Chain, rng: random.Random) -> bool:
         """One delivery to a live process (a refused connection is routed to another)."""
         for _ in range(4 * len(self.ports)):
-            acked = self._deliver_to(rng.choice(self.ports), chain)
+            now = time.monotonic()
+            live = [p for p in self.ports if self._refused_until.get(p, 0.0) <= now]
+            port = rng.choice(live or self.ports)
+            acked = self._deliver_to(port, chain)
             if acked is not None:
                 return acked
-            time.sleep(0.05)
+            self._refused_until[port] = time.monotonic() + 0.3  # starting up: try the others
+            if not live:
+                time.sleep(0.05)
         return False
 
     def _deliver_to(self, port: int, chain: _Chain) -> bool | None:
@@ -268,11 +275,13 @@ class Soak:
             response = connection.getresponse()
             body = response.read()
         except (OSError, http.client.HTTPException):
+            ended = time.monotonic()
             with self._lock:
                 chain.last = "connection dropped (process killed?)"
                 self.stats.dropped += 1
                 self.stats.outcomes["dropped"] += 1
-                self._excused.add(chain.event_id)  # its process died (or hung) mid-delivery
+                if chain.function == "notify":  # its process died (or hung) mid-delivery
+                    self._excused.append((chain.event_id, started, ended))
             return False
         finally:
             connection.close()
@@ -284,8 +293,8 @@ class Soak:
             samples = self.stats.error_samples.setdefault(outcome, [])
             if message and len(samples) < 3:
                 samples.append(message)
-            if self._overlaps_restart(started, ended):
-                self._excused.add(chain.event_id)
+            if chain.function == "notify" and self._overlaps_restart(started, ended):
+                self._excused.append((chain.event_id, started, ended))
         return response.status == 200
 
     def _overlaps_restart(self, started: float, ended: float) -> bool:
@@ -413,7 +422,8 @@ class Soak:
                 )
             )
         applied = [
-            (a.idempotency_key or "", a.body.decode()) for a in self.receiver.requests(NOTIFY_PATH)
+            (a.idempotency_key or "", a.body.decode(), a.arrived)
+            for a in self.receiver.requests(NOTIFY_PATH)
         ]
         self._states = Counter(r.state for r in records)
         return Observed(
@@ -422,7 +432,7 @@ class Soak:
             batches=counters(BATCH_COLLECTION),
             notify_applied=applied,
             records=records,
-            excused=set(self._excused),
+            excused=list(self._excused),
             unacknowledged=[
                 (c.event_id, c.function, f"{c.tries} tries, last answer {c.last}")
                 for c in self._chains
@@ -461,7 +471,7 @@ class Soak:
                 "record_states": dict(self._states),
                 "receiver_attempts": len(receiver_attempts),
                 "receiver_applied": len(seen.notify_applied),
-                "receiver_distinct_keys": len({k for k, _ in seen.notify_applied}),
+                "receiver_distinct_keys": len({k for k, _, _ in seen.notify_applied}),
                 "restart_outage_s": [round(x, 1) for x in self.stats.restart_outages],
             },
         }

@@ -14,13 +14,13 @@ def clean(**changes: object) -> Observed:
         events=list(EVENTS),
         counts={e: 1 for e in EVENTS},
         batches={e: 1 for e in EVENTS},
-        notify_applied=[(dedup_key(e, "notify"), e) for e in EVENTS],
+        notify_applied=[(dedup_key(e, "notify"), e, 1.0) for e in EVENTS],
         records=[
             RecordView(dedup_key(e, s), e, s, "sent", 1, False)
             for e in EVENTS
             for s in ("notify", "count", "batch-count")
         ],
-        excused=set(),
+        excused=[],
     )
     for name, value in changes.items():
         setattr(seen, name, value)
@@ -51,15 +51,24 @@ def test_a_transactional_effect_applied_twice_or_lost_is_a_violation() -> None:
 
 def test_a_keyed_effect_under_a_second_key_or_never_applied_is_a_violation() -> None:
     """The receiver must have applied each event under its one key, and at least once."""
-    applied = [(dedup_key("order-1", "notify"), "order-1"), ("other-key", "order-1")]
+    applied = [(dedup_key("order-1", "notify"), "order-1", 1.0), ("other-key", "order-1", 2.0)]
     assert checks_of(clean(notify_applied=applied)) == ["keyed effect", "keyed effect"]
 
 
-def test_a_repeat_is_excused_only_by_a_crash_or_a_restart() -> None:
-    """The same key sent twice is the documented crash window, and nothing else."""
-    twice = [*clean().notify_applied, (dedup_key("order-1", "notify"), "order-1")]
+def test_a_repeat_is_excused_only_by_a_crash_or_a_restart_while_it_was_sent() -> None:
+    """The same key sent twice is the documented crash window, and nothing else: the first
+    POST must have arrived during a delivery that was killed (or met a restart)."""
+    twice = [*clean().notify_applied, (dedup_key("order-1", "notify"), "order-1", 5.0)]
     assert checks_of(clean(notify_applied=twice)) == ["repeated without a crash"]
-    assert check(clean(notify_applied=twice, excused={"order-1"})) == []
+    killed_later = [("order-1", 2.0, 3.0)]
+    assert checks_of(clean(notify_applied=twice, excused=killed_later)) == [
+        "repeated without a crash"
+    ]
+    killed_other_event = [("post-2", 0.5, 1.5)]
+    assert checks_of(clean(notify_applied=twice, excused=killed_other_event)) == [
+        "repeated without a crash"
+    ]
+    assert check(clean(notify_applied=twice, excused=[("order-1", 0.5, 1.5)])) == []
 
 
 def test_a_stuck_lease_too_many_attempts_and_unacknowledged_deliveries_are_violations() -> None:
@@ -78,7 +87,7 @@ def test_two_events_sharing_one_record_is_a_violation() -> None:
         events=events,
         counts={e: 1 for e in events},
         batches={e: 1 for e in events},
-        notify_applied=[(dedup_key(e, "notify"), e) for e in events],
+        notify_applied=[(dedup_key(e, "notify"), e, 1.0) for e in events],
         records=[],
     )
     if dedup_key("post-7", "batch-count") == dedup_key("post-7-batch", "count"):
