@@ -61,6 +61,7 @@ class SoakSettings:
     crash_rate: float = 0.01
     restart_interval: float = 60.0
     lost_response_rate: float = 0.03
+    refused_commit_rate: float = 0.01
     read_fault_rate: float = 0.01
     handler_failure_rate: float = 0.03
     receiver_fault_interval: float = 2.0
@@ -314,6 +315,7 @@ class Soak:
             max_attempts=self.s.max_attempts,
             rpc_timeout_seconds=self.s.rpc_timeout_seconds,
             lost_response_rate=self.s.lost_response_rate,
+            refused_commit_rate=self.s.refused_commit_rate,
             read_fault_rate=self.s.read_fault_rate,
             handler_failure_rate=self.s.handler_failure_rate,
             crash_rate=self.s.crash_rate,

@@ -3,9 +3,11 @@
 `LostResponses` sits on the Firestore client's emulator channel (see `faulty_client`). For a
 fraction of `Commit` calls it lets the call reach the database and complete, then raises
 UNAVAILABLE or DEADLINE_EXCEEDED instead of returning the response: the write is applied, the
-client believes it may not be (the ambiguous commit of a real network). For a fraction of reads
-(`BatchGetDocuments`, `RunQuery`) it fails the call before sending it, as an unreachable server
-would. Every injected fault is reported through `on_fault`.
+client believes it may not be (the ambiguous commit of a real network). For another fraction
+it fails the commit before sending it with UNAVAILABLE, DEADLINE_EXCEEDED or ABORTED (what a
+loaded database answers: nothing applied). For a fraction of reads (`BatchGetDocuments`,
+`RunQuery`) it fails the call before sending it, as an unreachable server would. Every
+injected fault is reported through `on_fault`.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ class InjectedRpcError(grpc.RpcError):
 
 
 class LostResponses(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Loses `write_rate` of commit responses after the write and fails `read_rate` of reads."""
+    """Loses `write_rate` of commit responses after the write, fails `refuse_rate` of commits
+    before sending them and `read_rate` of reads."""
 
     def __init__(
         self,
@@ -99,11 +102,13 @@ class LostResponses(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInte
         write_rate: float,
         read_rate: float,
         on_fault: Callable[[str], None],
+        refuse_rate: float = 0.0,
         seed: int | None = None,
     ) -> None:
         """Inject with these probabilities per call; report each fault to `on_fault`."""
         self.write_rate = write_rate
         self.read_rate = read_rate
+        self.refuse_rate = refuse_rate
         self._on_fault = on_fault
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -117,8 +122,14 @@ class LostResponses(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInte
     def intercept_unary_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
-        """Commit: send, wait until applied, then maybe lose the response."""
+        """Commit: maybe refuse it unsent; else send, wait until applied, maybe lose the
+        response."""
         name = _method(client_call_details)
+        refused = self._draw(self.refuse_rate) if name in WRITE_METHODS else None
+        if refused is not None:
+            code = _REFUSALS[int(refused * len(_REFUSALS))]
+            self._on_fault(f"refused-{name}-{code.name}")
+            raise InjectedRpcError(code, f"soak: {name} not applied ({code.name})")
         draw = self._draw(self.write_rate) if name in WRITE_METHODS else None
         call = continuation(client_call_details, request)
         if draw is None:
@@ -140,6 +151,13 @@ class LostResponses(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInte
             self._on_fault(f"failed-{name}-UNAVAILABLE")
             raise InjectedRpcError(grpc.StatusCode.UNAVAILABLE, f"soak: {name} not sent")
         return continuation(client_call_details, request)
+
+
+_REFUSALS = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.ABORTED,
+)
 
 
 def _method(details: Any) -> str:

@@ -37,6 +37,7 @@ class WorkerSettings:
     max_attempts: int
     rpc_timeout_seconds: int
     lost_response_rate: float
+    refused_commit_rate: float
     read_fault_rate: float
     handler_failure_rate: float
     crash_rate: float
@@ -61,6 +62,7 @@ def serve(settings: WorkerSettings) -> None:
     interceptor = LostResponses(
         write_rate=settings.lost_response_rate,
         read_rate=settings.read_fault_rate,
+        refuse_rate=settings.refused_commit_rate,
         on_fault=log,
         seed=settings.seed,
     )
