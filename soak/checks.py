@@ -8,8 +8,9 @@ Each check names an invariant; `check` returns every broken one as a `Violation`
   event's `dedup_key(event, "notify")`, and an idempotent receiver keeps exactly one per key.
 * `repeated without a crash`: a key reached the receiver (answered 2xx) more than once, and
   fewer than all but one of those POSTs arrived during a delivery of that event whose process
-  was killed (or whose connection dropped) or which overlapped an emulator restart: a repeat
-  caused by something else (a store error after the effect), which the design forbids.
+  was killed (or whose connection dropped), which overlapped an emulator restart or which
+  outlasted its lease (the documented windows): a repeat caused by something else (a store
+  error after the effect), which the design forbids.
 * `record of another event`: a record at an event's key was written for another (event, suffix).
 * `in_progress past its lease`: a record still leased after its lease expired, at the end.
 * `attempts`: no record counts more than `max_attempts` + concurrency attempts.
@@ -67,9 +68,9 @@ class Observed:
     2xx; times are `time.monotonic()` of the driver's process."""
     records: list[RecordView]
     excused: list[tuple[str, float, float]]
-    """(event id, start, end) of notify deliveries that lost their process (or connection) or
-    overlapped an emulator restart: a POST that arrived meanwhile may be repeated under the
-    same key, the documented window."""
+    """(event id, start, end) of notify deliveries that lost their process (or connection),
+    overlapped an emulator restart or outlasted the lease: a POST that arrived meanwhile may be
+    repeated under the same key, the documented windows."""
     unacknowledged: list[tuple[str, str, str]] = field(default_factory=list)
     """(event id, function, last answer) of copies still redelivered when the drain ended."""
     worker_exits: list[str] = field(default_factory=list)
@@ -182,8 +183,8 @@ def _keyed(seen: Observed) -> list[Violation]:
                     event,
                     "notify",
                     f"key {expected!r} applied {sends[expected]} times, only "
-                    f"{explained[expected]} of them during a delivery that was killed or "
-                    "overlapped an emulator restart",
+                    f"{explained[expected]} of them during a delivery that was killed, "
+                    "overlapped an emulator restart or outlasted its lease",
                 )
             )
     return found
