@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dedup import dedup_key
 from soak.checks import Observed, RecordView, check, effects
+from soak.functions import FUNCTIONS
 
 EVENTS = ["order-1", "post-2"]
 
@@ -18,7 +19,7 @@ def clean(**changes: object) -> Observed:
         records=[
             RecordView(dedup_key(e, s), e, s, "sent", 1, False)
             for e in EVENTS
-            for s in ("notify", "count", "batch-count")
+            for s in (f.suffix for f in FUNCTIONS)
         ],
         excused=[],
     )
@@ -80,17 +81,13 @@ def test_a_stuck_lease_too_many_attempts_and_unacknowledged_deliveries_are_viola
     assert checks_of(seen) == ["in_progress past its lease", "attempts", "not acknowledged"]
 
 
-def test_two_events_sharing_one_record_is_a_violation() -> None:
-    """Distinct (event id, suffix) pairs must never share a record."""
-    events = ["post-7", "post-7-batch"]
-    seen = clean(
-        events=events,
-        counts={e: 1 for e in events},
-        batches={e: 1 for e in events},
-        notify_applied=[(dedup_key(e, "notify"), e, 1.0) for e in events],
-        records=[],
-    )
-    if dedup_key("post-7", "batch-count") == dedup_key("post-7-batch", "count"):
-        assert checks_of(seen) == ["record of another event"]
-    else:  # keys that cannot collide: then nothing is shared
-        assert check(seen) == []
+def test_a_record_written_for_another_event_is_a_violation() -> None:
+    """A record at an event's key must belong to that (event id, suffix)."""
+    records = clean().records
+    key = dedup_key("order-1", "count")
+    records[1] = RecordView(key, "order-1-x", "count", "sent", 1, False)
+    violations = check(clean(records=records))
+    assert [(v.check, v.event_id, v.function) for v in violations] == [
+        ("record of another event", "order-1", "count")
+    ]
+    assert "'order-1-x'" in violations[0].detail
