@@ -83,7 +83,7 @@ def check(seen: Observed) -> list[Violation]:
     """Every invariant broken in `seen`, in a stable order."""
     found: list[Violation] = []
     for event in seen.events:
-        for name, table in (("count", seen.counts), ("batch-count", seen.batches)):
+        for name, table in (("count", seen.counts), ("batch_count", seen.batches)):
             n = table.get(event, 0)
             if n != 1:
                 kind = "transaction effect" if name == "count" else "write-only effect"
