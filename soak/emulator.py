@@ -25,13 +25,13 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 from soak.proxy import Proxy
+from tools import emulators
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_SECONDS = 60.0
@@ -41,19 +41,9 @@ class EmulatorError(Exception):
     """The emulator could not be started or exported; the message says what to install."""
 
 
-def _tools_emulators() -> object:
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import emulators
-    finally:
-        sys.path.pop(0)
-    return emulators
-
-
 def emulator_command() -> list[str]:
     """`java -jar <launcher>` for the gcloud Firestore emulator component."""
-    tools = _tools_emulators()
-    binaries = tools.offline_emulator_binaries()  # type: ignore[attr-defined]
+    binaries = emulators.offline_emulator_binaries()
     launcher = binaries.get("FIRESTORE_EMULATOR_BINARY_PATH")
     if launcher is None:
         raise EmulatorError(
@@ -61,7 +51,7 @@ def emulator_command() -> list[str]:
             "`gcloud components install cloud-firestore-emulator` (or apt's "
             "google-cloud-cli-firestore-emulator)"
         )
-    java = tools.find_java()  # type: ignore[attr-defined]
+    java = emulators.find_java()
     return [str(java), "-jar", launcher]
 
 

@@ -13,6 +13,8 @@ from google.cloud import firestore
 from soak.emulator import SoakEmulator
 from soak.faults import LostResponses, faulty_client
 
+pytestmark = pytest.mark.needs_emulators  # its own Firestore emulator: Java, not make unit
+
 PROJECT = "demo-soak-test"
 
 

@@ -11,7 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from soak.emulator import ROOT
+
+pytestmark = pytest.mark.needs_emulators  # its own Firestore emulator: Java, not make unit
 
 INTEGER_KEYS = (
     "events",
