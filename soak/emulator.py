@@ -104,7 +104,11 @@ class SoakEmulator:
         self._proxy.cut()
         time.sleep(0.2)  # let requests already inside the emulator finish before the export
         export = Path(tempfile.mkdtemp(prefix="export-", dir=self.workdir))
-        metadata = self._export(export)
+        try:
+            metadata = self._export(export)
+        except Exception:
+            self._proxy.resume(("127.0.0.1", self._port))  # not restarted: serve on
+            raise
         self._kill()
         self._launch(seed=metadata)
         self._proxy.resume(("127.0.0.1", self._port))
