@@ -19,6 +19,7 @@ ENV_FILE ?= .env.$(PROJECT)# the functions' variables (WEBHOOK_ROUTES, NOTIFY_UR
 ENV_YAML := .cache/env.$(PROJECT).yaml
 DEDUP_COLLECTION ?= triggerEvents
 TOPICS ?= webhooks
+SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and checks
 # $(call FIRESTORE_TRIGGER,written|created|updated|deleted,document pattern)
 FIRESTORE_TRIGGER = --trigger-event-filters=type=google.cloud.firestore.document.v1.$(1) \
   --trigger-event-filters=database='(default)' \
@@ -26,7 +27,7 @@ FIRESTORE_TRIGGER = --trigger-event-filters=type=google.cloud.firestore.document
 GCLOUD_DEPLOY = gcloud functions deploy --gen2 --runtime=python312 --region=$(REGION) \
   --project=$(PROJECT) --source=. --retry --env-vars-file=$(ENV_YAML) --quiet
 
-.PHONY: help install demo test unit docs lint format check emulators bench deploy-firebase \
+.PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
         deploy-gcloud rules ttl topics guard-project clean
 
 help: ## List the targets.
@@ -85,6 +86,9 @@ emulators: install ## Start the emulators in the foreground (Ctrl-C stops them).
 
 bench: install ## The price of exactly-once, measured on the Firestore emulator (bench/results.*).
 	$(EMULATORS) exec --only firestore -- $(PY) -m bench
+
+soak: $(STAMP_PY) ## Chaos soak on its own emulator (soak/results.json): make soak SOAK_SECONDS=600
+	$(PY) -m soak --seconds $(SOAK_SECONDS)
 
 deploy-firebase: install guard-project ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
 	$(PY) tools/deploy.py manifest functions.yaml

@@ -1,0 +1,199 @@
+"""The final verdict, from the effects themselves: a pure function of what the soak observed.
+
+Each check names an invariant; `check` returns every broken one as a `Violation`:
+
+* `transaction effect`/`write-only effect`: the counter document of every event is exactly 1
+  (0 = effect lost, 2+ = effect repeated).
+* `keyed effect`: the receiver applied every event's notification under exactly one key, the
+  event's `dedup_key(event, "notify")`, and an idempotent receiver keeps exactly one per key.
+* `repeated without a crash`: a key reached the receiver (answered 2xx) more than once, and
+  fewer than all but one of those POSTs arrived during a delivery of that event whose process
+  was killed (or whose connection dropped), which overlapped an emulator restart or which
+  outlasted its lease (the documented windows): a repeat caused by something else (a store
+  error after the effect), which the design forbids.
+* `record of another event`: a record at an event's key was written for another (event, suffix).
+* `in_progress past its lease`: a record still leased after its lease expired, at the end.
+* `attempts`: no record counts more than `max_attempts` + concurrency attempts.
+* `not acknowledged`: a delivery chain was still being redelivered when the drain ended.
+* `worker exited`: a function process died by anything other than the soak's SIGKILL.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from dedup import dedup_key
+from soak.functions import FUNCTIONS
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """The fields of a dedup record the checks need, read at the end."""
+
+    key: str
+    event_id: str
+    suffix: str
+    state: str
+    attempts: int
+    lease_expired: bool
+    """True when the record holds a lease that expired before the final read time."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken invariant, with the event and function concerned."""
+
+    check: str
+    event_id: str
+    function: str
+    detail: str
+
+    def example(self) -> str:
+        """One line for `violation_examples`."""
+        return f"{self.check}: event {self.event_id!r} {self.function}: {self.detail}"
+
+
+@dataclass
+class Observed:
+    """Everything the soak saw, gathered after the drain."""
+
+    events: list[str]
+    counts: dict[str, int]
+    """soakCount/<event>.n (transaction function)."""
+    batches: dict[str, int]
+    """soakBatch/<event>.n (write-only function)."""
+    notify_applied: list[tuple[str, str, float]]
+    """(Idempotency-Key, event id, arrival time) of every /notify POST the receiver answered
+    2xx; times are `time.monotonic()` of the driver's process."""
+    records: list[RecordView]
+    excused: list[tuple[str, float, float]]
+    """(event id, start, end) of notify deliveries that lost their process (or connection),
+    overlapped an emulator restart or outlasted the lease: a POST that arrived meanwhile may be
+    repeated under the same key, the documented windows."""
+    unacknowledged: list[tuple[str, str, str]] = field(default_factory=list)
+    """(event id, function, last answer) of copies still redelivered when the drain ended."""
+    worker_exits: list[str] = field(default_factory=list)
+    """How function processes died other than by the soak's SIGKILL."""
+    max_attempts: int = 10
+    copies: int = 3
+
+
+def check(seen: Observed) -> list[Violation]:
+    """Every invariant broken in `seen`, in a stable order."""
+    found: list[Violation] = []
+    for event in seen.events:
+        for name, table in (("count", seen.counts), ("batch_count", seen.batches)):
+            n = table.get(event, 0)
+            if n != 1:
+                kind = "transaction effect" if name == "count" else "write-only effect"
+                what = "lost" if n == 0 else f"applied {n} times"
+                found.append(Violation(kind, event, name, f"{what}, expected exactly once"))
+    found += _keyed(seen)
+    expected = {
+        dedup_key(event, f.suffix): (event, f.suffix, f.name)
+        for event in seen.events
+        for f in FUNCTIONS
+    }
+    owners: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    for event in seen.events:
+        for f in FUNCTIONS:
+            owners[dedup_key(event, f.suffix)].append((event, f.suffix, f.name))
+    for key, pairs in owners.items():
+        if len(pairs) > 1:
+            names = ", ".join(f"({e!r}, {s!r})" for e, s, _ in pairs)
+            found.append(
+                Violation(
+                    "record of another event",
+                    pairs[0][0],
+                    pairs[0][2],
+                    f"{names} share the record {key!r}: one of them finds the other's outcome",
+                )
+            )
+    limit = seen.max_attempts + seen.copies
+    for record in seen.records:
+        event, suffix, name = expected.get(record.key, (record.event_id, record.suffix, "?"))
+        if (record.event_id, record.suffix) != (event, suffix):
+            found.append(
+                Violation(
+                    "record of another event",
+                    event,
+                    name,
+                    f"record {record.key!r} says ({record.event_id!r}, {record.suffix!r})",
+                )
+            )
+        if record.state == "in_progress" and record.lease_expired:
+            found.append(
+                Violation(
+                    "in_progress past its lease",
+                    event,
+                    name,
+                    f"record {record.key!r} (attempt {record.attempts})",
+                )
+            )
+        if record.attempts > limit:
+            found.append(
+                Violation(
+                    "attempts",
+                    event,
+                    name,
+                    f"record {record.key!r} counts {record.attempts} attempts, above "
+                    f"max_attempts {seen.max_attempts} + concurrency {seen.copies}",
+                )
+            )
+    for event, name, last in seen.unacknowledged:
+        found.append(Violation("not acknowledged", event, name, f"still redelivered: {last}"))
+    for exit_ in seen.worker_exits:
+        found.append(Violation("worker exited", "-", "-", exit_))
+    return found
+
+
+def _keyed(seen: Observed) -> list[Violation]:
+    found: list[Violation] = []
+    keys_by_event: dict[str, set[str]] = defaultdict(set)
+    sends = Counter(key for key, _, _ in seen.notify_applied)
+    windows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for event, start, end in seen.excused:
+        windows[event].append((start, end))
+    explained: Counter[str] = Counter()
+    for key, event, arrived in seen.notify_applied:
+        keys_by_event[event].add(key)
+        if any(start <= arrived <= end for start, end in windows[event]):
+            explained[key] += 1
+    for event in seen.events:
+        expected = dedup_key(event, "notify")
+        keys = keys_by_event.get(event, set())
+        if not keys:
+            found.append(Violation("keyed effect", event, "notify", "lost: never applied"))
+            continue
+        if keys != {expected}:
+            found.append(
+                Violation(
+                    "keyed effect",
+                    event,
+                    "notify",
+                    f"applied under keys {sorted(keys)}, expected only {expected!r}",
+                )
+            )
+        unexplained = sends[expected] - 1 - explained[expected]
+        if unexplained > 0:
+            found.append(
+                Violation(
+                    "repeated without a crash",
+                    event,
+                    "notify",
+                    f"key {expected!r} applied {sends[expected]} times, only "
+                    f"{explained[expected]} of them during a delivery that was killed, "
+                    "overlapped an emulator restart or outlasted its lease",
+                )
+            )
+    return found
+
+
+def effects(seen: Observed) -> int:
+    """Effects observed: counter increments plus the receiver's distinct applied keys."""
+    return (
+        sum(seen.counts.values())
+        + sum(seen.batches.values())
+        + len({key for key, _, _ in seen.notify_applied})
+    )
