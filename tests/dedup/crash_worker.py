@@ -41,6 +41,8 @@ def main() -> int:
         effect = {"key": delivery.key, "attempt": delivery.attempt}
         if delivery.transaction is not None:
             delivery.transaction.create(client.collection(EFFECTS).document(), effect)
+        elif delivery.batch is not None:
+            delivery.batch.create(client.collection(EFFECTS).document(), effect)
         else:
             client.collection(EFFECTS).document().create(effect)
         if args.hang:

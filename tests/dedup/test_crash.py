@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from google.cloud import firestore
 
-from dedup import Deduplicator, Delivery, LeaseHeld, OutcomeKind, Record, State
+from dedup import Deduplicator, Delivery, LeaseHeld, Mode, OutcomeKind, Record, State
 from tests.dedup.support import start_worker
 
 LEASE_SECONDS = 3
@@ -50,3 +50,32 @@ def test_sigkilled_owner_blocks_until_its_lease_expires_then_the_event_runs_once
     )
     assert record is not None
     assert (record.state, record.attempts) == (State.SENT, 2)
+
+
+@pytest.mark.parametrize("mode", [Mode.TRANSACTION, Mode.WRITE_ONLY])
+def test_an_atomic_attempt_killed_before_its_commit_leaves_nothing(
+    mode: Mode,
+    firestore_client: firestore.Client,
+    make_dedup: Callable[..., Deduplicator],
+    count_effects: Callable[[], int],
+) -> None:
+    """An atomic-mode process SIGKILLed inside its handler (writes buffered, commit not sent)
+    leaves no effect and no record: the redelivery runs at once, as attempt 1 (a crashed
+    attempt is not counted in these modes), and the effect commits exactly once."""
+    worker = start_worker("e1", "s", "--hang", "--mode", mode.value)
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == "STARTED"
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    assert count_effects() == 0
+    assert firestore_client.collection("triggerEvents").document("e1-s").get().exists is False
+
+    def handler(delivery: Delivery) -> None:
+        ref = firestore_client.collection("effects").document()
+        writer = delivery.transaction if delivery.transaction is not None else delivery.batch
+        assert writer is not None
+        writer.create(ref, {"key": delivery.key, "attempt": delivery.attempt})
+
+    outcome = make_dedup().run("e1", "s", handler, mode=mode)
+    assert (outcome.kind, outcome.attempt) == (OutcomeKind.RAN, 1)
+    assert count_effects() == 1
