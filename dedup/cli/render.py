@@ -94,9 +94,14 @@ def cell(value: object) -> Text:
 
 
 def records_table(records: Sequence[Record], now: datetime, *, title: str) -> Table:
-    """One row per record: key, state, attempts, age of the first attempt, lease, last error."""
+    """One row per record: key, state, attempts, age of the first attempt, lease, last error.
+
+    Keys are never wrapped (an operator copies them into `show` and `release`): the other
+    columns fold to make room."""
     table = Table(title=title, title_justify="left")
-    for column in ("key", "state", "attempts", "first attempt", "lease", "last error"):
+    widest = max((len(record.key) for record in records), default=3)
+    table.add_column("key", no_wrap=True, min_width=widest)
+    for column in ("state", "attempts", "first attempt", "lease", "last error"):
         table.add_column(column, overflow="fold")
     for record in records:
         table.add_row(

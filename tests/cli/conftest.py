@@ -15,9 +15,10 @@ Invoke = Callable[..., Result]
 
 @pytest.fixture
 def invoke(firestore_client: firestore.Client) -> Invoke:
-    """Run `dedup --project <emulator project> ARGS...`; keyword arguments go to CliRunner.invoke.
+    """Run `dedup --project <emulator project> ARGS...`; keyword arguments go to CliRunner.invoke
+    (`env={"COLUMNS": "80"}` for a narrow terminal).
 
-    The terminal is 200 columns wide so that tables do not fold keys.
+    The terminal is 200 columns wide unless a test says otherwise.
     """
     runner = CliRunner(env={"COLUMNS": "200"})
 

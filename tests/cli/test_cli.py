@@ -141,6 +141,18 @@ def test_list_table_is_readable(invoke: Invoke, firestore_client: firestore.Clie
     assert "1d 0h ago" in result.stdout
 
 
+def test_list_keeps_each_key_on_one_line_at_80_columns(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """A key is never wrapped in the table, even in an 80-column terminal: operators copy it
+    into `show` and `release`."""
+    event_id = "projects-demo-messages-16500123456789012"
+    records.write(firestore_client, [record_fields(event_id, "forward_webhook", age=DAY)])
+    result = invoke("list", env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert f"{event_id}-forward_webhook" in result.stdout
+
+
 def test_list_of_nothing_says_so(invoke: Invoke) -> None:
     """An empty result is a sentence, and an empty JSON array for scripts."""
     assert "no records" in invoke("list").stdout
