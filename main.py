@@ -9,13 +9,13 @@ events for the function are refused with a 4xx before any work (`functions.bound
 import functions_framework
 
 from dedup.logs import configure_logging
-from functions.boundary import install_error_handlers
+from functions.boundary import install_boundary
 from functions.forward_webhook import forward_webhook
 from functions.relay_outbox import relay_outbox
 from functions.send_post_notification import send_post_notification
 from functions.sync_published_count import sync_published_count
 
 configure_logging()
-install_error_handlers(functions_framework.errorhandler)
+install_boundary(functions_framework.errorhandler)
 
 __all__ = ["forward_webhook", "relay_outbox", "send_post_notification", "sync_published_count"]

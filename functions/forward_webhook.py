@@ -14,8 +14,9 @@ Exactly once, lease mode, keyed by the Pub/Sub message id. Receiver answers: see
 Configuration errors surface at start-up: the instance serving this function (its
 `FUNCTION_TARGET`) refuses to start when `WEBHOOK_ROUTES` is missing or invalid, with a message
 that says what is expected. Bad input: a request that is not a well-formed Pub/Sub event
-(data not base64, no message id...) is refused by `functions.boundary`; a JSON content type
-whose body is not JSON is a terminal failure, recorded.
+(data not base64, no message id, attributes that are not strings...) is refused by
+`functions.boundary`; a JSON content type whose body is not JSON, or nests too deep to check,
+is a terminal failure, recorded.
 """
 
 from __future__ import annotations
@@ -105,5 +106,7 @@ def forward_webhook(
             raise TerminalError(
                 f"body is not JSON although its content type is {content_type}"
             ) from None
+        except RecursionError:
+            raise TerminalError("body nests JSON deeper than this function can check") from None
     _, url = pick_route(message.attributes)
     post_once(url, body, content_type=content_type, idempotency_key=delivery.key)

@@ -8,6 +8,12 @@ Exactly once, lease mode: a publish cannot join a Firestore transaction. A relay
 after publishing and before recording it publishes again on retry, with the same `outboxId`
 attribute for consumers to drop the copy.
 
+A failure after the publish never repeats it: marking the document is retried a few times
+within the delivery (`MARK_ATTEMPTS`); a document deleted before it is marked, or a mark that
+keeps failing, is logged (WARNING, ERROR) and the delivery still ends `sent`, because a retry
+of the delivery would publish again. The dedup record, not `publishedAt`, is what says the
+message went out.
+
 Bad input: a document without a valid `topic`, or with `data` that is not bytes or a string,
 or attributes that are not a map of strings, is a terminal failure: recorded, not retried. A
 topic that does not exist is retried (create it with `make topics`).
@@ -15,10 +21,12 @@ topic that does not exist is retried (create it with `make topics`).
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import Any
 
 from firebase_functions import firestore_fn
+from google.api_core.exceptions import NotFound
 from google.cloud import firestore
 from google.cloud.pubsub_v1 import PublisherClient
 
@@ -28,6 +36,9 @@ from functions.boundary import validated
 
 SUFFIX = "relay_outbox"
 PUBLISH_TIMEOUT_SECONDS = 30.0
+MARK_ATTEMPTS = 3
+"""Tries to mark the outbox document published before giving up (logged, not retried)."""
+logger = logging.getLogger(__name__)
 
 
 @cache
@@ -76,6 +87,29 @@ def relay_outbox(
         topic_path(topic, event.project), data, **attributes, **{OUTBOX_ID_ATTRIBUTE: snapshot.id}
     )
     message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
-    delivery.client.document(snapshot.reference.path).update(
-        {"publishedAt": firestore.SERVER_TIMESTAMP, "messageId": message_id}
-    )
+    mark_published(delivery.client.document(snapshot.reference.path), message_id)
+
+
+def mark_published(document: firestore.DocumentReference, message_id: str) -> None:
+    """Set `publishedAt` and `messageId` on the outbox document. Never raises: the message is
+    already published, and failing the delivery would have the platform publish it again."""
+    for attempt in range(1, MARK_ATTEMPTS + 1):
+        try:
+            document.update({"publishedAt": firestore.SERVER_TIMESTAMP, "messageId": message_id})
+            return
+        except NotFound:
+            logger.warning(
+                "%s was deleted before it was marked: its message %s is published",
+                document.path,
+                message_id,
+            )
+            return
+        except Exception:
+            if attempt == MARK_ATTEMPTS:
+                logger.exception(
+                    "%s could not be marked published after %d tries: its message %s is "
+                    "published and will not be published again",
+                    document.path,
+                    MARK_ATTEMPTS,
+                    message_id,
+                )

@@ -10,7 +10,10 @@ transaction. A crash after sending and before recording "sent" is retried with t
 idempotency key (`Idempotency-Key` header over HTTP, `idempotencyKey` in FCM data).
 
 Bad input: the author document missing, or no follower with a token, sends nothing and is
-recorded as sent (there is nobody to notify; a retry would not change that).
+recorded as sent (there is nobody to notify; a retry would not change that). An `authorId` or
+a follower id that cannot be a Firestore document id (`a/b`, `.`, `__x__`; see
+`functions.ids`) is a terminal failure: recorded as failed once, answered 2xx, never retried.
+Follower entries that are not strings are skipped.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from functools import cache
 from firebase_functions import firestore_fn
 from google.cloud.firestore import DocumentSnapshot
 
-from dedup import Delivery, trigger_once
+from dedup import Delivery, TerminalError, trigger_once
 from functions.boundary import validated
+from functions.ids import id_problem
 from functions.notifier import Notification, Notifier, notifier_from_env, unique_tokens
 
 SUFFIX = "send_post_notification"
@@ -61,12 +65,17 @@ def _notify_followers_once(event: PostEvent, delivery: Delivery) -> None:
     assert after is not None
     post = after.to_dict() or {}
     author_id: str = post["authorId"]
+    if (why := id_problem(author_id)) is not None:
+        raise TerminalError(f"post {after.id}: its authorId {why}, so it names no user")
     users = delivery.client.collection("users")
     author = users.document(author_id).get()
     followers = (author.to_dict() or {}).get("followers", []) if author.exists else []
     follower_ids = (
         [f for f in followers if isinstance(f, str) and f] if isinstance(followers, list) else []
     )
+    for follower in follower_ids:
+        if (why := id_problem(follower)) is not None:
+            raise TerminalError(f"user {author_id}: a follower id {why}, so it names no user")
     docs = (
         delivery.client.get_all([users.document(f) for f in follower_ids]) if follower_ids else []
     )

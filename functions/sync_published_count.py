@@ -10,9 +10,10 @@ platform delivers events in.
 Exactly once: transactional mode. The increments and the dedup marker commit in one Firestore
 transaction, so a duplicate delivery finds the marker and a crashed one left nothing behind.
 
-Bad input: a post counts only when it is well formed (`authorId` a non-empty string,
-`published` a bool). A malformed post counts as unpublished and is logged at ERROR; raising a
-terminal error instead would leave the count including a post whose later events no longer
+Bad input: a post counts only when it is well formed (`authorId` a string Firestore accepts as
+a document id, see `functions.ids`; `published` a bool). A malformed post counts as
+unpublished and is logged at ERROR, and nothing is written for it; raising a terminal error
+instead would leave the count including a post whose later events no longer
 know it was counted.
 """
 
@@ -26,6 +27,7 @@ from google.cloud.firestore import DocumentSnapshot, Increment
 
 from dedup import Delivery, Mode, trigger_once
 from functions.boundary import validated
+from functions.ids import is_document_id
 
 SUFFIX = "sync_published_count"
 logger = logging.getLogger(__name__)
@@ -37,9 +39,9 @@ def counted_author(snapshot: DocumentSnapshot | None) -> str | None:
         return None
     post = snapshot.to_dict() or {}
     author, published = post.get("authorId"), post.get("published", False)
-    if not isinstance(published, bool) or not (isinstance(author, str) and author):
+    if not isinstance(published, bool) or not (isinstance(author, str) and is_document_id(author)):
         logger.error(
-            "post %s is malformed (authorId must be a non-empty string, published a bool): "
+            "post %s is malformed (authorId must be a user document id, published a bool): "
             "counted as unpublished",
             snapshot.reference.path,
         )

@@ -14,6 +14,7 @@ from demo.receiver import Receiver
 from functions.forward_webhook import parse_routes
 from tests.conftest import PROJECT
 from tests.functions.conftest import InProcessFunction, start_instance
+from tests.functions.mutations import nested_json
 
 LINE, DEFAULT = "/webhooks/line", "/webhooks/default"
 BODY = json.dumps({"destination": "U123", "events": [{"type": "message", "text": "hi"}]}).encode()
@@ -132,3 +133,19 @@ def test_instance_refuses_to_start_without_routes() -> None:
     result = start_instance("forward_webhook", env)
     assert result.returncode != 0
     assert "WEBHOOK_ROUTES is not set" in result.stderr
+
+
+def test_body_nested_too_deep_to_check_is_terminal(
+    unique: str,
+    forwarder: InProcessFunction,
+    receiver: Receiver,
+    firestore_client: firestore.Client,
+) -> None:
+    """A JSON body nested 5,000 levels (RecursionError when checked) is a recorded terminal
+    failure on the first attempt, never a 500 retried until the record is `dead`."""
+    event = message(f"m1-{unique}", nested_json(5000))
+    assert [forwarder.deliver(event) for _ in range(3)] == [200, 200, 200]
+    assert receiver.requests() == []
+    record = firestore_client.document(f"triggerEvents/m1-{unique}-forward_webhook").get().to_dict()
+    assert record is not None
+    assert (record["state"], record["attempts"]) == ("failed", 1)

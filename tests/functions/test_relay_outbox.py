@@ -6,15 +6,19 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from google.api_core.exceptions import ServiceUnavailable
 from google.cloud import firestore, pubsub_v1
 
 from dedup.outbox import enqueue
 from demo.events import firestore_event
 from demo.pubsub import pull_all
+from functions.relay_outbox import MARK_ATTEMPTS
 from tests.conftest import PROJECT
 from tests.functions.conftest import InProcessFunction
+from tests.functions.mutations import renamed
 
 
 @pytest.fixture
@@ -106,3 +110,72 @@ def test_enqueue_refuses_bad_input_before_writing(firestore_client: firestore.Cl
         enqueue(transaction, "orders", b"x", {"n": 1})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="set by the relay"):
         enqueue(transaction, "orders", b"x", {"outboxId": "forged"})
+
+
+def test_document_deleted_before_it_is_marked_is_published_once(
+    firestore_client: firestore.Client, relay: InProcessFunction, topic: tuple[str, str]
+) -> None:
+    """A failure after the publish never repeats it: the outbox document deleted before the
+    relay marks it still ends the delivery `sent`, and redeliveries publish nothing more."""
+    name, subscription = topic
+    outbox = enqueue_in_transaction(firestore_client, name)
+    event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
+    outbox.delete()
+    assert [relay.deliver(event) for _ in range(3)] == [200, 200, 200]
+    assert len(pull_all(subscription)) == 1
+    [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
+    assert record["state"] == "sent"
+    assert not outbox.get().exists, "the mark must not resurrect a deleted outbox document"
+
+
+@pytest.mark.parametrize("failures", [1, MARK_ATTEMPTS])
+def test_mark_failures_never_publish_again(
+    failures: int,
+    firestore_client: firestore.Client,
+    relay: InProcessFunction,
+    topic: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The mark failing (UNAVAILABLE injected on the client, the emulator stays the store) once
+    or on every try: one publish, the delivery acknowledged, redeliveries publish nothing."""
+    name, subscription = topic
+    outbox = enqueue_in_transaction(firestore_client, name)
+    event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
+    real_update = firestore.DocumentReference.update
+    injected: list[str] = []
+
+    def flaky_update(self: firestore.DocumentReference, *args: Any, **kwargs: Any) -> Any:
+        if self.path == outbox.path and len(injected) < failures:
+            injected.append(self.path)
+            raise ServiceUnavailable("injected: the mark's commit was not applied")
+        return real_update(self, *args, **kwargs)
+
+    monkeypatch.setattr(firestore.DocumentReference, "update", flaky_update)
+    assert [relay.deliver(event) for _ in range(3)] == [200, 200, 200]
+    assert len(injected) == failures
+    [published] = pull_all(subscription)
+    marked = outbox.get().to_dict() or {}
+    if failures < MARK_ATTEMPTS:
+        assert marked["messageId"] == published.message_id
+    else:
+        assert "messageId" not in marked
+        assert "could not be marked published" in caplog.text
+
+
+def test_event_for_another_document_is_refused_untouched(
+    firestore_client: firestore.Client, relay: InProcessFunction, topic: tuple[str, str]
+) -> None:
+    """A created event for `users/ann` (not `outbox/{id}`) or for `outbox/../triggerEvents/k`
+    is refused: nothing published, nothing written to that document, no record."""
+    name, subscription = topic
+    for path in ["users/ann", "outbox/../triggerEvents/k", "outbox/a/b/c"]:
+        ref = firestore_client.document("users/ann")
+        ref.set({"topic": name, "data": b"x"})
+        event = renamed(path)(
+            firestore_event(ref.path, None, ref.get(), project=PROJECT, change="created")
+        )
+        assert relay.deliver(event) == 400, path
+        assert ref.get().to_dict() == {"topic": name, "data": b"x"}
+    assert pull_all(subscription) == []
+    assert list(firestore_client.collection("triggerEvents").list_documents()) == []

@@ -113,3 +113,44 @@ def test_instance_refuses_to_start_with_a_bad_notify_url() -> None:
     result = start_instance("send_post_notification", {**os.environ, "NOTIFY_URL": "ftp://x"})
     assert result.returncode != 0
     assert "NOTIFY_URL must be an http:// or https:// URL" in result.stderr
+
+
+BAD_IDS = ["a/b", ".", "..", "__x__", "../triggerEvents/x"]
+
+
+@pytest.mark.parametrize("author_id", BAD_IDS)
+def test_author_id_that_names_no_user_is_a_terminal_failure(
+    author_id: str,
+    unique: str,
+    firestore_client: firestore.Client,
+    notifier: InProcessFunction,
+    receiver: Receiver,
+) -> None:
+    """A published post whose authorId cannot be a document id: recorded `failed` once,
+    answered 2xx every time, nothing sent, no retry."""
+    event = write_post(
+        firestore_client, f"p-{unique}", lambda r: r.set({"authorId": author_id, "published": True})
+    )
+    assert [notifier.deliver(event) for _ in range(3)] == [200, 200, 200]
+    assert receiver.to(NOTIFY) == []
+    [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
+    assert (record["state"], record["attempts"]) == ("failed", 1)
+    assert "authorId" in record["lastError"]
+
+
+@pytest.mark.parametrize("follower", BAD_IDS)
+def test_follower_id_that_names_no_user_is_a_terminal_failure(
+    follower: str,
+    unique: str,
+    firestore_client: firestore.Client,
+    notifier: InProcessFunction,
+    receiver: Receiver,
+) -> None:
+    """A follower id that cannot be a document id: recorded `failed` once, answered 2xx."""
+    firestore_client.document("users/ann").set({"followers": ["ben", follower]})
+    event = publish(firestore_client, f"p-{unique}")
+    assert [notifier.deliver(event) for _ in range(3)] == [200, 200, 200]
+    assert receiver.to(NOTIFY) == []
+    [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
+    assert (record["state"], record["attempts"]) == ("failed", 1)
+    assert "follower" in record["lastError"]

@@ -89,3 +89,22 @@ def test_malformed_posts_count_as_unpublished(
     fixed = write_post(firestore_client, "string-flag", lambda r: r.update({"published": True}))
     assert counter.deliver(fixed) == 200
     assert count(firestore_client, "ann") == 1
+
+
+@pytest.mark.parametrize("author_id", ["a/b", ".", "..", "__x__", "../triggerEvents/x"])
+def test_author_id_that_names_no_user_is_a_malformed_post(
+    author_id: str,
+    firestore_client: firestore.Client,
+    counter: InProcessFunction,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A post whose authorId cannot be a document id counts as unpublished (the module's
+    documented choice): answered 2xx, recorded `sent` once, nothing written for it."""
+    event = write_post(
+        firestore_client, "p1", lambda r: r.set({"authorId": author_id, "published": True})
+    )
+    assert [counter.deliver(event) for _ in range(3)] == [200, 200, 200]
+    assert "malformed" in caplog.text
+    [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
+    assert record["state"] == "sent"
+    assert list(firestore_client.collection("users").list_documents()) == []
