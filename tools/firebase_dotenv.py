@@ -1,20 +1,20 @@
-"""`.env` files read exactly as the Firebase CLI reads them, for the gcloud deploy path.
+r"""`.env` files read exactly as the Firebase CLI reads them, for the gcloud deploy path.
 
 `firebase deploy` loads `.env` and then `.env.<project>` (the later file wins) with its own
 dotenv parser (firebase-tools `lib/functions/env.js`, `parse` and `parseStrict`). This module is
 a line-by-line port of that parser, so `make deploy-gcloud` gives the functions the same values
 `make deploy-firebase` does. What it means for a line such as `KEY=value`:
 
-| line                          | value                     | why                                  |
-|-------------------------------|---------------------------|--------------------------------------|
-| `A=x # note`                  | `x`                       | an unquoted value ends at `#`        |
-| `A="x # note"`                | `x # note`                | quotes keep `#`                      |
-| `A="a\\nb"`                   | `a`, newline, `b`         | double quotes interpret `\\n \\r \\t \\v \\\\ \\' \\"` |
-| `A='a\\nb'`                   | `a\\nb` (4 characters)    | single quotes keep backslashes       |
-| `export A=x`                  | `x`                       | `export` is allowed and dropped      |
-| `A="two` / `lines"`           | `two`, newline, `lines`   | quoted values may span lines         |
-| `not a pair`                  | error                     | Firebase refuses the whole file      |
-| `lower=x`, `FIREBASE_X=x`     | error                     | key rules (`validate_key`)           |
+| line                      | value                   | why                                     |
+|---------------------------|-------------------------|-----------------------------------------|
+| `A=x # note`              | `x`                     | an unquoted value ends at `#`           |
+| `A="x # note"`            | `x # note`              | quotes keep `#`                         |
+| `A="a\nb"`                | `a`, newline, `b`       | `"` reads `\n \r \t \v \\ \' \"`          |
+| `A='a\nb'`                | `a\nb` (4 characters)   | single quotes keep backslashes          |
+| `export A=x`              | `x`                     | `export` is allowed and dropped         |
+| `A="two` / `lines"`       | `two`, newline, `lines` | quoted values may span lines            |
+| `not a pair`              | error                   | Firebase refuses the whole file         |
+| `lower=x`, `FIREBASE_X=x` | error                   | key rules (`key_problem`)               |
 
 The tests compare this port with the installed firebase-tools on a table of cases.
 """
@@ -32,7 +32,9 @@ _LINE = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 _QUOTED = re.compile(r"^([\"'])(.*)\1$", re.MULTILINE | re.DOTALL)
-_ESCAPES = {"\\n": "\n", "\\r": "\r", "\\t": "\t", "\\v": "\v", "\\\\": "\\", "\\'": "'", '\\"': '"'}
+_ESCAPES = {
+    "\\n": "\n", "\\r": "\r", "\\t": "\t", "\\v": "\v", "\\\\": "\\", "\\'": "'", '\\"': '"'
+}  # fmt: skip
 _ESCAPE = re.compile(r"\\[nrtv\\'\"]")
 _JS_WHITESPACE = " \t\n\v\f\r\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
 _JS_WHITESPACE += "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
@@ -75,7 +77,7 @@ def parse(text: str) -> tuple[dict[str, str], list[str]]:
     values: dict[str, str] = {}
     for match in _LINE.finditer(text):
         key, value = match.group(1), (match.group(2) or "").strip(_JS_WHITESPACE)
-        quoted = _QUOTED.match(value)
+        quoted = _QUOTED.search(value)  # JS `exec`: anywhere
         if quoted:
             value = quoted.group(2)
             if quoted.group(1) == '"':
