@@ -86,8 +86,8 @@ class DedupConfig:
     """Collection path of the dedup records (`triggerEvents`); DEDUP_COLLECTION."""
 
     lease_seconds: int = DEFAULT_LEASE_SECONDS
-    """Lease length on the database clock; must exceed the function timeout (see module doc).
-    DEDUP_LEASE_SECONDS."""
+    """Lease length on the database clock; at least the function timeout plus
+    `rpc_timeout_seconds` (see module doc). DEDUP_LEASE_SECONDS."""
 
     retention_days: int = DEFAULT_RETENTION_DAYS
     """How long records are kept: `expireAt` = now + this, for a Firestore TTL policy.
