@@ -67,6 +67,7 @@ def tree(root: int) -> dict[int, str]:
 
 
 def port_open(port: int) -> bool:
+    """Something listens on 127.0.0.1:`port`."""
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -77,11 +78,14 @@ def has_worker(root: int) -> bool:
     return any("python" in args for pid, args in tree(root).items() if pid != root)
 
 
-def wait_for(condition: Callable[[], bool], what: str, seconds: float = 240) -> None:
+def wait_for(
+    condition: Callable[[], bool], what: str, seconds: float = 240, poll: float = 0.5
+) -> None:
+    """Return once `condition()` holds; fail after `seconds`."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+        time.sleep(poll)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
@@ -103,8 +107,14 @@ def test_a_signal_to_the_tool_stops_every_process_it_started(
         assert not (project_copy / "functions.yaml").exists()
         documents = "v1/projects/demo-exactly-once/databases/(default)/documents"
         url = f"http://127.0.0.1:{ports['firestore']}/{documents}/posts"
-        requests.post(url, json={"fields": {"authorId": {"stringValue": "a"}}}, timeout=30)
-        wait_for(lambda: has_worker(tool.pid), "a functions worker")
+
+        def write_and_look() -> bool:
+            """Write a post (its triggers start workers once the functions are loaded)."""
+            with contextlib.suppress(requests.RequestException):
+                requests.post(url, json={"fields": {"authorId": {"stringValue": "a"}}}, timeout=30)
+            return has_worker(tool.pid)
+
+        wait_for(write_and_look, "a functions worker", poll=3)
         started = tree(tool.pid)
         assert any("java" in args for args in started.values()), started
         os.kill(tool.pid, sig)
