@@ -27,7 +27,7 @@ PROJECT_NUMBER ?=
 TOPICS ?=
 DEDUP_COLLECTION ?= triggerEvents
 SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and checks
-DEPLOY := $(PY) tools/deploy.py
+DEPLOY := $(PY) -m tools.deploy
 DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
   --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)"
 define newline

@@ -1,8 +1,8 @@
 """Deployment plans for the Makefile, all built from the one manifest `main.py` declares.
 
-    venv/bin/python tools/deploy.py manifest [OUT] [OPTIONS]   # functions.yaml for firebase
-    venv/bin/python tools/deploy.py env-files OPTIONS          # gcloud's --env-vars-file files
-    venv/bin/python tools/deploy.py plan WHAT OPTIONS [--make] # shell commands, one per line
+    venv/bin/python -m tools.deploy manifest [OUT] [OPTIONS]   # functions.yaml for firebase
+    venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
+    venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
         WHAT: deploy-gcloud | bootstrap | topics | queues
     OPTIONS: --project=P --region=R [--firestore-location=L] [--service-account=NAME]
              [--project-number=N] [--topics="a b"]
@@ -43,15 +43,12 @@ from typing import Any
 
 import yaml
 
+from dedup.config import DedupConfig
+from dedup.errors import ConfigError
+from tools import firebase_dotenv
+from tools.emulators import GENERATED_MANIFEST_MARK
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import firebase_dotenv  # noqa: E402
-from emulators import GENERATED_MANIFEST_MARK  # noqa: E402
-
-from dedup.config import DedupConfig  # noqa: E402
-from dedup.errors import ConfigError  # noqa: E402
 
 GENERATED = f"{GENERATED_MANIFEST_MARK} for `make deploy-firebase`, which deletes it after.\n"
 """First line of the manifest it writes; `tools/emulators.py` removes a leftover with it."""
@@ -130,7 +127,6 @@ def sdk_manifest(source: Path = ROOT) -> dict[str, Any]:
 
     cwd = Path.cwd()
     os.chdir(source)  # get_functions() imports ./main.py
-    sys.path.insert(0, str(source))
     try:
         return dict(yaml.safe_load(functions_as_yaml(get_functions())))
     finally:
@@ -493,7 +489,9 @@ def plan(what: str, target: Target) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tools/deploy.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.deploy", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("command", choices=["manifest", "env-files", "plan"])
     parser.add_argument("what", nargs="?", help="manifest: output file; plan: what to plan")
     parser.add_argument("--project", required=True)

@@ -55,13 +55,3 @@ def add_function(project: Path, module: str, source: str, name: str) -> None:
     )
     text = text.replace("__all__ = [", f'__all__ = ["{name}", ')
     main.write_text(text)
-
-
-@pytest.fixture(autouse=True)
-def clean_firestore() -> None:
-    """Deploy tests use no database: they run without the emulators (`pytest tests/deploy`)."""
-
-
-@pytest.fixture(autouse=True)
-def emulator_triggers() -> None:
-    """Deploy tests fire no trigger; the emulators' triggers are left as they are."""

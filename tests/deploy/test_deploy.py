@@ -63,7 +63,7 @@ def declared_functions(project: Path) -> dict[str, dict[str, Any]]:
 def manifest_of(project: Path) -> dict[str, Any]:
     """The manifest `make deploy-firebase` writes, for REGION and a nam5 database."""
     printed = subprocess.run(
-        [sys.executable, "tools/deploy.py", "manifest", f"--project={PROJECT}",
+        [sys.executable, "-m", "tools.deploy", "manifest", f"--project={PROJECT}",
          f"--region={REGION}", f"--firestore-location={LOCATION}"],
         cwd=project, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
@@ -201,7 +201,7 @@ def test_without_a_database_location_the_deploy_refuses_and_says_how(tmp_path: P
     env = {**os.environ, "CLOUDSDK_CONFIG": str(tmp_path), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
     for command in (["manifest"], ["plan", "deploy-gcloud"]):
         done = subprocess.run(
-            [sys.executable, "tools/deploy.py", *command, *WHERE],
+            [sys.executable, "-m", "tools.deploy", *command, *WHERE],
             cwd=ROOT, env=env, capture_output=True, text=True,
         )  # fmt: skip
         assert done.returncode == 2, command
@@ -225,7 +225,7 @@ def test_a_lease_below_the_timeout_or_a_misspelled_setting_stops_the_deploy(
     (project_copy / f".env.{PROJECT}").write_text(env_line + "\n")
     for command in (["manifest", "functions.yaml"], ["plan", "deploy-gcloud"]):
         done = subprocess.run(
-            [sys.executable, "tools/deploy.py", *command, *WHERE, "--firestore-location=nam5"],
+            [sys.executable, "-m", "tools.deploy", *command, *WHERE, "--firestore-location=nam5"],
             cwd=project_copy, capture_output=True, text=True,
         )  # fmt: skip
         assert done.returncode == 2, command
@@ -283,7 +283,7 @@ def test_an_interrupted_firebase_deploy_leaves_no_functions_yaml(
 def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
     """Each command fails only for want of credentials, never for an argument gcloud refuses."""
     subprocess.run(
-        [sys.executable, "tools/deploy.py", "env-files", *WHERE],
+        [sys.executable, "-m", "tools.deploy", "env-files", *WHERE],
         cwd=ROOT, check=True, capture_output=True,
     )  # fmt: skip
     env = {**os.environ, "CLOUDSDK_CONFIG": str(tmp_path), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}

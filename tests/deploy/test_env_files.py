@@ -16,11 +16,7 @@ import pytest
 import yaml
 
 from tests.deploy.conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "tools"))
-import firebase_dotenv  # type: ignore[import-not-found]
-
-sys.path.pop(0)
+from tools import firebase_dotenv
 
 ENV_JS = (
     ROOT / "tools" / "firebase" / "node_modules" / "firebase-tools" / "lib" / "functions" / "env.js"
@@ -91,7 +87,7 @@ def test_gcloud_env_files_hold_the_project_env_values(project_copy: Path) -> Non
     (project_copy / ".env.p1").write_text('B="from \\"project\\"" # comment\n')
     (project_copy / ".env.other").write_text("C=not-this-project\n")
     subprocess.run(
-        [sys.executable, "tools/deploy.py", "env-files", "--project=p1", "--region=r"],
+        [sys.executable, "-m", "tools.deploy", "env-files", "--project=p1", "--region=r"],
         cwd=project_copy, check=True, capture_output=True,
     )  # fmt: skip
     folder = project_copy / ".cache" / "deploy" / "p1"
