@@ -11,24 +11,35 @@ EMULATORS   := $(PY) tools/emulators.py
 STAMP_PY    := $(VENV)/.installed
 STAMP_NODE  := $(FIREBASE_DIR)/node_modules/.installed
 
-# Deployment settings (deploy-*, rules, ttl, topics): make deploy-gcloud PROJECT=my-project REGION=europe-west1
+# Deployment settings (bootstrap, deploy-*, rules, ttl, topics, queues), e.g.
+#   make deploy-gcloud PROJECT=my-project REGION=europe-west1
+# Every function, its trigger and its runtime shape come from main.py (tools/deploy.py builds
+# the manifest); these only say where. See docs/deploy.md.
 PROJECT ?=
 REGION  ?= us-central1
-FIRESTORE_LOCATION ?= $(REGION)# where the database lives (nam5, eur3, or a region): Firestore triggers must match
-ENV_FILE ?= .env.$(PROJECT)# the functions' variables (WEBHOOK_ROUTES, NOTIFY_URL); firebase reads it too
-ENV_YAML := .cache/env.$(PROJECT).yaml
+# Where the Firestore database lives (nam5, eur3 or a region); empty: read from the database.
+FIRESTORE_LOCATION ?=
+# The runtime service account (name or email) that make bootstrap creates and the functions run as.
+SERVICE_ACCOUNT ?= exactly-once-fn
+# The project's number, for the Pub/Sub service agent; empty: read with gcloud.
+PROJECT_NUMBER ?=
+# Topics to create besides the triggers' (for example the ones relay_outbox publishes to).
+TOPICS ?=
 DEDUP_COLLECTION ?= triggerEvents
-TOPICS ?= webhooks
 SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and checks
-# $(call FIRESTORE_TRIGGER,written|created|updated|deleted,document pattern)
-FIRESTORE_TRIGGER = --trigger-event-filters=type=google.cloud.firestore.document.v1.$(1) \
-  --trigger-event-filters=database='(default)' \
-  --trigger-event-filters-path-pattern=document='$(2)' --trigger-location=$(FIRESTORE_LOCATION)
-GCLOUD_DEPLOY = gcloud functions deploy --gen2 --runtime=python312 --region=$(REGION) \
-  --project=$(PROJECT) --source=. --retry --env-vars-file=$(ENV_YAML) --quiet
+DEPLOY := $(PY) -m tools.deploy
+DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
+  --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)"
+define newline
+
+
+endef
+# $(call planned,WHAT): the commands tools/deploy.py plans for WHAT, each its own recipe line, so
+# `make -n WHAT` prints them; a plan that cannot be made (its error is printed) fails the target.
+planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --make || echo '@exit 2'))
 
 .PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
-        deploy-gcloud rules ttl topics guard-project clean
+        deploy-gcloud bootstrap rules ttl topics queues guard-project clean
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -73,7 +84,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/docs.py docs/examples
+	  tools/deploy.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
 	$(VENV)/bin/ruff check --fix .
@@ -90,24 +101,22 @@ bench: install ## The price of exactly-once, measured on the Firestore emulator 
 soak: $(STAMP_PY) ## Chaos soak on its own emulator (soak/results.json): make soak SOAK_SECONDS=600
 	$(PY) -m soak --seconds $(SOAK_SECONDS)
 
-deploy-firebase: install guard-project ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
-	$(PY) tools/deploy.py manifest functions.yaml
-	$(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT); \
-	  status=$$?; rm -f functions.yaml; exit $$status
+bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service account, its roles.
+	$(call planned,bootstrap)
 
-# gcloud deploys the same main.py: each firebase-functions handler takes the raw CloudEvent,
-# so functions-framework must serve it as a CloudEvent function (FUNCTION_SIGNATURE_TYPE).
-# Every event function gets --retry: a released lease is only ever retried by the platform.
-deploy-gcloud: $(STAMP_PY) guard-project ## Deploy with gcloud (2nd gen): make deploy-gcloud PROJECT=... REGION=...
-	$(PY) tools/deploy.py env-yaml $(ENV_FILE) $(ENV_YAML)
-	$(GCLOUD_DEPLOY) sync_published_count --entry-point=sync_published_count \
-	  $(call FIRESTORE_TRIGGER,written,posts/{postId})
-	$(GCLOUD_DEPLOY) send_post_notification --entry-point=send_post_notification \
-	  $(call FIRESTORE_TRIGGER,written,posts/{postId})
-	$(GCLOUD_DEPLOY) relay_outbox --entry-point=relay_outbox \
-	  $(call FIRESTORE_TRIGGER,created,outbox/{outboxId})
-	$(GCLOUD_DEPLOY) forward_webhook --entry-point=forward_webhook \
-	  --trigger-topic=webhooks
+# The manifest (functions.yaml) lives only while firebase deploys: removed on exit, Ctrl-C,
+# SIGTERM or SIGHUP; tools/emulators.py removes a leftover one (the emulator would read it).
+deploy-firebase: install guard-project topics ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
+	@trap 'rm -f functions.yaml' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; \
+	  set -e; set -x; $(DEPLOY) manifest functions.yaml $(DEPLOY_ARGS); \
+	  $(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT)
+
+# gcloud deploys the same main.py: one `gcloud functions deploy` per function of the manifest.
+# Event functions are served as CloudEvent functions (FUNCTION_SIGNATURE_TYPE) with --retry: a
+# released lease is only ever retried by the platform.
+deploy-gcloud: $(STAMP_PY) guard-project topics queues ## Deploy with gcloud (2nd gen): make deploy-gcloud PROJECT=... REGION=...
+	$(DEPLOY) env-files $(DEPLOY_ARGS)
+	$(call planned,deploy-gcloud)
 
 rules: install guard-project ## Deploy firestore.rules and firestore.indexes.json (gcloud users too).
 	$(EMULATORS) firebase deploy --only firestore --project $(PROJECT)
@@ -116,9 +125,11 @@ ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expir
 	gcloud firestore fields ttls update expireAt --collection-group=$(DEDUP_COLLECTION) \
 	  --enable-ttl --project=$(PROJECT) --quiet
 
-topics: guard-project ## Create the Pub/Sub topics the functions use (existing ones are kept).
-	$(foreach topic,$(TOPICS),gcloud pubsub topics describe $(topic) --project=$(PROJECT) \
-	  >/dev/null 2>&1 || gcloud pubsub topics create $(topic) --project=$(PROJECT);)
+topics: $(STAMP_PY) guard-project ## Create the triggers' Pub/Sub topics and TOPICS (existing ones are kept).
+	$(call planned,topics)
+
+queues: $(STAMP_PY) guard-project ## Create the task queue functions' Cloud Tasks queues (existing ones are kept).
+	$(call planned,queues)
 
 guard-project:
 	@[ -n "$(PROJECT)" ] || { echo "error: set PROJECT, e.g. make $(MAKECMDGOALS) PROJECT=my-project"; exit 2; }

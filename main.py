@@ -4,18 +4,34 @@ Each name below is a deployed function (its entry point for gcloud). The functio
 firebase-functions handlers: they take the raw CloudEvent, so gcloud serves them with
 `FUNCTION_SIGNATURE_TYPE=cloudevent` (the Makefile sets it). Requests that are not well-formed
 events for the function are refused with a 4xx before any work (`functions.boundary`).
+
+`set_global_options` below is the one declaration of the functions' runtime shape: both deploy
+paths read it from the manifest the SDK builds from this file (`tools/deploy.py`, docs/deploy.md).
+It must come before the functions are declared: their decorators copy it.
 """
 
 import functions_framework
+from firebase_functions import options
 
-from dedup.logs import configure_logging
-from functions.boundary import install_boundary
-from functions.forward_webhook import forward_webhook
-from functions.relay_outbox import relay_outbox
-from functions.send_post_notification import send_post_notification
-from functions.sync_published_count import sync_published_count
+options.set_global_options(
+    memory=options.MemoryOption.MB_512,
+    cpu=1,
+    concurrency=80,
+    min_instances=0,
+    max_instances=10,
+    timeout_sec=50,  # DEDUP_LEASE_SECONDS (60) must be >= this + DEDUP_RPC_TIMEOUT_SECONDS (10)
+)
+
+from dedup.logs import configure_logging  # noqa: E402
+from functions.boundary import install_boundary  # noqa: E402
+from functions.forward_webhook import forward_webhook  # noqa: E402
+from functions.relay_outbox import relay_outbox  # noqa: E402
+from functions.runtime import refuse_unsafe_settings  # noqa: E402
+from functions.send_post_notification import send_post_notification  # noqa: E402
+from functions.sync_published_count import sync_published_count  # noqa: E402
 
 configure_logging()
 install_boundary(functions_framework.errorhandler)
+refuse_unsafe_settings(globals())  # on the platform only: lease vs timeout, DEDUP_* names
 
 __all__ = ["forward_webhook", "relay_outbox", "send_post_notification", "sync_published_count"]

@@ -1,8 +1,9 @@
 """Settings of a `Deduplicator`: one frozen dataclass, with defaults read from the environment.
 
 `DedupConfig()` holds the documented defaults; `DedupConfig.from_env()` overrides them from
-DEDUP_* variables. Every value is validated on construction, so a bad setting fails at import
-time with a `ConfigError` naming the setting, not at the first event.
+DEDUP_* variables. Every value is validated on construction, so a bad setting fails with a
+`ConfigError` naming the setting, not in the middle of an event. A DEDUP_* variable that is not
+one of `ENVIRONMENT_VARIABLES` (a misspelling such as DEDUP_RETENTON_DAYS) is refused too.
 
 How `lease_seconds` relates to the function timeout
 ---------------------------------------------------
@@ -13,17 +14,27 @@ database's clock. Two consequences:
   (Cloud Functions 2nd gen: 60 s by default for event functions, up to 540 s). If the
   handler is still running when its lease expires, a redelivery can take the lease over and
   run the handler a second time; the slow run then gets `LeaseLost` and its outcome is not
-  recorded, but its side effect may already have happened. Set `lease_seconds` to at least
-  the function timeout plus a few seconds.
+  recorded, but its side effect may already have happened.
+* The margin beyond the timeout is `rpc_timeout_seconds`. functions-framework does not stop a
+  handler at the platform timeout: a run whose effect finished just before the timeout still
+  has to write "sent", and that write may take up to `rpc_timeout_seconds`. The lease starts
+  after the request does (it is taken by the claim), so a lease of at least
+  timeout + `rpc_timeout_seconds` outlives that last write, and the platform's retry (which
+  comes after the timeout plus a backoff) finds the event `sent` instead of taking the lease
+  over and running the effect again. `DedupConfig(function_timeout_seconds=...)` enforces it:
+  the deploy tooling (`tools/deploy.py`) checks every function, and an instance on the
+  platform checks its own function at start-up (`functions.runtime`).
 * A run whose process crashed (out of memory, instance killed) holds its lease until it
   expires: redeliveries before that raise `LeaseHeld`, and the first one after it runs
   the handler again. A longer lease therefore delays recovery from a crash.
 
-The default of 60 s matches the default function timeout.
+The default of 60 s fits the functions' declared timeout of 50 s (`main.py`) plus the default
+`rpc_timeout_seconds` of 10 s.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -46,6 +57,18 @@ DEFAULT_DATABASE = "(default)"
 
 _COLLECTION_SEGMENT = re.compile(r"[^/]+")
 
+ENVIRONMENT_VARIABLES = (
+    "DEDUP_COLLECTION",
+    "DEDUP_LEASE_SECONDS",
+    "DEDUP_RETENTION_DAYS",
+    "DEDUP_MAX_ATTEMPTS",
+    "DEDUP_MAX_EVENT_AGE_SECONDS",
+    "DEDUP_CACHE_SIZE",
+    "DEDUP_RPC_TIMEOUT_SECONDS",
+    "DEDUP_ON_PAYLOAD_MISMATCH",
+)
+"""Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
+
 
 def utc_now() -> datetime:
     """The instance's current time, timezone-aware (UTC): the default `DedupConfig.clock`."""
@@ -63,8 +86,8 @@ class DedupConfig:
     """Collection path of the dedup records (`triggerEvents`); DEDUP_COLLECTION."""
 
     lease_seconds: int = DEFAULT_LEASE_SECONDS
-    """Lease length on the database clock; must exceed the function timeout (see module doc).
-    DEDUP_LEASE_SECONDS."""
+    """Lease length on the database clock; at least the function timeout plus
+    `rpc_timeout_seconds` (see module doc). DEDUP_LEASE_SECONDS."""
 
     retention_days: int = DEFAULT_RETENTION_DAYS
     """How long records are kept: `expireAt` = now + this, for a Firestore TTL policy.
@@ -106,6 +129,10 @@ class DedupConfig:
     """"log": report at ERROR and treat the delivery as the recorded event; "raise": raise
     `PayloadMismatch`. DEDUP_ON_PAYLOAD_MISMATCH."""
 
+    function_timeout_seconds: int | None = None
+    """The timeout of the function this config serves, when known: `lease_seconds` must then be
+    at least this plus `rpc_timeout_seconds` (see the module docstring). None: not checked."""
+
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
     """The instance clock (timezone-aware). Used only for `expireAt` and `max_event_age`;
     leases are judged on the database clock. Injectable for tests."""
@@ -138,15 +165,37 @@ class DedupConfig:
             )
         if not self.database:
             raise ConfigError("database must be a Firestore database id such as '(default)'")
+        if self.function_timeout_seconds is not None:
+            self._check_lease_covers(self.function_timeout_seconds)
+
+    def _check_lease_covers(self, timeout: int) -> None:
+        _require_at_least("function_timeout_seconds", timeout, 1)
+        needed = timeout + self.rpc_timeout_seconds
+        if self.lease_seconds < needed:
+            raise ConfigError(
+                f"lease_seconds (DEDUP_LEASE_SECONDS) is {self.lease_seconds} s but the function "
+                f"timeout is {timeout} s: a redelivery could take the lease over while the first "
+                f"run still works. Set DEDUP_LEASE_SECONDS to at least {needed} (the timeout plus "
+                f"DEDUP_RPC_TIMEOUT_SECONDS={self.rpc_timeout_seconds}, the deadline of the "
+                "'sent' write that follows the effect), or lower the function's timeout_sec."
+            )
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> DedupConfig:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        function_timeout_seconds: int | None = None,
+    ) -> DedupConfig:
         """Defaults overridden by DEDUP_* variables (and the project variables).
 
         `environ` defaults to `os.environ`. Empty variables count as unset. Raises
-        `ConfigError` naming the variable and the accepted form when a value is malformed.
+        `ConfigError` naming the variable and the accepted form when a value is malformed, when
+        a DEDUP_* variable is not one of `ENVIRONMENT_VARIABLES` (the message lists them), and
+        when `function_timeout_seconds` is given and the lease does not cover it.
         """
         env = os.environ if environ is None else environ
+        _refuse_unknown_variables(env)
 
         def get(name: str) -> str | None:
             value = env.get(name, "").strip()
@@ -170,7 +219,21 @@ class DedupConfig:
                 get, "DEDUP_RPC_TIMEOUT_SECONDS", DEFAULT_RPC_TIMEOUT_SECONDS
             ),
             on_payload_mismatch="raise" if policy == "raise" else "log",
+            function_timeout_seconds=function_timeout_seconds,
         )
+
+
+def _refuse_unknown_variables(env: Mapping[str, str]) -> None:
+    unknown = sorted(n for n in env if n.startswith("DEDUP_") and n not in ENVIRONMENT_VARIABLES)
+    if not unknown:
+        return
+    name = unknown[0]
+    close = difflib.get_close_matches(name, ENVIRONMENT_VARIABLES, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise ConfigError(
+        f"unknown setting {name}{hint}: the DEDUP_* variables are "
+        f"{', '.join(ENVIRONMENT_VARIABLES)}. Rename or remove it."
+    )
 
 
 def _require_at_least(name: str, value: int, minimum: int) -> None:

@@ -1,8 +1,10 @@
 """Deployment without a cloud: what `firebase deploy` would read, and what gcloud would be told.
 
-The manifest is the one `make deploy-firebase` hands the Firebase CLI; the gcloud commands are
-the ones `make -n deploy-gcloud` prints, each run against the installed gcloud with no
-credentials, which parses every argument before it asks for an account.
+Expectations come from main.py itself (each exported function's firebase-functions endpoint),
+so a function added there is checked like the samples. The manifest is the one
+`make deploy-firebase` hands the Firebase CLI; the gcloud commands are the ones `make -n` prints,
+each run against the installed gcloud with no credentials, which parses every argument before it
+asks for an account.
 """
 
 from __future__ import annotations
@@ -12,55 +14,71 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-FIRESTORE_WRITTEN = "google.cloud.firestore.document.v1.written"
-FIRESTORE_CREATED = "google.cloud.firestore.document.v1.created"
+from tests.deploy.conftest import ROOT, add_function
+
+REGION = "europe-west1"
+LOCATION = "nam5"  # a multi-region database: its name, not REGION, goes on Firestore triggers
+PROJECT = "demo-parse-only"
+FIRESTORE_PREFIX = "google.cloud.firestore.document.v1."
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
-EXPECTED_TRIGGERS = {
-    "sync_published_count": (FIRESTORE_WRITTEN, "posts/{postId}"),
-    "send_post_notification": (FIRESTORE_WRITTEN, "posts/{postId}"),
-    "relay_outbox": (FIRESTORE_CREATED, "outbox/{outboxId}"),
-    "forward_webhook": (PUBSUB_PUBLISHED, "webhooks"),
-}
+WHERE = [f"--project={PROJECT}", f"--region={REGION}"]
+MAKE_VARS = [f"PROJECT={PROJECT}", f"REGION={REGION}", f"FIRESTORE_LOCATION={LOCATION}",
+             "PROJECT_NUMBER=123456789012"]  # fmt: skip
+SHAPE_FLAGS = [
+    ("cpu", "--cpu"),
+    ("concurrency", "--concurrency"),
+    ("minInstances", "--min-instances"),
+    ("maxInstances", "--max-instances"),
+]
+needs_gcloud = pytest.mark.skipif(
+    shutil.which("gcloud") is None,
+    reason="the Google Cloud CLI (optional, for make deploy-gcloud) is not installed here",
+)
 
 
-def trigger_of(endpoint: dict[str, Any]) -> tuple[str, str]:
-    """(event type, document pattern or topic) of a manifest endpoint."""
-    trigger = endpoint["eventTrigger"]
-    filters = {**trigger.get("eventFilters", {}), **trigger.get("eventFilterPathPatterns", {})}
-    return trigger["eventType"], filters.get("document") or filters["topic"].rsplit("/", 1)[-1]
-
-
-def test_manifest_declares_the_four_functions_with_retries_on() -> None:
-    """`firebase deploy` gets exactly the four functions, their triggers, and retry on each."""
-    # A fresh process, as the Firebase CLI's discovery uses.
+@cache
+def declared_functions(project: Path) -> dict[str, dict[str, Any]]:
+    """Name -> endpoint (trigger, timeout...) of every function main.py exports, as the SDK
+    declares it, read in a fresh process from `project`."""
+    code = (
+        "import json, main\n"
+        "print(json.dumps({n: getattr(main, n).__firebase_endpoint__.__dict__ "
+        "for n in main.__all__}, default=lambda o: getattr(o, '__dict__', str(o))))"
+    )
     printed = subprocess.run(
-        [sys.executable, "tools/deploy.py", "manifest"], cwd=ROOT, capture_output=True, text=True,
-        check=True,
-    ).stdout  # fmt: skip
-    manifest = yaml.safe_load(printed)
-    endpoints = manifest["endpoints"]
-    assert set(endpoints) == set(EXPECTED_TRIGGERS)
-    for name, endpoint in endpoints.items():
-        assert endpoint["entryPoint"] == name
-        assert trigger_of(endpoint) == EXPECTED_TRIGGERS[name]
-        assert endpoint["eventTrigger"]["retry"] is True, name
+        [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, check=True
+    ).stdout
+    return dict(yaml.safe_load(printed))
 
 
-def gcloud_commands(target: str) -> list[list[str]]:
-    """The gcloud commands `make -n TARGET` would run, as argument lists."""
+@cache
+def manifest_of(project: Path) -> dict[str, Any]:
+    """The manifest `make deploy-firebase` writes, for REGION and a nam5 database."""
     printed = subprocess.run(
-        ["make", "-n", target, "PROJECT=demo-parse-only", "REGION=us-central1"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        [sys.executable, "-m", "tools.deploy", "manifest", f"--project={PROJECT}",
+         f"--region={REGION}", f"--firestore-location={LOCATION}"],
+        cwd=project, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
+    return dict(yaml.safe_load(printed))
+
+
+def make_commands(project: Path, target: str, *extra: str) -> list[list[str]]:
+    """The gcloud commands `make -n TARGET` would run in `project`, as argument lists."""
+    done = subprocess.run(
+        ["make", "-n", target, *MAKE_VARS, *extra], cwd=project, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr, done.stderr
     commands = []
-    for line in printed.replace("\\\n", " ").splitlines():
+    for line in done.stdout.replace("\\\n", " ").splitlines():
         for part in line.replace("||", ";").split(";"):
             words = [w for w in shlex.split(part) if not w.startswith((">", "2>"))]
             if "gcloud" in words:
@@ -68,42 +86,245 @@ def gcloud_commands(target: str) -> list[list[str]]:
     return commands
 
 
-def test_every_event_function_is_deployed_with_retry_by_gcloud() -> None:
-    """`make deploy-gcloud` deploys the four functions, each with --retry and its trigger."""
-    deploys = {
-        next(w for w in cmd[3:] if not w.startswith("-")): cmd
-        for cmd in gcloud_commands("deploy-gcloud")
+@cache
+def function_deploys(project: Path) -> dict[str, list[str]]:
+    """Function name -> its `gcloud functions deploy` command, from `make -n deploy-gcloud`."""
+    return {
+        cmd[3]: cmd
+        for cmd in make_commands(project, "deploy-gcloud")
+        if cmd[1:3] == ["functions", "deploy"]
     }
-    assert set(deploys) == set(EXPECTED_TRIGGERS)
+
+
+def trigger_of(endpoint: dict[str, Any]) -> tuple[str, str]:
+    """(event type, document pattern or topic) of an endpoint."""
+    trigger = endpoint["eventTrigger"]
+    filters = {**trigger.get("eventFilters", {}), **(trigger.get("eventFilterPathPatterns") or {})}
+    return trigger["eventType"], filters.get("document") or filters["topic"].rsplit("/", 1)[-1]
+
+
+def check_manifest(project: Path) -> None:
+    """Every function main.py exports is in the manifest with its trigger, retry on, REGION,
+    the database's location on Firestore triggers, its declared timeout and the runtime account."""
+    declared = declared_functions(project)
+    endpoints = manifest_of(project)["endpoints"]
+    assert set(endpoints) == set(declared)
+    for name, endpoint in endpoints.items():
+        assert endpoint["entryPoint"] == name
+        assert trigger_of(endpoint) == trigger_of(declared[name]), name
+        assert endpoint["eventTrigger"]["retry"] is True, name
+        assert endpoint["region"] == [REGION], name
+        assert isinstance(declared[name]["timeoutSeconds"], int), f"{name} declares no timeout"
+        assert endpoint["timeoutSeconds"] == declared[name]["timeoutSeconds"], name
+        assert (
+            endpoint["serviceAccountEmail"] == f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
+        )
+        if trigger_of(endpoint)[0].startswith(FIRESTORE_PREFIX):
+            assert endpoint["eventTrigger"]["region"] == LOCATION, name
+
+
+def check_gcloud(project: Path) -> None:
+    """`make deploy-gcloud` deploys every function main.py exports, each in REGION with its
+    trigger, --retry, its timeout and the same runtime shape as the firebase manifest."""
+    declared = declared_functions(project)
+    manifest = manifest_of(project)["endpoints"]
+    deploys = function_deploys(project)
+    assert set(deploys) == set(declared)
     for name, cmd in deploys.items():
-        assert "--retry" in cmd, name
-        assert {"--gen2", "--runtime=python312"} <= set(cmd)
+        endpoint = manifest[name]
+        assert {"--retry", "--gen2", "--runtime=python312", f"--region={REGION}"} <= set(cmd), name
         assert f"--entry-point={name}" in cmd
-        event_type, where = EXPECTED_TRIGGERS[name]
+        assert f"--timeout={declared[name]['timeoutSeconds']}s" in cmd
+        assert f"--memory={endpoint['availableMemoryMb']}Mi" in cmd
+        for key, flag in SHAPE_FLAGS:
+            assert f"{flag}={endpoint[key]}" in cmd, (name, flag)
+        account = f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
+        assert {f"--service-account={account}", f"--trigger-service-account={account}"} <= set(cmd)
+        event_type, where = trigger_of(declared[name])
         if event_type == PUBSUB_PUBLISHED:
             assert f"--trigger-topic={where}" in cmd
         else:
             assert f"--trigger-event-filters=type={event_type}" in cmd
             assert f"--trigger-event-filters-path-pattern=document={where}" in cmd
+            assert f"--trigger-location={LOCATION}" in cmd
 
 
-@pytest.mark.skipif(
-    shutil.which("gcloud") is None,
-    reason="the Google Cloud CLI (optional, for make deploy-gcloud) is not installed here",
+def test_manifest_has_every_function_of_main_py_in_the_region_with_retries_on() -> None:
+    """`firebase deploy` gets exactly main.py's functions, in REGION, retries on, timeouts set."""
+    check_manifest(ROOT)
+
+
+def test_gcloud_deploys_every_function_of_main_py_like_firebase() -> None:
+    """`make deploy-gcloud` is generated from the same manifest: same functions, same shape."""
+    check_gcloud(ROOT)
+
+
+WELCOME_MAIL = '''"""A throwaway lease-mode function, added the way the README says."""
+
+from firebase_functions import firestore_fn
+
+from dedup import Delivery, trigger_once
+from functions.boundary import validated
+
+
+@validated
+@firestore_fn.on_document_created(document="users/{uid}")
+@trigger_once("send_welcome_mail")
+def send_welcome_mail(
+    event: firestore_fn.Event[firestore_fn.DocumentSnapshot | None], delivery: Delivery
+) -> None:
+    """Pretend to mail the new user."""
+'''
+
+
+def test_a_function_added_to_main_py_is_deployed_by_both_paths(project_copy: Path) -> None:
+    """A function exported from main.py and nothing else reaches the manifest and the gcloud
+    commands with its trigger, retry, region and timeout; the deploy checks still hold."""
+    add_function(project_copy, "welcome_mail", WELCOME_MAIL, "send_welcome_mail")
+    assert "send_welcome_mail" in declared_functions(project_copy)
+    endpoint = manifest_of(project_copy)["endpoints"]["send_welcome_mail"]
+    assert trigger_of(endpoint) == (FIRESTORE_PREFIX + "created", "users/{uid}")
+    assert endpoint["eventTrigger"]["retry"] is True
+    assert endpoint["region"] == [REGION]
+    assert endpoint["timeoutSeconds"] == 50
+    cmd = function_deploys(project_copy)["send_welcome_mail"]
+    assert {"--retry", f"--region={REGION}", "--timeout=50s", f"--trigger-location={LOCATION}",
+            f"--trigger-event-filters=type={FIRESTORE_PREFIX}created",
+            "--trigger-event-filters-path-pattern=document=users/{uid}"} <= set(cmd)  # fmt: skip
+    check_manifest(project_copy)
+    check_gcloud(project_copy)
+
+
+def test_without_a_database_location_the_deploy_refuses_and_says_how(tmp_path: Path) -> None:
+    """With no FIRESTORE_LOCATION and a database gcloud cannot read, nothing is deployed and the
+    message names FIRESTORE_LOCATION."""
+    env = {**os.environ, "CLOUDSDK_CONFIG": str(tmp_path), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
+    for command in (["manifest"], ["plan", "deploy-gcloud"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "tools.deploy", *command, *WHERE],
+            cwd=ROOT, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 2, command
+        assert done.stdout == ""
+        assert "could not read the location of Firestore database (default)" in done.stderr
+        assert "FIRESTORE_LOCATION=" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("env_line", "expected"),
+    [
+        ("DEDUP_LEASE_SECONDS=59", "Set DEDUP_LEASE_SECONDS to at least 60"),
+        ("DEDUP_RPC_TIMEOUT_SECONDS=20", "Set DEDUP_LEASE_SECONDS to at least 70"),
+        ("DEDUP_RETENTON_DAYS=30", "did you mean DEDUP_RETENTION_DAYS?"),
+    ],
 )
-@pytest.mark.parametrize("target", ["deploy-gcloud", "ttl", "topics"])
+def test_a_lease_below_the_timeout_or_a_misspelled_setting_stops_the_deploy(
+    project_copy: Path, env_line: str, expected: str
+) -> None:
+    """Both paths refuse, before anything is deployed, settings the functions would refuse."""
+    (project_copy / f".env.{PROJECT}").write_text(env_line + "\n")
+    for command in (["manifest", "functions.yaml"], ["plan", "deploy-gcloud"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "tools.deploy", *command, *WHERE, "--firestore-location=nam5"],
+            cwd=project_copy, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 2, command
+        assert expected in done.stderr, (command, done.stderr)
+        assert done.stdout == ""
+    assert not (project_copy / "functions.yaml").exists()
+
+
+def test_make_deploy_gcloud_stops_when_the_plan_is_refused(project_copy: Path) -> None:
+    """A refused plan fails `make deploy-gcloud` before any gcloud command runs."""
+    (project_copy / f".env.{PROJECT}").write_text("DEDUP_LEASE_SECONDS=59\n")
+    done = subprocess.run(
+        ["make", "deploy-gcloud", *MAKE_VARS, "-o", "topics", "-o", "queues"],
+        cwd=project_copy, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "Set DEDUP_LEASE_SECONDS to at least 60" in done.stderr
+    assert "gcloud functions deploy" not in done.stdout
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_an_interrupted_firebase_deploy_leaves_no_functions_yaml(
+    project_copy: Path, sig: str
+) -> None:
+    """The manifest exists only while `firebase deploy` runs; an interrupted deploy removes it."""
+    started = project_copy / "firebase-started"
+    fake = project_copy / "fake-firebase.sh"
+    fake.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    make = subprocess.Popen(
+        ["make", "deploy-firebase", *MAKE_VARS, "-o", "install", "-o", "topics",
+         f"EMULATORS={fake}"],
+        cwd=project_copy, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        for _ in range(600):
+            if started.exists() or make.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.1"], check=True)
+        assert started.exists(), make.communicate()[0]
+        manifest = project_copy / "functions.yaml"
+        assert manifest.read_text().startswith("# Generated by tools/deploy.py")
+        os.killpg(make.pid, getattr(__import__("signal"), sig))
+        make.wait(timeout=60)
+        assert not manifest.exists()
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, 9)
+
+
+@needs_gcloud
+@pytest.mark.parametrize(
+    "target", ["deploy-gcloud", "bootstrap", "ttl", "topics", "deploy-firebase"]
+)
 def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
     """Each command fails only for want of credentials, never for an argument gcloud refuses."""
-    # The env file gcloud reads (the first step of deploy-gcloud): a file that must exist.
-    (ROOT / ".cache").mkdir(exist_ok=True)
-    (ROOT / ".cache" / "env.demo-parse-only.yaml").write_text(
-        "FUNCTION_SIGNATURE_TYPE: cloudevent\n"
-    )
+    subprocess.run(
+        [sys.executable, "-m", "tools.deploy", "env-files", *WHERE],
+        cwd=ROOT, check=True, capture_output=True,
+    )  # fmt: skip
     env = {**os.environ, "CLOUDSDK_CONFIG": str(tmp_path), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
-    commands = gcloud_commands(target)
+    commands = make_commands(ROOT, target)
     assert commands, f"make -n {target} printed no gcloud command"
-    for cmd in commands:
-        result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    with ThreadPoolExecutor(4) as pool:
+        results = pool.map(
+            lambda cmd: subprocess.run(
+                cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+            ),
+            commands,
+        )
+    for cmd, result in zip(commands, results, strict=True):
         assert result.returncode != 0, cmd
         assert "active account" in result.stderr, (cmd, result.stderr[-600:])
         assert "unrecognized arguments" not in result.stderr, cmd
+
+
+def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
+    """The runtime account gets Firestore, Pub/Sub publish, the trigger roles, and FCM only
+    while NOTIFY_URL is unset; the Pub/Sub agent gets the token creator role firebase grants."""
+    commands = make_commands(ROOT, "bootstrap")
+    account = f"serviceAccount:exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
+    grants = {
+        (next(w for w in c if w.startswith("--member=")).removeprefix("--member="),
+         next(w for w in c if w.startswith("--role=")).removeprefix("--role="))
+        for c in commands if "add-iam-policy-binding" in c
+    }  # fmt: skip
+    assert grants == {
+        (account, "roles/datastore.user"),
+        (account, "roles/pubsub.publisher"),
+        (account, "roles/eventarc.eventReceiver"),
+        (account, "roles/run.invoker"),
+        (account, "roles/firebasecloudmessaging.admin"),  # no .env.demo-parse-only: FCM
+        ("serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com",
+         "roles/iam.serviceAccountTokenCreator"),
+    }  # fmt: skip
+    enable = next(c for c in commands if c[1:3] == ["services", "enable"])
+    for api in ("cloudfunctions", "run", "cloudbuild", "artifactregistry", "eventarc", "pubsub",
+                "firestore", "secretmanager", "cloudtasks", "fcm"):  # fmt: skip
+        assert f"{api}.googleapis.com" in enable
+    create = [c for c in commands if c[1:4] == ["iam", "service-accounts", "create"]]
+    assert create
+    assert create[0][4] == "exactly-once-fn"
