@@ -59,6 +59,7 @@ def test_first_request_creates_the_order_and_answers_201(
     [record] = records(firestore_client)
     assert record["state"] == "sent"
     assert record["result"]["status"] == 201
+    assert record["expireAt"] is not None  # the key is remembered for the retention period
 
 
 def test_a_replay_is_the_stored_response_byte_for_byte(
