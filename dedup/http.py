@@ -395,7 +395,11 @@ def idempotent_http(
         _register(registry, suffix, handler)
 
         def once(request: flask.Request) -> flask.Response:
-            checked = _checked_request(request)
+            try:
+                checked = _checked_request(request)
+            except Exception:  # a verifier or the framework failing: never a 4xx by mistake
+                logger.exception("%s: the request could not be checked", suffix)
+                return _failed().response()
             if isinstance(checked, Problem):
                 return checked.response()
             uid, key, body, parsed = checked
@@ -431,12 +435,7 @@ def idempotent_http(
                 return error.response
             except Exception:
                 logger.exception("%s: the handler failed; nothing stored, the key is free", suffix)
-                return Problem(
-                    500,
-                    "handler-failed",
-                    "Internal error",
-                    "the request failed and nothing was stored: retry it with the same key",
-                ).response()
+                return _failed().response()
             return _answer(settled, fresh, retry_after_seconds)
 
         def _checked_request(
@@ -509,6 +508,15 @@ def idempotent_http(
         return once
 
     return decorate
+
+
+def _failed() -> Problem:
+    return Problem(
+        500,
+        "handler-failed",
+        "Internal error",
+        "the request failed and nothing was stored: retry it with the same key",
+    )
 
 
 def _too_large(limit: int) -> Problem:
