@@ -28,6 +28,12 @@ EXPECTED_TRIGGERS = {
     "relay_outbox": (FIRESTORE_CREATED, "outbox/{outboxId}"),
     "forward_webhook": (PUBSUB_PUBLISHED, "webhooks"),
 }
+EXPECTED_HTTP = {
+    "create_order": "httpsTrigger",
+    "create_order_callable": "callableTrigger",
+    "receive_line_webhook": "httpsTrigger",
+}
+"""The HTTP functions (docs/http.md): public, guarded by their own checks."""
 
 
 def trigger_of(endpoint: dict[str, Any]) -> tuple[str, str]:
@@ -37,8 +43,9 @@ def trigger_of(endpoint: dict[str, Any]) -> tuple[str, str]:
     return trigger["eventType"], filters.get("document") or filters["topic"].rsplit("/", 1)[-1]
 
 
-def test_manifest_declares_the_four_functions_with_retries_on() -> None:
-    """`firebase deploy` gets exactly the four functions, their triggers, and retry on each."""
+def test_manifest_declares_the_functions_with_retries_on() -> None:
+    """`firebase deploy` gets exactly the functions, the event functions' triggers with retry
+    on, the HTTP functions public and the LINE channel secret from Secret Manager."""
     # A fresh process, as the Firebase CLI's discovery uses.
     printed = subprocess.run(
         [sys.executable, "tools/deploy.py", "manifest"], cwd=ROOT, capture_output=True, text=True,
@@ -46,7 +53,14 @@ def test_manifest_declares_the_four_functions_with_retries_on() -> None:
     ).stdout  # fmt: skip
     manifest = yaml.safe_load(printed)
     endpoints = manifest["endpoints"]
-    assert set(endpoints) == set(EXPECTED_TRIGGERS)
+    assert set(endpoints) == set(EXPECTED_TRIGGERS) | set(EXPECTED_HTTP)
+    line_secrets = manifest["endpoints"]["receive_line_webhook"]["secretEnvironmentVariables"]
+    assert [s["key"] for s in line_secrets] == ["LINE_CHANNEL_SECRET"]
+    for name, kind in EXPECTED_HTTP.items():
+        http = endpoints.pop(name)
+        assert kind in http, name
+        if kind == "httpsTrigger":  # callables are public by default
+            assert http[kind].get("invoker") == ["public"], name
     for name, endpoint in endpoints.items():
         assert endpoint["entryPoint"] == name
         assert trigger_of(endpoint) == EXPECTED_TRIGGERS[name]
