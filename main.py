@@ -1,9 +1,12 @@
 """Entry point of the functions, for `firebase deploy`, `gcloud functions deploy` and the emulator.
 
-Each name below is a deployed function (its entry point for gcloud). The functions are
-firebase-functions handlers: they take the raw CloudEvent, so gcloud serves them with
-`FUNCTION_SIGNATURE_TYPE=cloudevent` (the Makefile sets it). Requests that are not well-formed
-events for the function are refused with a 4xx before any work (`functions.boundary`).
+Each name below is a deployed function (its entry point for gcloud). The event functions are
+firebase-functions handlers that take the raw CloudEvent, so gcloud serves them with
+`FUNCTION_SIGNATURE_TYPE=cloudevent` (the Makefile sets it); requests that are not well-formed
+events for the function are refused with a 4xx before any work (`functions.boundary`). The
+HTTP functions (`create_order`, `create_order_callable`, `receive_line_webhook`) take the Flask
+request (`FUNCTION_SIGNATURE_TYPE=http`) and refuse malformed requests themselves, with
+problem+json (`dedup.http`, docs/http.md).
 
 `set_global_options` below is the one declaration of the functions' runtime shape: both deploy
 paths read it from the manifest the SDK builds from this file (`tools/deploy.py`, docs/deploy.md).
@@ -22,9 +25,12 @@ options.set_global_options(
     timeout_sec=50,  # DEDUP_LEASE_SECONDS (60) must be >= this + DEDUP_RPC_TIMEOUT_SECONDS (10)
 )
 
+from dedup.http import ensure_firebase_app  # noqa: E402
 from dedup.logs import configure_logging  # noqa: E402
 from functions.boundary import install_boundary  # noqa: E402
+from functions.create_order import create_order, create_order_callable  # noqa: E402
 from functions.forward_webhook import forward_webhook  # noqa: E402
+from functions.receive_line_webhook import receive_line_webhook  # noqa: E402
 from functions.relay_outbox import relay_outbox  # noqa: E402
 from functions.runtime import refuse_unsafe_settings  # noqa: E402
 from functions.send_post_notification import send_post_notification  # noqa: E402
@@ -32,6 +38,15 @@ from functions.sync_published_count import sync_published_count  # noqa: E402
 
 configure_logging()
 install_boundary(functions_framework.errorhandler)
+ensure_firebase_app()  # callables' ID tokens are verified through it before their handler runs
 refuse_unsafe_settings(globals())  # on the platform only: lease vs timeout, DEDUP_* names
 
-__all__ = ["forward_webhook", "relay_outbox", "send_post_notification", "sync_published_count"]
+__all__ = [
+    "create_order",
+    "create_order_callable",
+    "forward_webhook",
+    "receive_line_webhook",
+    "relay_outbox",
+    "send_post_notification",
+    "sync_published_count",
+]

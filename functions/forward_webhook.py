@@ -7,7 +7,10 @@ that must have a `default` entry (an unknown or missing route goes to `default`,
 attribute `contentType` gives the body's content type (default `application/json`). The body
 is forwarded unchanged with `Idempotency-Key: <dedup key>`.
 
-Exactly once, lease mode, keyed by the Pub/Sub message id. Receiver answers: see
+Exactly once, lease mode, keyed by the message attribute `eventKey` when the message has one
+(a publisher that may publish the same event twice, such as `receive_line_webhook` after a
+crash between its publish and its "sent", names the event there; it must be unique among the
+topic's events), else by the Pub/Sub message id. Receiver answers: see
 `functions.http_delivery` (5xx, 429, timeouts and refused connections are retried; any other
 4xx is a terminal failure, recorded and not retried).
 
@@ -40,6 +43,7 @@ SUFFIX = "forward_webhook"
 TOPIC = "webhooks"
 DEFAULT_ROUTE = "default"
 DEFAULT_CONTENT_TYPE = "application/json"
+EVENT_KEY_ATTRIBUTE = "eventKey"
 logger = logging.getLogger(__name__)
 
 
@@ -84,6 +88,12 @@ def pick_route(attributes: Mapping[str, str]) -> tuple[str, str]:
     return name, table[name]
 
 
+def message_key(event: pubsub_fn.CloudEvent[pubsub_fn.MessagePublishedData[Any]]) -> str:
+    """The dedup id of a message: its `eventKey` attribute, else its message id."""
+    message = event.data.message
+    return message.attributes.get(EVENT_KEY_ATTRIBUTE) or message.message_id
+
+
 def message_body(message: pubsub_fn.Message[Any]) -> bytes:
     """The message's payload bytes (`validated` already refused data that is not base64)."""
     return base64.b64decode(message.data or "")
@@ -91,7 +101,7 @@ def message_body(message: pubsub_fn.Message[Any]) -> bytes:
 
 @validated
 @pubsub_fn.on_message_published(topic=TOPIC)
-@trigger_once(SUFFIX)
+@trigger_once(SUFFIX, event_id_from=message_key)
 def forward_webhook(
     event: pubsub_fn.CloudEvent[pubsub_fn.MessagePublishedData[Any]], delivery: Delivery
 ) -> None:

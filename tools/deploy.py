@@ -140,7 +140,7 @@ def endpoints(manifest: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]
 
 def is_firestore(endpoint: Mapping[str, Any]) -> bool:
     """True for a Firestore document trigger."""
-    return str(endpoint.get("eventTrigger", {}).get("eventType", "")).startswith(FIRESTORE_EVENT)
+    return str((endpoint.get("eventTrigger") or {}).get("eventType", "")).startswith(FIRESTORE_EVENT)
 
 
 def trigger_topic(endpoint: Mapping[str, Any]) -> str | None:
@@ -243,7 +243,7 @@ def target_manifest(target: Target) -> dict[str, Any]:
 
 def signature_type(endpoint: Mapping[str, Any]) -> str:
     """How functions-framework must call the function: `cloudevent` or `http`."""
-    return "cloudevent" if "eventTrigger" in endpoint else "http"
+    return "cloudevent" if endpoint.get("eventTrigger") is not None else "http"
 
 
 def env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -413,7 +413,7 @@ def runtime_roles(manifest: Mapping[str, Any], env: Mapping[str, str]) -> list[s
     """The project roles the runtime service account needs for these functions and settings."""
     roles = list(RUNTIME_ROLES)
     all_endpoints = [e for _, e in endpoints(manifest)]
-    if any("eventTrigger" in e for e in all_endpoints):
+    if any(e.get("eventTrigger") is not None for e in all_endpoints):
         roles += list(TRIGGER_ROLES)
     if any("taskQueueTrigger" in e for e in all_endpoints):
         roles.append(ENQUEUER_ROLE)

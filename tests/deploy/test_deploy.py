@@ -96,8 +96,16 @@ def function_deploys(project: Path) -> dict[str, list[str]]:
     }
 
 
+def is_http(endpoint: dict[str, Any]) -> bool:
+    """An HTTP, callable or task-queue function (no event trigger, no platform retry)."""
+    return endpoint.get("eventTrigger") is None
+
+
 def trigger_of(endpoint: dict[str, Any]) -> tuple[str, str]:
-    """(event type, document pattern or topic) of an endpoint."""
+    """(event type, document pattern or topic) of an event endpoint; ("http", kind) else."""
+    if is_http(endpoint):
+        kinds = sorted(k for k, v in endpoint.items() if k.endswith("Trigger") and v is not None)
+        return "http", kinds[0]
     trigger = endpoint["eventTrigger"]
     filters = {**trigger.get("eventFilters", {}), **(trigger.get("eventFilterPathPatterns") or {})}
     return trigger["eventType"], filters.get("document") or filters["topic"].rsplit("/", 1)[-1]
@@ -112,7 +120,8 @@ def check_manifest(project: Path) -> None:
     for name, endpoint in endpoints.items():
         assert endpoint["entryPoint"] == name
         assert trigger_of(endpoint) == trigger_of(declared[name]), name
-        assert endpoint["eventTrigger"]["retry"] is True, name
+        if not is_http(endpoint):
+            assert endpoint["eventTrigger"]["retry"] is True, name
         assert endpoint["region"] == [REGION], name
         assert isinstance(declared[name]["timeoutSeconds"], int), f"{name} declares no timeout"
         assert endpoint["timeoutSeconds"] == declared[name]["timeoutSeconds"], name
@@ -132,15 +141,20 @@ def check_gcloud(project: Path) -> None:
     assert set(deploys) == set(declared)
     for name, cmd in deploys.items():
         endpoint = manifest[name]
-        assert {"--retry", "--gen2", "--runtime=python312", f"--region={REGION}"} <= set(cmd), name
+        assert {"--gen2", "--runtime=python312", f"--region={REGION}"} <= set(cmd), name
         assert f"--entry-point={name}" in cmd
         assert f"--timeout={declared[name]['timeoutSeconds']}s" in cmd
         assert f"--memory={endpoint['availableMemoryMb']}Mi" in cmd
         for key, flag in SHAPE_FLAGS:
             assert f"{flag}={endpoint[key]}" in cmd, (name, flag)
         account = f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
-        assert {f"--service-account={account}", f"--trigger-service-account={account}"} <= set(cmd)
+        assert f"--service-account={account}" in cmd
         event_type, where = trigger_of(declared[name])
+        if event_type == "http":
+            assert "--trigger-http" in cmd, name
+            assert "--retry" not in cmd, name
+            continue
+        assert {"--retry", f"--trigger-service-account={account}"} <= set(cmd), name
         if event_type == PUBSUB_PUBLISHED:
             assert f"--trigger-topic={where}" in cmd
         else:
@@ -303,8 +317,9 @@ def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
 
 
 def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
-    """The runtime account gets Firestore, Pub/Sub publish, the trigger roles, and FCM only
-    while NOTIFY_URL is unset; the Pub/Sub agent gets the token creator role firebase grants."""
+    """The runtime account gets Firestore, Pub/Sub publish, the trigger roles, secret access
+    for the functions that declare secrets, and FCM only while NOTIFY_URL is unset; the
+    Pub/Sub agent gets the token creator role firebase grants."""
     commands = make_commands(ROOT, "bootstrap")
     account = f"serviceAccount:exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
     grants = {
@@ -318,6 +333,7 @@ def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
         (account, "roles/eventarc.eventReceiver"),
         (account, "roles/run.invoker"),
         (account, "roles/firebasecloudmessaging.admin"),  # no .env.demo-parse-only: FCM
+        (account, "roles/secretmanager.secretAccessor"),  # receive_line_webhook's LINE secret
         ("serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com",
          "roles/iam.serviceAccountTokenCreator"),
     }  # fmt: skip

@@ -1,0 +1,190 @@
+"""The parts of an idempotent HTTP request that need no web framework: the `Idempotency-Key`
+header's value, the caller-scoped event id, the request fingerprint, and the stored response.
+
+Pure functions and frozen values, unit-tested without emulators; `dedup.http` glues them to
+Flask, firebase-functions and `Deduplicator.run`.
+
+Key syntax (draft-ietf-httpapi-idempotency-key-header-07, section 2.1: an RFC 8941 sf-string;
+Stripe and most clients send a bare token such as a UUID). Accepted, after trimming spaces:
+
+| header value            | key           |
+|-------------------------|---------------|
+| `"abc"` (sf-string)     | `abc`: `\\"` and `\\\\` unescaped, any other `\\` refused |
+| `abc` (bare)            | `abc`: characters 0x21-0x7E, no `"` or `\\` |
+
+The key itself must then be 1-255 printable ASCII characters (0x20-0x7E); anything else is
+refused with a reason (`InvalidKey`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dedup.transitions import MAX_RESULT_BYTES
+
+MAX_KEY_LENGTH = 255
+"""Longest accepted key, in characters (Stripe's limit; the draft sets none)."""
+
+HEADER = "Idempotency-Key"
+"""The request header (draft-ietf-httpapi-idempotency-key-header-07)."""
+
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""Response header set to `true` on a replayed response (Stripe's name; the draft has none)."""
+
+CALLABLE_FIELD = "idempotencyKey"
+"""The callable request data field that carries the key (the client SDKs set no headers)."""
+
+
+class InvalidKey(ValueError):
+    """The header value is not an acceptable idempotency key; the message says why, for the
+    client (it never echoes the value)."""
+
+
+def parse_key(raw: str) -> str:
+    """The key of an `Idempotency-Key` header value (see the module docstring).
+
+    Raises `InvalidKey` with a reason a client can act on.
+    """
+    value = raw.strip(" \t")
+    if value.startswith('"'):
+        key = _sf_string(value)
+    else:
+        if not value or any(not 0x21 <= ord(c) <= 0x7E or c in '"\\' for c in value):
+            raise InvalidKey(
+                "a bare Idempotency-Key must be visible ASCII characters without quotes, "
+                'spaces or backslashes; quote it as an sf-string ("...") otherwise'
+            )
+        key = value
+    return validate_key(key)
+
+
+def validate_key(key: object) -> str:
+    """`key` unchanged when it is 1-255 printable ASCII characters; else `InvalidKey`."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKey("the idempotency key is empty: send 1 to 255 printable ASCII characters")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKey(
+            f"the idempotency key has {len(key)} characters; at most {MAX_KEY_LENGTH} are "
+            "accepted (a UUID is 36)"
+        )
+    if any(not 0x20 <= ord(c) <= 0x7E for c in key):
+        raise InvalidKey(
+            "the idempotency key holds a character outside printable ASCII (0x20-0x7E); "
+            "use a UUID or another ASCII token"
+        )
+    return key
+
+
+def _sf_string(value: str) -> str:
+    """Decode an RFC 8941 sf-string (`value` starts with a quote)."""
+    out: list[str] = []
+    chars = iter(value[1:])
+    for char in chars:
+        if char == "\\":
+            escaped = next(chars, "")
+            if escaped not in ('"', "\\"):
+                raise InvalidKey('in a quoted Idempotency-Key only \\" and \\\\ may be escaped')
+            out.append(escaped)
+        elif char == '"':
+            if next(chars, None) is not None:
+                raise InvalidKey("a quoted Idempotency-Key must end at its closing quote")
+            return "".join(out)
+        else:
+            out.append(char)
+    raise InvalidKey("a quoted Idempotency-Key has no closing quote")
+
+
+def scoped_event_id(uid: str | None, key: str) -> str:
+    """The dedup event id of `key` sent by `uid` (None: an anonymous endpoint, the key alone).
+
+    `<uid>:<key>` with every `%` and `:` of the uid percent-encoded, so distinct (uid, key)
+    pairs give distinct ids ("a:b" + "c" and "a" + "b:c" cannot meet). `dedup.keys` maps ids
+    that are not valid document ids.
+    """
+    if uid is None:
+        return key
+    return f"{uid.replace('%', '%25').replace(':', '%3A')}:{key}"
+
+
+def fingerprint(method: str, path: str, body: bytes, *, json_body: bool) -> bytes:
+    """What identifies a request beside its key: method, path and the canonical body.
+
+    A JSON body is canonical when parsed and dumped with sorted keys and no spaces (so key
+    order and whitespace do not count); any other body counts byte for byte.
+    """
+    if json_body:
+        body = canonical_json(json.loads(body))
+    return b"\n".join([method.upper().encode(), path.encode("utf-8", "surrogatepass"), body])
+
+
+def canonical_json(value: Any) -> bytes:
+    """`value` as compact JSON with sorted keys (its canonical rendering)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A response as kept in the record's `result` (status below 500 only)."""
+
+    status: int
+    body: bytes
+    content_type: str | None
+    location: str | None
+
+    def to_result(self) -> dict[str, Any]:
+        """The map stored with "sent": the whole response, or, when it cannot fit in a record
+        (`dedup.transitions.MAX_RESULT_BYTES`), a stub with its status, size and sha256."""
+        full: dict[str, Any] = {
+            "kind": "http",
+            "status": self.status,
+            "body": self.body,
+            "contentType": self.content_type,
+            "location": self.location,
+        }
+        if _stored_size(full) <= MAX_RESULT_BYTES:
+            return full
+        return {
+            "kind": "http",
+            "status": self.status,
+            "tooLarge": True,
+            "bytes": len(self.body),
+            "sha256": hashlib.sha256(self.body).hexdigest(),
+            "contentType": self.content_type,
+            "location": self.location,
+        }
+
+    @classmethod
+    def from_result(cls, result: Mapping[str, Any] | None) -> StoredResponse | NotStored:
+        """The stored response, or `NotStored` saying why there is none to replay."""
+        if not result or result.get("kind") != "http":
+            return NotStored(status=None, size=None, sha256=None)
+        if result.get("tooLarge"):
+            return NotStored(
+                status=int(result["status"]), size=int(result["bytes"]), sha256=result["sha256"]
+            )
+        return cls(
+            status=int(result["status"]),
+            body=bytes(result["body"]),
+            content_type=result.get("contentType"),
+            location=result.get("location"),
+        )
+
+
+@dataclass(frozen=True)
+class NotStored:
+    """The request with this key completed, but its response is not in the record: it was
+    too large (`status`, `size`, `sha256` say what it was), or the record ended without one
+    (all None: it died after `max_attempts` failures, or was written by an older version)."""
+
+    status: int | None
+    size: int | None
+    sha256: str | None
+
+
+def _stored_size(result: Mapping[str, Any]) -> int:
+    """The size `dedup.transitions.storable_result` measures a result by."""
+    return len(json.dumps(result, default=str).encode("utf-8"))
