@@ -140,7 +140,8 @@ def endpoints(manifest: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]
 
 def is_firestore(endpoint: Mapping[str, Any]) -> bool:
     """True for a Firestore document trigger."""
-    return str((endpoint.get("eventTrigger") or {}).get("eventType", "")).startswith(FIRESTORE_EVENT)
+    trigger = endpoint.get("eventTrigger") or {}
+    return str(trigger.get("eventType", "")).startswith(FIRESTORE_EVENT)
 
 
 def trigger_topic(endpoint: Mapping[str, Any]) -> str | None:
