@@ -23,6 +23,8 @@ import pytest
 import requests
 
 SHIFT = 10000
+ADMIN = {"Authorization": "Bearer owner"}
+"""The Firestore emulator's admin credentials (security rules do not apply)."""
 
 
 def shift_ports(project: Path) -> dict[str, int]:
@@ -109,6 +111,7 @@ def test_a_signal_to_the_tool_stops_every_process_it_started(
         cwd=project_copy, start_new_session=True, env=outside_the_suites_emulators(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    seen: dict[int, str] = {}
     try:
         wait_for(lambda: all(port_open(p) for p in (ports["firestore"], ports["functions"])),
                  "the emulators")  # fmt: skip
@@ -118,12 +121,19 @@ def test_a_signal_to_the_tool_stops_every_process_it_started(
 
         def write_and_look() -> bool:
             """Write a post (its triggers start workers once the functions are loaded)."""
+            seen.update(tree(tool.pid))
             with contextlib.suppress(requests.RequestException):
-                requests.post(url, json={"fields": {"authorId": {"stringValue": "a"}}}, timeout=30)
+                requests.post(
+                    url,
+                    json={"fields": {"authorId": {"stringValue": "a"}}},
+                    headers=ADMIN,  # firestore.rules refuse unauthenticated writes
+                    timeout=30,
+                )
             return has_worker(tool.pid)
 
         wait_for(write_and_look, "a functions worker", poll=3)
         started = tree(tool.pid)
+        seen.update(started)
         assert any("java" in args for args in started.values()), started
         os.kill(tool.pid, sig)
         assert tool.wait(timeout=120) == 128 + sig
@@ -132,9 +142,12 @@ def test_a_signal_to_the_tool_stops_every_process_it_started(
         assert left == {}, left
         taken = [name for name, port in ports.items() if port_open(port)]
         assert taken == [], taken
-    finally:
-        if tool.poll() is None:
-            os.killpg(tool.pid, signal.SIGKILL)
-        for pid in tree(tool.pid):
-            with contextlib.suppress(ProcessLookupError):
+    finally:  # a failed run must not leave its emulators either: kill all it was seen to start
+        seen.update(tree(tool.pid))
+        alive = processes()
+        for pid in [pid for pid, args in seen.items() if alive.get(pid, (0, ""))[1] == args]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        tool.wait(timeout=30)
