@@ -48,6 +48,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -304,11 +305,29 @@ def stop_tree(process: subprocess.Popen[bytes]) -> None:
             os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=10)
-    _reap_adopted()
+    _reap(left - {process.pid})
 
 
-def _reap_adopted() -> None:
-    """Collect the exit status of adopted orphans, so no zombie is left either."""
+def _reap(killed: set[int], seconds: float = 10.0) -> None:
+    """Wait (at most `seconds`) until every killed process has really ended, collecting the exit
+    status of adopted orphans, so that none outlives this process, not even as a zombie: SIGKILL
+    is delivered at once, but a large process takes a moment to die."""
+    pending = set(killed)
+    deadline = time.monotonic() + seconds
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    pending.discard(pid)
+            except ChildProcessError:  # not (or no longer) our child: wait until it is gone
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    pending.discard(pid)
+                except PermissionError:
+                    pass
+        if pending:
+            time.sleep(0.05)
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0] > 0:
             pass
