@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from dedup.errors import ConfigError
+from dedup.keys import KEY_LAYOUTS, KeyLayout
 
 PayloadMismatchPolicy = Literal["log", "raise"]
 """What to do when a key arrives with a payload fingerprint other than the recorded one."""
@@ -133,6 +134,11 @@ class DedupConfig:
     """The timeout of the function this config serves, when known: `lease_seconds` must then be
     at least this plus `rpc_timeout_seconds` (see the module docstring). None: not checked."""
 
+    key_layout: KeyLayout = "plain"
+    """Record keys: "plain" (`<event id>-<suffix>`) or "spread" (a 4-hex hash prefix, for
+    more than about 500 new events per second, docs/capacity.md). Fixed for the life of a
+    collection: switching it hides the records already written. DEDUP_KEY_LAYOUT."""
+
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
     """The instance clock (timezone-aware). Used only for `expireAt` and `max_event_age`;
     leases are judged on the database clock. Injectable for tests."""
@@ -162,6 +168,11 @@ class DedupConfig:
             raise ConfigError(
                 "on_payload_mismatch (DEDUP_ON_PAYLOAD_MISMATCH) must be 'log' or 'raise'; "
                 f"got {self.on_payload_mismatch!r}"
+            )
+        if self.key_layout not in KEY_LAYOUTS:
+            raise ConfigError(
+                f"key_layout (DEDUP_KEY_LAYOUT) must be one of {', '.join(KEY_LAYOUTS)}; "
+                f"got {self.key_layout!r}"
             )
         if not self.database:
             raise ConfigError("database must be a Firestore database id such as '(default)'")
@@ -205,6 +216,11 @@ class DedupConfig:
         policy = get("DEDUP_ON_PAYLOAD_MISMATCH") or "log"
         if policy not in ("log", "raise"):
             raise ConfigError(f"DEDUP_ON_PAYLOAD_MISMATCH must be 'log' or 'raise'; got {policy!r}")
+        layout = get("DEDUP_KEY_LAYOUT") or "plain"
+        if layout not in KEY_LAYOUTS:
+            raise ConfigError(
+                f"DEDUP_KEY_LAYOUT must be one of {', '.join(KEY_LAYOUTS)}; got {layout!r}"
+            )
         return cls(
             collection=get("DEDUP_COLLECTION") or DEFAULT_COLLECTION,
             lease_seconds=_int_var(get, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
@@ -220,6 +236,7 @@ class DedupConfig:
             ),
             on_payload_mismatch="raise" if policy == "raise" else "log",
             function_timeout_seconds=function_timeout_seconds,
+            key_layout="spread" if layout == "spread" else "plain",
         )
 
 
