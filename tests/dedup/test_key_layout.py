@@ -52,7 +52,8 @@ def test_spread_keys_stay_valid_document_ids() -> None:
     assert spread.startswith(spread_prefix(long_id) + "~")
     for unsafe in ("a/b", "..", "__x__", "é"):
         key = dedup_key(unsafe, "s", "spread")
-        assert "/" not in key and key.startswith(spread_prefix(unsafe) + "~")
+        assert "/" not in key
+        assert key.startswith(spread_prefix(unsafe) + "~")
 
 
 def test_the_layout_is_validated_where_it_is_configured() -> None:
@@ -90,11 +91,13 @@ def test_a_spread_collection_runs_each_effect_once(
     ran = first.run("5550001", "spreadTest", handler, mode=mode)
     again = second.run("5550001", "spreadTest", handler, mode=mode)
     key = dedup_key("5550001", "spreadTest", "spread")
-    assert ran.kind is OutcomeKind.RAN and ran.key == key
+    assert ran.kind is OutcomeKind.RAN
+    assert ran.key == key
     assert again.kind is OutcomeKind.DUPLICATE
     assert runs == [key]
     stored = read_record(key)
-    assert stored is not None and stored.event_id == "5550001"
+    assert stored is not None
+    assert stored.event_id == "5550001"
     assert read_record(dedup_key("5550001", "spreadTest")) is None  # nothing at the plain key
 
 
