@@ -167,6 +167,7 @@ def cold_storm(impl: str, workdir: Path) -> dict[str, Any]:
     """The storm on a Firestore emulator started right before it; the emulator's start-up time
     is reported apart."""
     counter = RpcCounter()
+    workdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with own_firestore(workdir) as emulator:
         ready = time.perf_counter() - started
