@@ -135,8 +135,8 @@ class DedupConfig:
     at least this plus `rpc_timeout_seconds` (see the module docstring). None: not checked."""
 
     key_layout: KeyLayout = "plain"
-    """Record keys: "plain" (`<event id>-<suffix>`) or "spread" (a 4-hex hash prefix, for
-    more than about 500 new events per second, docs/capacity.md). Fixed for the life of a
+    """Record keys: "plain" (`<event id>-<suffix>`) or "spread" (a 4-hex hash prefix, beyond
+    about 250 new events per second per collection, docs/capacity.md). Fixed for the life of a
     collection: switching it hides the records already written. DEDUP_KEY_LAYOUT."""
 
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
