@@ -46,8 +46,13 @@ def child(concurrency: int, events: int, rounds: int) -> dict[str, Any]:
     """Measure every implementation at `concurrency` threads in this process."""
     import main  # noqa: F401  # a whole instance: every function of main.py loaded
 
-    logging.getLogger("dedup").addHandler(logging.NullHandler())
-    logging.getLogger("dedup").propagate = False
+    # main.py attached its stdout handler: keep making the log records, drop their output
+    # (as the rest of the benchmark does), so stdout carries the one JSON result line.
+    dedup_logger = logging.getLogger("dedup")
+    for handler in list(dedup_logger.handlers):
+        dedup_logger.removeHandler(handler)
+    dedup_logger.addHandler(logging.NullHandler())
+    dedup_logger.propagate = False
     client = firestore.Client()
     names = (*MODES, *EXTRA)
     impls = {name: FACTORIES[name](client) for name in names}
