@@ -67,6 +67,7 @@ ENVIRONMENT_VARIABLES = (
     "DEDUP_CACHE_SIZE",
     "DEDUP_RPC_TIMEOUT_SECONDS",
     "DEDUP_ON_PAYLOAD_MISMATCH",
+    "DEDUP_KEY_LAYOUT",
 )
 """Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
 
