@@ -80,7 +80,7 @@ def _timed(
         elapsed = (time.perf_counter() - started) * 1000
     if status != expected:
         raise SystemExit(f"expected {expected}, got {status}")
-    return elapsed, rpcs
+    return elapsed, rpcs.calls
 
 
 def _row(name: str, samples: list[tuple[float, Counter[str]]]) -> dict[str, Any]:

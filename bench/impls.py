@@ -9,7 +9,7 @@ back counts effects that really committed, whatever the implementation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from google.cloud import firestore
@@ -94,7 +94,8 @@ class Naive:
 
 @dataclass
 class Project:
-    """This project's `Deduplicator` in one mode; `effect=False` runs a no-op handler."""
+    """This project's `Deduplicator` in one mode; `effect=False` runs a no-op handler;
+    `settings` go to its `DedupConfig` (`cache_size=0`, `key_layout="spread"`...)."""
 
     client: firestore.Client
     mode: Mode
@@ -102,12 +103,15 @@ class Project:
     name: str = ""
     has_cache: bool = True
     has_lease: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """One Deduplicator (one LRU) per instance, default settings."""
+        """One Deduplicator (one LRU) per instance, default settings unless overridden."""
         self.name = self.name or self.mode.value
         self.has_lease = self.mode is Mode.LEASE
-        self.dedup = Deduplicator(DedupConfig(project=self.client.project), client=self.client)
+        self.has_cache = self.settings.get("cache_size", 1) != 0
+        config = DedupConfig(project=self.client.project, **self.settings)
+        self.dedup = Deduplicator(config, client=self.client)
 
     def deliver(self, event_id: str, hook: Hook = _noop) -> str:
         """Run through `Deduplicator.run` in this mode."""
@@ -139,8 +143,22 @@ FACTORIES: dict[str, Factory] = {
     "write_only": lambda c: Project(c, Mode.WRITE_ONLY),
     "naive_noop": lambda c: Naive(c, effect=False, name="naive_noop"),
     "lease_noop": lambda c: Project(c, Mode.LEASE, effect=False, name="lease_noop"),
+    "lease_spread": lambda c: Project(
+        c, Mode.LEASE, name="lease_spread", settings={"key_layout": "spread"}
+    ),
 }
-"""Every implementation; the `_noop` ones run a handler with no effect (dedup cost alone)."""
+"""Every implementation; the `_noop` ones run a handler with no effect (dedup cost alone),
+`lease_spread` uses the spread key layout (docs/capacity.md)."""
+
+STORM_FACTORIES: dict[str, Factory] = {
+    "naive": lambda c: Naive(c),
+    **{
+        mode.value: (lambda m: lambda c: Project(c, m, settings={"cache_size": 0}))(mode)
+        for mode in Mode
+    },
+}
+"""The storm's instances: this project's modes with the sent-keys cache off (every copy goes
+to Firestore, as on instances that never saw the event), and naive (which has no cache)."""
 
 
 def effects_applied(client: firestore.Client, event_ids: list[str]) -> dict[str, int]:

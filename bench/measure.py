@@ -59,11 +59,14 @@ class Series:
     kind: str
     ms: list[float] = field(default_factory=list)
     rpcs: list[int] = field(default_factory=list)
+    reads: int = 0
+    writes: int = 0
     methods: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> dict[str, Any]:
-        """Median/p99 latency, RPCs per delivery (median, min, max) and RPCs by method."""
+        """Median/p99 latency, RPCs per delivery (median, min, max), RPCs by method and the
+        document reads and writes per delivery (mean)."""
         n = len(self.ms)
         return {
             "impl": self.impl,
@@ -75,6 +78,8 @@ class Series:
             "rpcs_min": min(self.rpcs),
             "rpcs_max": max(self.rpcs),
             "rpcs_by_method": {m: round(c / n, 3) for m, c in sorted(self.methods.items())},
+            "doc_reads": round(self.reads / n, 3),
+            "doc_writes": round(self.writes / n, 3),
             "outcomes": dict(self.outcomes),
         }
 
@@ -109,8 +114,10 @@ class Matrix:
                 outcome = "LeaseHeld"
             elapsed = time.perf_counter() - start
         series.ms.append(elapsed * 1000)
-        series.rpcs.append(sum(bucket.values()))
-        series.methods.update(bucket)
+        series.rpcs.append(bucket.rpcs)
+        series.methods.update(bucket.calls)
+        series.reads += bucket.reads
+        series.writes += bucket.writes
         series.outcomes[outcome] += 1
 
     def run(self, progress: Callable[[str], None]) -> list[dict[str, Any]]:

@@ -79,19 +79,20 @@ def figures(results: dict[str, Any]) -> list[Figure]:
     series = {(s["impl"], s["kind"]): s for s in results["latency"]}
     storms = results["storms"]
     memory = results["memory"]
-
-    def median(impl: str, kind: str = "fresh") -> float:
-        return float(series[(impl, kind)]["median_ms"])
-
-    def rpcs(impl: str, kind: str) -> float:
-        return float(series[(impl, kind)]["rpcs"])
-
     out: list[Figure] = []
 
     def add(
         key: str, label: str, value: float, target: str, check: Callable[[float], bool] | None
     ) -> None:
         out.append(Figure(key, label, value, target, None if check is None else check(value)))
+
+    _scale_figures(results, add)
+
+    def median(impl: str, kind: str = "fresh") -> float:
+        return float(series[(impl, kind)]["median_ms"])
+
+    def rpcs(impl: str, kind: str) -> float:
+        return float(series[(impl, kind)]["rpcs"])
 
     add(
         "fresh_rpcs",
@@ -156,66 +157,49 @@ def figures(results: dict[str, Any]) -> list[Figure]:
         "-",
         None,
     )
-    lease = storms["lease"]
-    add(
-        "storm_effects",
-        "storm, lease mode: effects (20 events x 50 copies)",
-        lease["effects"],
-        f"== {lease['expected_effects']}",
-        lambda v: v == lease["expected_effects"],
-    )
-    add(
-        "storm_expected_effects",
-        "storm: events (expected effects)",
-        lease["expected_effects"],
-        "-",
-        None,
-    )
-    add(
-        "storm_unexpected_errors",
-        "storm, lease mode: unexpected errors (LeaseHeld expected)",
-        lease["unexpected_errors"],
-        "== 0",
-        lambda v: v == 0,
-    )
-    add(
-        "storm_lease_held",
-        "storm, lease mode: LeaseHeld (expected, retried)",
-        lease["errors_by_kind"].get("LeaseHeld", 0),
-        "-",
-        None,
-    )
-    add("storm_wall_s", "storm, lease mode: wall time (s)", lease["wall_s"], "-", None)
-    for name in ("write_only", "transaction"):
-        if name in storms:
-            s = storms[name]
+    for where in ("warm", "cold"):
+        for name in ("lease", "transaction", "write_only", "naive"):
+            found = storms.get(f"{where}_{name}")
+            if found is None:
+                continue
+            label = f"storm {where}, {name}"
+            target = name != "naive"
             add(
-                f"storm_{name}_effects",
-                f"storm, {name} mode: effects",
-                s["effects"],
-                f"== {s['expected_effects']}",
-                _equals(s["expected_effects"]),
+                f"storm_{where}_{name}_effects_per_event_max",
+                f"{label}: most effects of one event (20 events x 50 copies)",
+                found["effects_per_event_max"],
+                "== 1" if target else "(comparison)",
+                _equals(1) if target else None,
+            )
+            if name == "lease":
+                add(
+                    f"storm_{where}_lease_handler_calls",
+                    f"{label}: handler calls for {found['events']} events",
+                    found["handler_calls"],
+                    f"== {found['events']}",
+                    _equals(found["events"]),
+                )
+            add(
+                f"storm_{where}_{name}_unfinished",
+                f"{label}: copies never acknowledged",
+                found["unfinished"],
+                "== 0" if target else "(comparison)",
+                _equals(0) if target else None,
             )
             add(
-                f"storm_{name}_unexpected_errors",
-                f"storm, {name} mode: unexpected errors",
-                s["unexpected_errors"],
-                "== 0",
-                lambda v: v == 0,
+                f"storm_{where}_{name}_store_errors",
+                f"{label}: store errors (redelivered)",
+                found["store_errors"],
+                "-",
+                None,
             )
             add(
-                f"storm_{name}_wall_s", f"storm, {name} mode: wall time (s)", s["wall_s"], "-", None
+                f"storm_{where}_{name}_rpcs_per_delivery",
+                f"{label}: RPCs per delivery",
+                found["rpcs_per_delivery"],
+                "-",
+                None,
             )
-    naive = storms["naive"]
-    add("naive_storm_effects", "storm, naive: effects", naive["effects"], "(comparison)", None)
-    add(
-        "naive_storm_unexpected_errors",
-        "storm, naive: errors (contention: gave up after 5 tries)",
-        naive["unexpected_errors"],
-        "(comparison)",
-        None,
-    )
-    add("naive_storm_wall_s", "storm, naive: wall time (s)", naive["wall_s"], "-", None)
     add(
         "peak_rss_mb_10k_events",
         "peak RSS, 10,000 distinct events, lease mode (MB)",
@@ -248,6 +232,85 @@ def figures(results: dict[str, Any]) -> list[Figure]:
     return out
 
 
+Add = Callable[[str, str, float, str, Callable[[float], bool] | None], None]
+
+RATIO_TARGETS = {"lease": 0.45, "transaction": 0.30, "write_only": 0.85}
+"""Throughput against the baseline at concurrency 8 and 80 (issue 15)."""
+
+
+def _at_least(limit: float) -> Callable[[float], bool]:
+    return lambda v: v >= limit
+
+
+def _scale_figures(results: dict[str, Any], add: Add) -> None:
+    """Cold start, throughput per mode and concurrency, peak RSS at 80 (issue 15)."""
+    cold = results["cold"]
+    add(
+        "cold_import_ratio",
+        "cold start: import main.py / import the bare functions (median)",
+        cold["cold_import_ratio"],
+        "<= 1.10",
+        _at_most(1.10),
+    )
+    add(
+        "cold_first_event_ratio",
+        f"cold start: process start to first answered event, {cold['function']} / bare",
+        cold["cold_first_event_ratio"],
+        "<= 1.10",
+        _at_most(1.10),
+    )
+    add(
+        "cold_lazy_import_saving_s",
+        "cold start: import time saved by importing Pub/Sub and requests where used (s)",
+        cold["lazy_import_saving_s"],
+        "-",
+        None,
+    )
+    for level in results["throughput"]:
+        c = level["concurrency"]
+        rates = level["events_per_s"]
+        for mode in ("baseline", "lease", "transaction", "write_only"):
+            add(
+                f"throughput_{mode}_c{c}",
+                f"throughput, {mode}, concurrency {c} (events/s)",
+                rates[mode],
+                "-",
+                None,
+            )
+        for mode in ("lease", "transaction", "write_only"):
+            ratio = round(rates[mode] / rates["baseline"], 3)
+            limit = RATIO_TARGETS[mode] if c in (8, 80) else None
+            add(
+                f"throughput_ratio_{mode}_c{c}",
+                f"throughput ratio, {mode} / baseline, concurrency {c}",
+                ratio,
+                f">= {limit:.2f}" if limit is not None else "-",
+                None if limit is None else _at_least(limit),
+            )
+        add(
+            f"throughput_ratio_lease_noop_c{c}",
+            f"throughput ratio, lease mode no-op handler / baseline, concurrency {c}",
+            round(rates["lease_noop"] / rates["baseline"], 3),
+            "-",
+            None,
+        )
+        add(
+            f"throughput_ratio_lease_spread_c{c}",
+            f"throughput ratio, lease mode spread keys / plain keys, concurrency {c}",
+            round(rates["lease_spread"] / rates["lease"], 3),
+            "-",
+            None,
+        )
+        if c == 80:
+            add(
+                "peak_rss_mb_c80",
+                "peak RSS of one instance (main.py loaded) at concurrency 80 (MB, VmHWM)",
+                level["vm_hwm_mb"],
+                "< 256",
+                lambda v: v < 256,
+            )
+
+
 def flat_figures(figs: list[Figure]) -> dict[str, Any]:
     """`{key: value}` for results.json's top level."""
     return {f.key: f.value for f in figs}
@@ -275,7 +338,7 @@ def print_tables(results: dict[str, Any], console: Console | None = None) -> Non
             f"{s['p99_ms']:.2f}",
         )
     console.print(lat)
-    figs = Table(title="Figures and targets (issue 6)")
+    figs = Table(title="Figures and targets (issues 6, 15, 19)")
     for column in ("figure", "value", "target", "verdict"):
         figs.add_column(column)
     for f in results["figure_list"]:
@@ -288,6 +351,9 @@ def print_tables(results: dict[str, Any], console: Console | None = None) -> Non
             f"[{style}]{verdict}[/{style}]" if style else verdict,
         )
     console.print(figs)
+    for section in (throughput_markdown, cold_markdown, storm_markdown, cost_markdown):
+        console.print("\n".join(section(results)), markup=False, highlight=False)
+        console.print()
     console.print(
         f"Machine: {machine_line(results['machine'])}; run took {results['duration_s']:.0f} s"
     )
@@ -315,6 +381,8 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {f['label']} | `{f['key']}` | {f['value']:g} | {f['target']} | "
             f"{_verdict(f['met'])} |"
         )
+    lines += ["", *throughput_markdown(results), "", *cold_markdown(results)]
+    lines += ["", *storm_markdown(results), "", *cost_markdown(results)]
     lines += [
         "",
         "| implementation | kind | RPCs | by method | median ms | p99 ms |",
@@ -327,6 +395,105 @@ def markdown(results: dict[str, Any]) -> str:
             f"{s['median_ms']:.2f} | {s['p99_ms']:.2f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+THROUGHPUT_MODES = ("baseline", "lease", "transaction", "write_only", "lease_noop", "lease_spread")
+
+
+def throughput_markdown(results: dict[str, Any]) -> list[str]:
+    """Events per second (and ratio to the baseline) per mode and concurrency."""
+    levels = results["throughput"]
+    header = "| mode | " + " | ".join(f"c{lv['concurrency']} events/s (ratio)" for lv in levels)
+    lines = [header + " |", "|---|" + "---:|" * len(levels)]
+    for mode in THROUGHPUT_MODES:
+        cells = []
+        for level in levels:
+            rates = level["events_per_s"]
+            cells.append(f"{rates[mode]:.0f} ({rates[mode] / rates['baseline']:.2f})")
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def cold_markdown(results: dict[str, Any]) -> list[str]:
+    """Cold-start medians, in seconds."""
+    cold = results["cold"]
+    imports, firsts = cold["import_s"], cold["first_event_s"]
+    return [
+        f"| cold start (median of {cold['runs']}) | bare | main.py | ratio |",
+        "|---|---:|---:|---:|",
+        f"| import (s) | {imports['bare']:.3f} | {imports['main']:.3f} | "
+        f"{cold['cold_import_ratio']:.3f} |",
+        f"| import, Pub/Sub and requests at start-up as before (s) | - | "
+        f"{imports['main_eager_siblings']:.3f} | - |",
+        f"| process start to first answered event, {cold['function']} (s) | "
+        f"{firsts['bare']:.3f} | {firsts['main']:.3f} | {cold['cold_first_event_ratio']:.3f} |",
+    ]
+
+
+def storm_markdown(results: dict[str, Any]) -> list[str]:
+    """One row per storm: runs, errors, RPCs."""
+    lines = [
+        "| storm | handler calls | effects per event (max) | unfinished | store errors | "
+        "other errors | deliveries | RPCs per delivery | RPCs per copy | wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, st in results["storms"].items():
+        other = sum(st["errors_by_kind"].values()) - st["store_errors"]
+        lines.append(
+            f"| {name} | {st['handler_calls']} | {st['effects_per_event_max']} | "
+            f"{st['unfinished']} | {st['store_errors']} | {other} | {st['deliveries']} | "
+            f"{st['rpcs_per_delivery']:g} | {st['rpcs_per_copy']:g} | {st['wall_s']:.1f} |"
+        )
+    return lines
+
+
+def cost_markdown(results: dict[str, Any]) -> list[str]:
+    """Dollars per million events, dedup's share, per implementation."""
+    prices = results["cost"]["prices"]
+    lines = [
+        f"| $ per million events ({prices['location']}, records kept "
+        f"{prices['retention_days']}+{prices['ttl_lag_days']} days) | reads | writes | "
+        "deletes | bytes stored | operations $ | storage $ | fresh event $ | "
+        "duplicate $ (cold cache) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in results["cost"]["per_million"]:
+        kept = " (never deleted)" if row["kept_forever"] else ""
+        lines.append(
+            f"| {row['impl']}{kept} | {row['reads']:g} | {row['writes']:g} | {row['deletes']} | "
+            f"{row['bytes_per_event']} | {row['operations_usd']:.2f} | "
+            f"{row['storage_usd']:.3f} | {row['fresh_usd']:.2f} | {row['duplicate_usd']:.2f} |"
+        )
+    return lines
+
+
+def plot_throughput(results: dict[str, Any], path: Path) -> None:
+    """Events per second against concurrency, one line per mode (log-scaled concurrency)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = results["throughput"]
+    xs = [level["concurrency"] for level in levels]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for mode in THROUGHPUT_MODES:
+        ys = [level["events_per_s"][mode] for level in levels]
+        style = "--" if mode in ("lease_noop", "lease_spread") else "-"
+        ax.plot(xs, ys, style, marker="o", label=mode)
+    ax.set_xscale("log")
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("concurrent requests on one instance (threads)")
+    ax.set_ylabel("fresh events per second (median of rounds)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(
+        "Throughput of one instance on the Firestore emulator\n" + machine_line(results["machine"]),
+        fontsize=8,
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

@@ -9,6 +9,10 @@ including retries and transaction begin/commit/rollback.
 
 Interceptors run in the calling thread, so `RpcCounter.scope()` attributes calls to the
 delivery running in the current thread even while other threads use the same client.
+
+Besides calls, it counts the billing units a call carries: documents asked for by
+`BatchGetDocuments` (document reads) and writes in a `Commit` (document writes, the handler's
+own included). `bench.cost` prices them.
 """
 
 from __future__ import annotations
@@ -17,10 +21,34 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from google.cloud import firestore
+
+
+@dataclass
+class Tally:
+    """What one scope sent: calls by method, and the document reads and writes they carried."""
+
+    calls: Counter[str] = field(default_factory=Counter)
+    reads: int = 0
+    writes: int = 0
+
+    @property
+    def rpcs(self) -> int:
+        """Every call, whatever its method."""
+        return sum(self.calls.values())
+
+
+def _units(name: str, request: Any) -> tuple[int, int]:
+    """(document reads, document writes) carried by one request of method `name`."""
+    if name == "BatchGetDocuments":
+        return len(getattr(request, "documents", ())), 0
+    if name == "Commit":
+        return 0, len(getattr(request, "writes", ()))
+    return 0, 0
 
 
 class RpcCounter(
@@ -38,9 +66,9 @@ class RpcCounter(
         self._local = threading.local()
 
     @contextmanager
-    def scope(self) -> Iterator[Counter[str]]:
-        """Count the calls made by the current thread inside the block into a new Counter."""
-        bucket: Counter[str] = Counter()
+    def scope(self) -> Iterator[Tally]:
+        """Count what the current thread sends inside the block into a new `Tally`."""
+        bucket = Tally()
         previous = getattr(self._local, "bucket", None)
         self._local.bucket = bucket
         try:
@@ -49,31 +77,34 @@ class RpcCounter(
             self._local.bucket = previous
 
     def total(self) -> Counter[str]:
-        """A copy of every call counted so far, from every thread."""
+        """A copy of every call counted so far, from every thread, by method."""
         with self._lock:
             return Counter(self._total)
 
-    def _count(self, details: grpc.ClientCallDetails) -> None:
+    def _count(self, details: grpc.ClientCallDetails, request: Any = None) -> None:
         method = details.method
         name = (method.decode() if isinstance(method, bytes) else str(method)).rsplit("/", 1)[-1]
         with self._lock:
             self._total[name] += 1
-        bucket = getattr(self._local, "bucket", None)
+        bucket: Tally | None = getattr(self._local, "bucket", None)
         if bucket is not None:
-            bucket[name] += 1
+            bucket.calls[name] += 1
+            reads, writes = _units(name, request)
+            bucket.reads += reads
+            bucket.writes += writes
 
     def intercept_unary_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
         """Count, then send."""
-        self._count(client_call_details)
+        self._count(client_call_details, request)
         return continuation(client_call_details, request)
 
     def intercept_unary_stream(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
         """Count, then send."""
-        self._count(client_call_details)
+        self._count(client_call_details, request)
         return continuation(client_call_details, request)
 
     def intercept_stream_unary(
@@ -100,13 +131,18 @@ class _CountingClient(firestore.Client):
         return grpc.intercept_channel(super()._emulator_channel(transport), self._rpc_counter)
 
 
-def counting_client(counter: RpcCounter, project: str | None = None) -> firestore.Client:
-    """A Firestore client on the emulator (FIRESTORE_EMULATOR_HOST) counting into `counter`.
+def counting_client(
+    counter: RpcCounter, project: str | None = None, host: str | None = None
+) -> firestore.Client:
+    """A Firestore client on the emulator (FIRESTORE_EMULATOR_HOST, or `host`, an emulator of
+    its own) counting into `counter`.
 
     Raises RuntimeError if the emulator is not configured: the channel is only intercepted on
     the emulator path, and this benchmark never runs against a real database.
     """
     client = _CountingClient(project=project)
+    if host is not None and client._emulator_host is not None:
+        client._emulator_host = host  # before the first call builds the channel
     if client._emulator_host is None:
         raise RuntimeError(
             "FIRESTORE_EMULATOR_HOST is not set: run `make bench`, or start the Firestore "

@@ -1,9 +1,16 @@
-"""A storm: 50 concurrent copies of each of 20 events, as at-least-once delivery can produce.
+"""A storm: 50 concurrent copies of each of 20 events over 10 instances (issue 19's protocol).
 
-Copies are spread over several instances (each its own Firestore client and caches, like
-separate function instances) and released at once. Every copy's outcome or error is recorded
-by kind; effects are read back from the effect documents (what really committed). Copies that
-raised are then redelivered, as the platform would retry them, until none raises.
+Each instance has its own Firestore client and the sent-keys cache off, so every copy goes to
+Firestore as on instances that never saw the event. The 1,000 copies are released at once;
+a copy that raises (LeaseHeld, a store error, the naive pattern's "lease taken" or its
+transaction giving up) is redelivered 0.1 s later, as the platform would, until it is
+acknowledged. Recorded per storm: handler calls and committed effects per event (exactly once
+means one effect per event, and in lease mode one handler call), errors by kind (store errors
+apart), every RPC sent (`bench.rpc_count`) per delivery and per copy.
+
+`warm` storms run on the shared emulator, which has served the rest of the benchmark; `cold`
+storms on a Firestore emulator started right before (`demo.own_firestore`), whose first
+seconds under load answer with lock timeouts and deadlines: the store errors of issue 19.
 """
 
 from __future__ import annotations
@@ -14,14 +21,25 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
-from bench.impls import FACTORIES, Implementation, effects_applied
+from bench.impls import STORM_FACTORIES, effects_applied
 from bench.naive import LeaseTaken
+from bench.rpc_count import RpcCounter, counting_client
 from dedup import LeaseHeld, StoreUnavailable
+from demo.own_firestore import own_firestore
+
+EVENTS = 20
+COPIES = 50
+INSTANCES = 10
+REDELIVERY_DELAY_SECONDS = 0.1
+GIVE_UP_SECONDS = 150.0
+"""A copy still not acknowledged after this is counted unfinished instead of stalling the
+benchmark."""
 
 EXPECTED_ERRORS: dict[str, frozenset[str]] = {
     "lease": frozenset({"LeaseHeld"}),
@@ -31,11 +49,10 @@ EXPECTED_ERRORS: dict[str, frozenset[str]] = {
 }
 """Errors that are part of an implementation's design: "try later", the platform retries."""
 
-RETRY_ROUNDS = 10
-
-DEADLINE_SECONDS = 90.0
-"""A storm still running after this is reported as unfinished (its copies count as unexpected
-errors) instead of stalling the benchmark; its threads are abandoned (daemon threads)."""
+STORE_ERROR_KINDS = frozenset(
+    {"StoreUnavailable", "contention: transaction gave up after its attempts (Aborted)"}
+)
+"""Errors that mean the store failed the delivery (plus every raw gRPC error)."""
 
 
 def error_kind(exc: BaseException) -> str:
@@ -53,89 +70,106 @@ def error_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def is_store_error(kind: str) -> bool:
+    """True for an error kind that is the store failing (not a designed "try later")."""
+    return kind in STORE_ERROR_KINDS or kind.endswith("(gRPC)")
+
+
 def storm(
     impl: str,
     client_factory: Callable[[], firestore.Client],
+    counter: RpcCounter,
     *,
-    events: int = 20,
-    copies: int = 50,
-    instances: int = 10,
-    deadline_s: float = DEADLINE_SECONDS,
+    events: int = EVENTS,
+    copies: int = COPIES,
+    instances: int = INSTANCES,
+    give_up_s: float = GIVE_UP_SECONDS,
 ) -> dict[str, Any]:
-    """Run the storm for `impl` (a `FACTORIES` name); returns its figures."""
+    """Run the storm for `impl` (a `STORM_FACTORIES` name) on clients counting into `counter`."""
     run_id = uuid.uuid4().hex[:10]
     event_ids = [f"{run_id}-storm-{impl}-{e}" for e in range(events)]
-    pool = [FACTORIES[impl](client_factory()) for _ in range(instances)]
-    jobs = [
-        (pool[(e * copies + c) % instances], eid)
-        for c in range(copies)
-        for e, eid in enumerate(event_ids)
-    ]
-    results: list[str | None] = [None] * len(jobs)
-    errors: list[BaseException | None] = [None] * len(jobs)
+    pool = [STORM_FACTORIES[impl](client_factory()) for _ in range(instances)]
+    lock = threading.Lock()
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    deliveries = 0
     gate = threading.Event()
+    rpcs_before = sum(counter.total().values())
 
-    def copy(index: int) -> None:
-        instance, event_id = jobs[index]
+    def copy(index: int) -> bool:
+        nonlocal deliveries
+        instance = pool[index % instances]
+        event_id = event_ids[index % events]
+
+        def hook() -> None:
+            with lock:
+                calls[event_id] += 1
+
         gate.wait()
-        try:
-            results[index] = instance.deliver(event_id)
-        except Exception as exc:
-            errors[index] = exc
+        deadline = time.monotonic() + give_up_s
+        while time.monotonic() < deadline:
+            with lock:
+                deliveries += 1
+            try:
+                instance.deliver(event_id, hook)
+                return True
+            except Exception as exc:  # every error is counted, then redelivered
+                kind = error_kind(exc)
+                with lock:
+                    errors[kind] += 1
+                time.sleep(REDELIVERY_DELAY_SECONDS)
+        return False
 
-    threads = [threading.Thread(target=copy, args=(i,), daemon=True) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    start = time.perf_counter()
-    gate.set()
-    for thread in threads:
-        thread.join(timeout=max(0.0, start + deadline_s - time.perf_counter()))
+    with ThreadPoolExecutor(events * copies) as threads:
+        futures = [threads.submit(copy, i) for i in range(events * copies)]
+        start = time.perf_counter()
+        gate.set()
+        acknowledged = sum(f.result() for f in futures)
     wall = time.perf_counter() - start
-    unfinished = [i for i, t in enumerate(threads) if t.is_alive()]
-
-    counts = Counter(error_kind(e) for e in errors if e is not None)
-    if unfinished:
-        counts[f"unfinished after {deadline_s:g} s"] = len(unfinished)
-    outcomes = Counter(r for r in results if r is not None)
-    expected = EXPECTED_ERRORS.get(impl, frozenset())
+    rpcs = sum(counter.total().values()) - rpcs_before
     client = pool[0].client  # type: ignore[attr-defined]
-    effects = sum(effects_applied(client, event_ids).values())
-
-    retried, rounds = (0, 0) if unfinished else _redeliver(jobs, errors)
-    effects_after = sum(effects_applied(client, event_ids).values())
+    effects = effects_applied(client, event_ids)
+    per_event_calls = [calls[e] for e in event_ids]
+    per_event_effects = list(effects.values())
+    expected = EXPECTED_ERRORS[impl]
     return {
         "impl": impl,
         "events": events,
         "copies": copies,
         "instances": instances,
-        "wall_s": round(wall, 3),
-        "effects": effects,
-        "expected_effects": events,
-        "outcomes": dict(outcomes),
-        "errors_by_kind": dict(counts),
-        "expected_errors": sum(n for k, n in counts.items() if k in expected),
-        "unexpected_errors": sum(n for k, n in counts.items() if k not in expected),
-        "unfinished": len(unfinished),
-        "redelivered": retried,
-        "redelivery_rounds": rounds,
-        "effects_after_redelivery": effects_after,
+        "wall_s": round(wall, 2),
+        "acknowledged": acknowledged,
+        "unfinished": events * copies - acknowledged,
+        "deliveries": deliveries,
+        "handler_calls": sum(per_event_calls),
+        "handler_calls_per_event_max": max(per_event_calls),
+        "effects": sum(per_event_effects),
+        "effects_per_event_min": min(per_event_effects),
+        "effects_per_event_max": max(per_event_effects),
+        "exactly_once": set(per_event_effects) == {1},
+        "errors_by_kind": dict(errors),
+        "expected_errors": sum(n for k, n in errors.items() if k in expected),
+        "store_errors": sum(n for k, n in errors.items() if is_store_error(k)),
+        "unexpected_errors": sum(n for k, n in errors.items() if k not in expected),
+        "rpcs": rpcs,
+        "rpcs_per_delivery": round(rpcs / max(1, deliveries), 2),
+        "rpcs_per_copy": round(rpcs / (events * copies), 2),
     }
 
 
-def _redeliver(
-    jobs: list[tuple[Implementation, str]], errors: list[BaseException | None]
-) -> tuple[int, int]:
-    """Redeliver failed copies (the platform's retry) until none fails; (deliveries, rounds)."""
-    pending = [jobs[i] for i, e in enumerate(errors) if e is not None]
-    delivered = 0
-    for round_ in range(1, RETRY_ROUNDS + 1):
-        if not pending:
-            return delivered, round_ - 1
-        delivered += len(pending)
-        with ThreadPoolExecutor(16) as pool:
-            futures = [(job, pool.submit(job[0].deliver, job[1])) for job in pending]
-        pending = [job for job, future in futures if future.exception() is not None]
-        time.sleep(0.2)
-    if pending:
-        raise RuntimeError(f"{len(pending)} storm copies still fail after {RETRY_ROUNDS} retries")
-    return delivered, RETRY_ROUNDS
+def warm_storm(impl: str) -> dict[str, Any]:
+    """The storm on the shared emulator (FIRESTORE_EMULATOR_HOST)."""
+    counter = RpcCounter()
+    return {"where": "warm", **storm(impl, lambda: counting_client(counter), counter)}
+
+
+def cold_storm(impl: str, workdir: Path) -> dict[str, Any]:
+    """The storm on a Firestore emulator started right before it; the emulator's start-up time
+    is reported apart."""
+    counter = RpcCounter()
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with own_firestore(workdir) as emulator:
+        ready = time.perf_counter() - started
+        result = storm(impl, lambda: counting_client(counter, host=emulator.host), counter)
+    return {"where": "cold", "emulator_start_s": round(ready, 1), **result}

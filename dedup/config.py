@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from dedup.errors import ConfigError
+from dedup.keys import KEY_LAYOUTS, KeyLayout
 
 PayloadMismatchPolicy = Literal["log", "raise"]
 """What to do when a key arrives with a payload fingerprint other than the recorded one."""
@@ -66,6 +67,7 @@ ENVIRONMENT_VARIABLES = (
     "DEDUP_CACHE_SIZE",
     "DEDUP_RPC_TIMEOUT_SECONDS",
     "DEDUP_ON_PAYLOAD_MISMATCH",
+    "DEDUP_KEY_LAYOUT",
 )
 """Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
 
@@ -133,6 +135,11 @@ class DedupConfig:
     """The timeout of the function this config serves, when known: `lease_seconds` must then be
     at least this plus `rpc_timeout_seconds` (see the module docstring). None: not checked."""
 
+    key_layout: KeyLayout = "plain"
+    """Record keys: "plain" (`<event id>-<suffix>`) or "spread" (a 4-hex hash prefix, beyond
+    about 250 new events per second per collection, docs/capacity.md). Fixed for the life of a
+    collection: switching it hides the records already written. DEDUP_KEY_LAYOUT."""
+
     clock: Callable[[], datetime] = field(default=utc_now, repr=False)
     """The instance clock (timezone-aware). Used only for `expireAt` and `max_event_age`;
     leases are judged on the database clock. Injectable for tests."""
@@ -162,6 +169,11 @@ class DedupConfig:
             raise ConfigError(
                 "on_payload_mismatch (DEDUP_ON_PAYLOAD_MISMATCH) must be 'log' or 'raise'; "
                 f"got {self.on_payload_mismatch!r}"
+            )
+        if self.key_layout not in KEY_LAYOUTS:
+            raise ConfigError(
+                f"key_layout (DEDUP_KEY_LAYOUT) must be one of {', '.join(KEY_LAYOUTS)}; "
+                f"got {self.key_layout!r}"
             )
         if not self.database:
             raise ConfigError("database must be a Firestore database id such as '(default)'")
@@ -205,6 +217,11 @@ class DedupConfig:
         policy = get("DEDUP_ON_PAYLOAD_MISMATCH") or "log"
         if policy not in ("log", "raise"):
             raise ConfigError(f"DEDUP_ON_PAYLOAD_MISMATCH must be 'log' or 'raise'; got {policy!r}")
+        layout = get("DEDUP_KEY_LAYOUT") or "plain"
+        if layout not in KEY_LAYOUTS:
+            raise ConfigError(
+                f"DEDUP_KEY_LAYOUT must be one of {', '.join(KEY_LAYOUTS)}; got {layout!r}"
+            )
         return cls(
             collection=get("DEDUP_COLLECTION") or DEFAULT_COLLECTION,
             lease_seconds=_int_var(get, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
@@ -220,6 +237,7 @@ class DedupConfig:
             ),
             on_payload_mismatch="raise" if policy == "raise" else "log",
             function_timeout_seconds=function_timeout_seconds,
+            key_layout="spread" if layout == "spread" else "plain",
         )
 
 

@@ -112,7 +112,7 @@ class Deduplicator:
                 "runs synchronous handlers only (its coroutine would never be awaited); "
                 "write the handler with `def`"
             )
-        key = dedup_key(event_id, suffix)
+        key = dedup_key(event_id, suffix, self.config.key_layout)
         assert event_id is not None  # dedup_key rejects a missing id
         fingerprint = None
         if payload is not None:

@@ -18,12 +18,26 @@ where the readable prefix is the id's first 40 characters with every character o
 `[A-Za-z0-9_.-]` replaced by "_". The mapping is deterministic and distinct ids get distinct
 safe ids (the hash covers the whole id). Unmapped ids never start with "~", so a mapped id can
 never collide with an unmapped one.
+
+Key layouts (`DedupConfig.key_layout`, DEDUP_KEY_LAYOUT). `"plain"` (the default) is the key
+above. `"spread"` puts a short hash of the event id in front of it:
+
+    sha256(event id as UTF-8).hexdigest()[:4] + "." + plain key
+
+Pub/Sub message ids grow with time, so plain keys of a busy topic are sequential and all new
+records land in one key range, which Firestore throttles past about 500 writes per second
+(docs/capacity.md). The prefix spreads them over 65,536 ranges; the rest of the key stays
+readable and the key still ends with "-<suffix>". The prefix depends on the event id only, so
+the records of one event for several functions sit together. The layout is part of the
+collection's identity: switching it on a live collection makes every record already written
+invisible to deliveries (use a new collection, see docs/capacity.md).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from typing import Literal
 
 from dedup.errors import InvalidSuffix, MissingEventId
 
@@ -35,6 +49,18 @@ MAPPED_PREFIX = "~"
 
 READABLE_PREFIX_CHARS = 40
 """How many leading characters of a mapped id are kept readable in its safe id."""
+
+KeyLayout = Literal["plain", "spread"]
+"""How a record key is laid out: `plain` (`<event id>-<suffix>`) or `spread` (hash prefix)."""
+
+KEY_LAYOUTS: tuple[KeyLayout, ...] = ("plain", "spread")
+"""Every key layout, the default first."""
+
+SPREAD_PREFIX_CHARS = 4
+"""Hex characters of the spread layout's prefix: 16**4 = 65,536 key ranges."""
+
+SPREAD_SEPARATOR = "."
+"""Between the spread layout's prefix and the plain key."""
 
 SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_]{1,100}")
 """What a suffix may be: it names one function, and ends every one of its keys after the
@@ -59,12 +85,15 @@ def validate_suffix(suffix: str) -> str:
     return suffix
 
 
-def dedup_key(event_id: str | None, suffix: str) -> str:
+def dedup_key(event_id: str | None, suffix: str, layout: KeyLayout = "plain") -> str:
     """The record's document id for this event and function; deterministic and Firestore-safe.
 
-    Distinct `(event_id, suffix)` pairs give distinct keys. Raises `MissingEventId` for a
-    missing or empty id and `InvalidSuffix` for a bad suffix.
+    Distinct `(event_id, suffix)` pairs give distinct keys in each `layout` (see the module
+    docstring). Raises `MissingEventId` for a missing or empty id, `InvalidSuffix` for a bad
+    suffix and `ValueError` for an unknown layout.
     """
+    if layout not in KEY_LAYOUTS:
+        raise ValueError(f"key layout must be one of {KEY_LAYOUTS}; got {layout!r}")
     validate_suffix(suffix)
     if event_id is None or event_id == "":
         raise MissingEventId(
@@ -73,7 +102,18 @@ def dedup_key(event_id: str | None, suffix: str) -> str:
         )
     if not isinstance(event_id, str):
         raise TypeError(f"event_id must be a str; got {type(event_id).__name__}")
-    return f"{safe_event_id(event_id, suffix)}-{suffix}"
+    if layout == "plain":
+        return f"{safe_event_id(event_id, suffix)}-{suffix}"
+    prefix = spread_prefix(event_id)
+    # The prefix takes room from the 1,500 bytes: an id that only just fits plain is mapped.
+    safe = _mapped(event_id) if _needs_mapping(event_id, suffix, len(prefix)) else event_id
+    return f"{prefix}{safe}-{suffix}"
+
+
+def spread_prefix(event_id: str) -> str:
+    """The spread layout's prefix of `event_id`'s keys: 4 hex characters of its sha256, "."."""
+    digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return digest[:SPREAD_PREFIX_CHARS] + SPREAD_SEPARATOR
 
 
 def safe_event_id(event_id: str, suffix: str) -> str:
@@ -97,9 +137,9 @@ def payload_hash(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def _needs_mapping(event_id: str, suffix: str) -> bool:
+def _needs_mapping(event_id: str, suffix: str, reserved_bytes: int = 0) -> bool:
     key = f"{event_id}-{suffix}"
-    key_bytes = len(key.encode("utf-8", "surrogatepass"))
+    key_bytes = len(key.encode("utf-8", "surrogatepass")) + reserved_bytes
     return (
         not _PRINTABLE_ASCII.fullmatch(event_id)
         or "/" in event_id

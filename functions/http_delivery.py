@@ -13,10 +13,13 @@ recorded) can produce. How answers are treated:
 
 from __future__ import annotations
 
-import requests
+from typing import TYPE_CHECKING
 
 from dedup import TerminalError
 from dedup.record import scrub_urls
+
+if TYPE_CHECKING:
+    import requests
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 20.0
@@ -39,8 +42,11 @@ def post_once(
 ) -> requests.Response:
     """POST `body` to `url`; return the 2xx response or raise as the module docstring says.
 
-    Error messages name the URL without its credentials or query string.
+    Error messages name the URL without its credentials or query string. `requests` is
+    imported on the first call, not at start-up: the functions that never POST do not load it.
     """
+    import requests
+
     headers = {"Content-Type": content_type, "Idempotency-Key": idempotency_key}
     sender = session or requests
     safe_url = scrub_urls(url)

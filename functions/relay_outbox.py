@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import logging
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firebase_functions import firestore_fn
 from google.api_core.exceptions import NotFound
 from google.cloud import firestore
-from google.cloud.pubsub_v1 import PublisherClient
 
 from dedup import Delivery, TerminalError, trigger_once
 from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN
 from functions.boundary import validated
+
+if TYPE_CHECKING:
+    from google.cloud.pubsub_v1 import PublisherClient
 
 SUFFIX = "relay_outbox"
 PUBLISH_TIMEOUT_SECONDS = 30.0
@@ -43,7 +45,11 @@ logger = logging.getLogger(__name__)
 
 @cache
 def _publisher() -> PublisherClient:
-    """One publisher per instance (it holds a channel and batching threads)."""
+    """One publisher per instance (it holds a channel and batching threads), created on this
+    function's first event: the Pub/Sub client library is imported here, not at start-up, so
+    the instances serving the other functions of main.py never load it."""
+    from google.cloud.pubsub_v1 import PublisherClient
+
     return PublisherClient()
 
 

@@ -71,7 +71,8 @@ def cli(ctx: click.Context, project: str | None, database: str, collection: str 
     """Inspect and repair the dedup records of exactly-once functions.
 
     Uses the Firestore emulator when FIRESTORE_EMULATOR_HOST is set, else the real project
-    through Application Default Credentials.
+    through Application Default Credentials. EVENT_ID SUFFIX map to a key in the functions'
+    layout, DEDUP_KEY_LAYOUT (plain or spread).
     """
     try:
         env = DedupConfig.from_env()
@@ -79,10 +80,16 @@ def cli(ctx: click.Context, project: str | None, database: str, collection: str 
             collection=collection or env.collection,
             project=project or env.project,
             database=database,
+            key_layout=env.key_layout,
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    ctx.obj = Target(project=config.project, database=config.database, collection=config.collection)
+    ctx.obj = Target(
+        project=config.project,
+        database=config.database,
+        collection=config.collection,
+        key_layout=config.key_layout,
+    )
 
 
 for _command in (show, list_command, release, revive, purge, stats):

@@ -8,7 +8,7 @@ from dedup.cli.options import SUFFIX, json_option
 from dedup.cli.render import console, echo_json, record_grid, record_json
 from dedup.cli.target import Target
 from dedup.errors import InvalidSuffix, MissingEventId
-from dedup.keys import dedup_key
+from dedup.keys import KeyLayout, dedup_key
 from dedup.record import Record
 
 
@@ -19,7 +19,7 @@ from dedup.record import Record
 @click.pass_obj
 def show(target: Target, key_or_event_id: str, suffix: str | None, as_json: bool) -> None:
     """Show one record, by EVENT_ID SUFFIX or by KEY (`<eventId>-<suffix>`)."""
-    key = _key(key_or_event_id, suffix)
+    key = _key(key_or_event_id, suffix, target.key_layout)
     snapshot = target.document(key).get()
     record = Record.from_snapshot(snapshot)
     if record is None:
@@ -34,10 +34,10 @@ def show(target: Target, key_or_event_id: str, suffix: str | None, as_json: bool
     console().print(record_grid(record, target.path(key), now))
 
 
-def _key(key_or_event_id: str, suffix: str | None) -> str:
+def _key(key_or_event_id: str, suffix: str | None, layout: KeyLayout) -> str:
     if suffix is None:
         return key_or_event_id
     try:
-        return dedup_key(key_or_event_id, suffix)
+        return dedup_key(key_or_event_id, suffix, layout)
     except (MissingEventId, InvalidSuffix) as exc:
         raise click.BadParameter(str(exc)) from exc

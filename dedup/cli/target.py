@@ -12,6 +12,8 @@ import click
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 
+from dedup.keys import KeyLayout
+
 CLOCK_DOCUMENT = "~clock"
 """A document id no record can have (see `dedup.keys`): reading it yields the database time."""
 
@@ -26,6 +28,8 @@ class Target:
     project: str | None
     database: str
     collection: str
+    key_layout: KeyLayout = "plain"
+    """How EVENT_ID SUFFIX map to a key: the functions' DEDUP_KEY_LAYOUT."""
 
     @cached_property
     def client(self) -> firestore.Client:

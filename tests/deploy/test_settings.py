@@ -29,7 +29,11 @@ def test_a_misspelled_variable_is_refused_naming_the_known_ones() -> None:
 
 def test_every_known_variable_is_accepted() -> None:
     """The list of known variables is the list `from_env` reads: each one alone is accepted."""
-    values = {"DEDUP_COLLECTION": "c", "DEDUP_ON_PAYLOAD_MISMATCH": "raise"}
+    values = {
+        "DEDUP_COLLECTION": "c",
+        "DEDUP_ON_PAYLOAD_MISMATCH": "raise",
+        "DEDUP_KEY_LAYOUT": "spread",
+    }
     for name in ENVIRONMENT_VARIABLES:
         DedupConfig.from_env({name: values.get(name, "100")})
 

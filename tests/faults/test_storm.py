@@ -17,7 +17,8 @@ import pytest
 from google.cloud import firestore
 
 from dedup import DedupConfig, DedupError, Deduplicator, Delivery, Mode
-from tests.faults.support import own_firestore, unique
+from demo.own_firestore import own_firestore
+from tests.faults.support import unique
 
 EVENTS = 20
 COPIES = 50

@@ -22,6 +22,7 @@ import requests
 from google.cloud import firestore
 
 from demo.events import HttpEvent, pubsub_event
+from demo.own_firestore import own_firestore
 from demo.receiver import Attempt, running_receiver
 from functions.http_delivery import READ_TIMEOUT_SECONDS
 from tests.faults.support import (
@@ -33,7 +34,6 @@ from tests.faults.support import (
     crash_during,
     deliver,
     delivery_lines,
-    own_firestore,
     publish_post,
     published_count,
     record,

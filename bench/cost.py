@@ -1,0 +1,180 @@
+"""Dollars per million events: the counted document reads and writes priced at Firestore's list
+prices, plus the TTL delete and the storage of each record for the retention period.
+
+Sources (Firestore Standard edition, checked 2026-11):
+
+* prices: https://cloud.google.com/firestore/pricing (location nam5, multi-region US; other
+  locations differ, every figure below scales with them);
+* TTL deletes are billed as document deletes: https://cloud.google.com/firestore/docs/ttl;
+* storage sizes: https://firebase.google.com/docs/firestore/storage-size (a string is its
+  UTF-8 bytes + 1; a document is its name + its fields + 32 bytes; an index entry is the
+  document's name, its parent's name, the indexed values and 32 bytes).
+
+What is billed is documents, not RPCs: `BeginTransaction`, `Rollback` and a transaction's
+`Commit` cost nothing by themselves; each document asked for by `BatchGetDocuments` is a read
+(a missing one too) and each write in a `Commit` is a write, precondition failures included
+(counted as billed: the conservative reading). The dedup's share of a fresh event is its
+reads and writes minus the baseline's (the handler's own write), plus the record's TTL delete
+and its storage for `retention_days` plus the day TTL may take to delete it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from google.cloud import firestore
+
+from dedup.config import DEFAULT_RETENTION_DAYS
+
+LOCATION = "nam5"
+PRICE_PER_100K = {"read": 0.06, "write": 0.18, "delete": 0.02}
+"""US dollars per 100,000 documents read, written, deleted (nam5)."""
+STORAGE_PER_GIB_MONTH = 0.18
+"""US dollars per GiB stored for a month (nam5)."""
+DAYS_PER_MONTH = 30.44
+TTL_LAG_DAYS = 1
+"""TTL deletes expired documents "typically within 24 hours": they are stored that long too."""
+
+INDEXES_FILE = Path(__file__).resolve().parent.parent / "firestore.indexes.json"
+
+
+def string_size(text: str) -> int:
+    """A string's storage size: UTF-8 bytes + 1."""
+    return len(text.encode("utf-8")) + 1
+
+
+def name_size(path: str) -> int:
+    """A document name's size: every collection and document id in its path, + 16."""
+    return sum(string_size(part) for part in path.split("/")) + 16
+
+
+def value_size(value: Any) -> int:
+    """A field value's storage size, by type."""
+    if value is None or isinstance(value, bool):
+        return 1
+    if isinstance(value, int | float | datetime):
+        return 8
+    if isinstance(value, str):
+        return string_size(value)
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(string_size(k) + value_size(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(value_size(v) for v in value)
+    raise TypeError(f"no storage size for {type(value).__name__}")
+
+
+def _index_config(collection: str) -> tuple[set[str], list[list[str]]]:
+    """(fields exempt from single-field indexes, composite indexes' fields) of `collection`."""
+    config = json.loads(INDEXES_FILE.read_text())
+    exempt = {
+        o["fieldPath"]
+        for o in config.get("fieldOverrides", [])
+        if o["collectionGroup"] == collection and o.get("indexes") == []
+    }
+    composites = [
+        [f["fieldPath"] for f in index["fields"]]
+        for index in config.get("indexes", [])
+        if index["collectionGroup"] == collection
+    ]
+    return exempt, composites
+
+
+def stored_bytes(path: str, fields: dict[str, Any], *, indexed: bool = True) -> dict[str, int]:
+    """Storage of one document at `path` with `fields`: the document and its index entries
+    (single-field ascending and descending for every field not exempt in
+    firestore.indexes.json, and the composite indexes), in bytes."""
+    name = name_size(path)
+    document = name + sum(string_size(k) + value_size(v) for k, v in fields.items()) + 32
+    if not indexed:
+        return {"document": document, "indexes": 0}
+    collection = path.split("/")[-2]
+    exempt, composites = _index_config(collection)
+    parent = 16  # a root collection's parent is the database
+    entries = 0
+    for key, value in fields.items():
+        if key not in exempt:
+            entries += 2 * (name + parent + string_size(key) + value_size(value) + 32)
+    for index in composites:
+        if all(f in fields for f in index):
+            entries += name + parent + sum(value_size(fields[f]) for f in index) + 32
+    return {"document": document, "indexes": entries}
+
+
+def record_sizes(client: firestore.Client, paths: dict[str, list[str]]) -> dict[str, int]:
+    """Bytes stored per event for each implementation: the sum over the documents it keeps
+    (`paths`: implementation -> document paths of one event)."""
+    sizes = {}
+    for impl, documents in paths.items():
+        total = 0
+        for path in documents:
+            snapshot = client.document(path).get()
+            if not snapshot.exists:
+                raise RuntimeError(f"{impl}: no document {path} to size")
+            parts = stored_bytes(path, snapshot.to_dict() or {})
+            total += parts["document"] + parts["indexes"]
+        sizes[impl] = total
+    return sizes
+
+
+def _dollars(reads: float, writes: float, deletes: float) -> float:
+    return (
+        reads * PRICE_PER_100K["read"]
+        + writes * PRICE_PER_100K["write"]
+        + deletes * PRICE_PER_100K["delete"]
+    ) / 100_000
+
+
+def per_million(
+    latency: list[dict[str, Any]],
+    sizes: dict[str, int],
+    retention_days: int = DEFAULT_RETENTION_DAYS,
+) -> list[dict[str, Any]]:
+    """Dollars per million events for each implementation: the dedup's share of a fresh event
+    (operations and storage), and a duplicate (cold cache; a cached one costs nothing)."""
+    series = {(s["impl"], s["kind"]): s for s in latency}
+    base = series[("baseline", "fresh")]
+    rows = []
+    for impl in ("naive", "lease", "transaction", "write_only"):
+        fresh, duplicate = series[(impl, "fresh")], series[(impl, "duplicate")]
+        reads = fresh["doc_reads"] - base["doc_reads"]
+        writes = fresh["doc_writes"] - base["doc_writes"]
+        kept_forever = impl == "naive"  # no expireAt: its documents are never deleted
+        deletes = 0 if kept_forever else 1
+        days = retention_days + TTL_LAG_DAYS
+        storage = sizes[impl] * 1e6 / 2**30 * STORAGE_PER_GIB_MONTH * days / DAYS_PER_MONTH
+        operations = _dollars(reads, writes, deletes) * 1e6
+        rows.append(
+            {
+                "impl": impl,
+                "reads": round(reads, 3),
+                "writes": round(writes, 3),
+                "deletes": deletes,
+                "bytes_per_event": sizes[impl],
+                "operations_usd": round(operations, 3),
+                "storage_usd": round(storage, 3),
+                "fresh_usd": round(operations + storage, 3),
+                "duplicate_reads": duplicate["doc_reads"],
+                "duplicate_writes": duplicate["doc_writes"],
+                "duplicate_usd": round(
+                    _dollars(duplicate["doc_reads"], duplicate["doc_writes"], 0) * 1e6, 3
+                ),
+                "kept_forever": kept_forever,
+            }
+        )
+    return rows
+
+
+def prices() -> dict[str, Any]:
+    """The prices used, for results.json."""
+    return {
+        "location": LOCATION,
+        "per_100k": PRICE_PER_100K,
+        "storage_per_gib_month": STORAGE_PER_GIB_MONTH,
+        "retention_days": DEFAULT_RETENTION_DAYS,
+        "ttl_lag_days": TTL_LAG_DAYS,
+    }

@@ -1,0 +1,49 @@
+"""The committed benchmark results keep the contract of issue 15: every key, every figure.
+
+`make bench` writes bench/results.json; other tools read these keys from outside, so their
+spellings are part of the contract.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import cost, report
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
+MODES = ("baseline", "lease", "transaction", "write_only")
+
+
+def test_results_hold_every_contract_key() -> None:
+    """cold ratios, throughput and ratio per mode and concurrency, peak RSS at 80."""
+    results = json.loads(RESULTS.read_text())
+    keys = {"cold_import_ratio", "cold_first_event_ratio", "peak_rss_mb_c80"}
+    for c in (1, 8, 80):
+        keys |= {f"throughput_{mode}_c{c}" for mode in MODES}
+        keys |= {f"throughput_ratio_{mode}_c{c}" for mode in MODES if mode != "baseline"}
+    missing = keys - results.keys()
+    assert not missing, f"bench/results.json lacks {sorted(missing)}: run `make bench`"
+    for key in keys:
+        assert isinstance(results[key], int | float), key
+
+
+def test_every_figure_is_recomputed_from_the_raw_measurements() -> None:
+    """The figures at the top of results.json are what `bench.report` derives from the raw
+    measurements below them: no figure is edited by hand."""
+    results = json.loads(RESULTS.read_text())
+    figures = report.flat_figures(report.figures(results))
+    assert {k: results[k] for k in figures} == figures
+
+
+def test_storage_sizes_follow_the_published_rules() -> None:
+    """The storage-size page's example: users/jeff/tasks/my_task_id with four fields is 147
+    bytes (44 name + 71 fields + 32)."""
+    fields = {
+        "type": "Personal",
+        "done": False,
+        "priority": 1,
+        "description": "Learn Cloud Firestore",
+    }
+    size = cost.stored_bytes("users/jeff/tasks/my_task_id", fields, indexed=False)
+    assert size["document"] == 147
