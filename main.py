@@ -34,7 +34,7 @@ from dedup.logs import configure_logging  # noqa: E402
 from functions.boundary import install_boundary  # noqa: E402
 from functions.create_order import create_order, create_order_callable  # noqa: E402
 from functions.forward_webhook import forward_webhook  # noqa: E402
-from functions.index_post import index_post, indexPost  # noqa: E402
+from functions.index_post import indexPost  # noqa: E402
 from functions.receive_line_webhook import receive_line_webhook  # noqa: E402
 from functions.relay_outbox import relay_outbox  # noqa: E402
 from functions.runtime import refuse_unsafe_settings  # noqa: E402
@@ -44,6 +44,7 @@ from functions.sync_published_count import sync_published_count  # noqa: E402
 configure_logging()
 install_boundary(functions_framework.errorhandler)
 ensure_firebase_app()  # callables' ID tokens are verified through it before their handler runs
+index_post = indexPost  # its Python name; deployed as indexPost (not in __all__: one function)
 refuse_unsafe_settings(globals())  # on the platform only: lease vs timeout, DEDUP_* names
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "create_order_callable",
     "forward_webhook",
     "indexPost",
-    "index_post",
     "receive_line_webhook",
     "relay_outbox",
     "send_post_notification",
