@@ -63,7 +63,7 @@ $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
 	@touch $@
 
 demo: install ## The main job: the scripted story on the local emulators, checked row by row.
-	$(EMULATORS) exec --only firestore,pubsub -- $(PY) -m demo
+	$(EMULATORS) exec --only firestore,pubsub,tasks -- $(PY) -m demo
 
 # T= a test file, folder or node id; K= a name expression (pytest -k): `make test T=tests/cli K=purge`
 T ?=

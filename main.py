@@ -11,6 +11,10 @@ problem+json (`dedup.http`, docs/http.md).
 `set_global_options` below is the one declaration of the functions' runtime shape: both deploy
 paths read it from the manifest the SDK builds from this file (`tools/deploy.py`, docs/deploy.md).
 It must come before the functions are declared: their decorators copy it.
+
+`index_post` is a task-queue function (an HTTP function Cloud Tasks calls, signature `http`),
+deployed as `indexPost`: its name is its queue's id, which may not hold "_". Both names refer
+to one function, so the manifest lists it once (docs/tasks.md).
 """
 
 import functions_framework
@@ -30,6 +34,7 @@ from dedup.logs import configure_logging  # noqa: E402
 from functions.boundary import install_boundary  # noqa: E402
 from functions.create_order import create_order, create_order_callable  # noqa: E402
 from functions.forward_webhook import forward_webhook  # noqa: E402
+from functions.index_post import indexPost  # noqa: E402
 from functions.receive_line_webhook import receive_line_webhook  # noqa: E402
 from functions.relay_outbox import relay_outbox  # noqa: E402
 from functions.runtime import refuse_unsafe_settings  # noqa: E402
@@ -39,12 +44,14 @@ from functions.sync_published_count import sync_published_count  # noqa: E402
 configure_logging()
 install_boundary(functions_framework.errorhandler)
 ensure_firebase_app()  # callables' ID tokens are verified through it before their handler runs
+index_post = indexPost  # its Python name; deployed as indexPost (not in __all__: one function)
 refuse_unsafe_settings(globals())  # on the platform only: lease vs timeout, DEDUP_* names
 
 __all__ = [
     "create_order",
     "create_order_callable",
     "forward_webhook",
+    "indexPost",
     "receive_line_webhook",
     "relay_outbox",
     "send_post_notification",

@@ -1,12 +1,14 @@
-"""The transactional outbox: publish a Pub/Sub message if, and only if, a transaction commits.
+"""The transactional outbox: publish a Pub/Sub message, or create a Cloud Task, if, and only
+if, a transaction commits.
 
-Pub/Sub (like Cloud Tasks) cannot join a Firestore transaction. `enqueue` writes the message
-as a document `outbox/{id}` *inside* the caller's transaction instead; the `relay_outbox`
-function fires when that document is created and publishes it exactly once (dedup, lease
-mode), then marks the document published. A transaction that rolls back leaves no document,
-so nothing is published; one that commits is published even if the caller crashes right after.
+Neither Pub/Sub nor Cloud Tasks can join a Firestore transaction. `enqueue` (a message) and
+`enqueue_task` (a task for a task-queue function) write a document `outbox/{id}` *inside* the
+caller's transaction instead; the `relay_outbox` function fires when that document is created,
+publishes the message or creates the task exactly once (dedup, lease mode), then marks the
+document. A transaction that rolls back leaves no document, so nothing is sent; one that
+commits is sent even if the caller crashes right after.
 
-Document schema (`outbox/{id}`):
+Pub/Sub destination, document schema (`outbox/{id}`):
 
 | field         | type             | meaning                                             |
 |---------------|------------------|-----------------------------------------------------|
@@ -20,12 +22,32 @@ Document schema (`outbox/{id}`):
 Every published message carries the attribute `outboxId`: consumers that must not see a
 message twice deduplicate on it (the one at-least-once window is a relay that crashed after
 publishing and before recording it).
+
+Cloud Tasks destination (`enqueue_task`), document schema:
+
+| field        | type      | meaning                                                        |
+|--------------|-----------|----------------------------------------------------------------|
+| `function`   | string    | the task-queue function (= its queue): `indexPost`, or         |
+|              |           | `locations/<region>/functions/<name>` (`projects/...` too)     |
+| `taskData`   | string    | the task's `data`, as JSON text (any JSON value)               |
+| `createdAt`  | timestamp | commit time of the enqueuing transaction                       |
+| `enqueuedAt` | timestamp | set by `relay_outbox` once the task exists                     |
+| `taskId`     | string    | the task's id in its queue, set with `enqueuedAt`              |
+
+The task id is derived from the outbox document (`task_id_for`), never random: a second relay
+of the same document asks Cloud Tasks for a task that already exists, which Cloud Tasks
+refuses, and the relay counts that as done. So one committed transaction makes one task, and
+the task-queue function (`dedup.tasks.task_once`) deduplicates on that id again, covering the
+hour after which Cloud Tasks forgets a finished task's name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from google.cloud import firestore
 
@@ -33,6 +55,12 @@ COLLECTION = "outbox"
 OUTBOX_ID_ATTRIBUTE = "outboxId"
 _TOPIC_ID = r"[A-Za-z][A-Za-z0-9._~+%-]{2,254}"
 TOPIC_PATTERN = re.compile(rf"(?:projects/[a-z0-9.:-]+/topics/)?{_TOPIC_ID}")
+_QUEUE_ID = r"[A-Za-z0-9-]{1,100}"
+FUNCTION_PATTERN = re.compile(
+    rf"(?:(?:projects/[a-z0-9.:-]+/)?locations/[a-z0-9-]+/functions/)?{_QUEUE_ID}"
+)
+"""A task-queue function as `firebase_admin.functions.task_queue` takes it. Its name is also
+its queue's id, which Cloud Tasks limits to letters, digits and hyphens (no "_")."""
 
 
 def enqueue(
@@ -74,3 +102,46 @@ def enqueue(
         },
     )
     return ref
+
+
+def enqueue_task(
+    transaction: firestore.Transaction,
+    function_name: str,
+    data: Any,
+    *,
+    client: firestore.Client | None = None,
+    collection: str = COLLECTION,
+) -> firestore.DocumentReference:
+    """Write `outbox/{new id}` in `transaction`; a Cloud Task for `function_name` is created
+    with `data` once it commits (see the module docstring for the schema).
+
+    `function_name` is a task-queue function (`indexPost`, or
+    `locations/<region>/functions/<name>`); `data` is any JSON value, delivered as the task's
+    `data`. Raises `ValueError` for a name Cloud Tasks would refuse or data that is not JSON,
+    before anything is written. Returns the outbox document's reference; `task_id_for` of its
+    path is the task's id.
+    """
+    if not isinstance(function_name, str) or not FUNCTION_PATTERN.fullmatch(function_name):
+        raise ValueError(
+            f"{function_name!r} is not a task-queue function name: use the deployed name "
+            "(letters, digits and '-', 1-100 characters: it is also the queue's id) or "
+            "'locations/<region>/functions/<name>'"
+        )
+    try:
+        text = json.dumps(data, allow_nan=False, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"task data must be JSON (dicts, lists, str, numbers): {exc}") from exc
+    db = client or transaction._client  # a Transaction has no public accessor for its client
+    ref = db.collection(collection).document()
+    transaction.create(
+        ref,
+        {"function": function_name, "taskData": text, "createdAt": firestore.SERVER_TIMESTAMP},
+    )
+    return ref
+
+
+def task_id_for(document_path: str) -> str:
+    """The Cloud Task id for the outbox document at `document_path`: deterministic, so a
+    duplicate relay cannot create a second task; a hash, as Cloud Tasks asks of explicit ids
+    (sequential ids slow its index down)."""
+    return hashlib.sha256(document_path.encode("utf-8")).hexdigest()

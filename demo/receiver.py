@@ -35,6 +35,8 @@ class Attempt:
     the sender gave up on."""
     arrived: float
     """time.monotonic() at arrival."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Every request header (a Cloud Tasks dispatch's `X-CloudTasks-TaskName`, say)."""
 
 
 @dataclass
@@ -130,6 +132,7 @@ class Receiver:
                     body,
                     status,
                     time.monotonic(),
+                    dict(request.headers.items()),
                 )
             )
         return status, delay

@@ -1,6 +1,7 @@
 """Serve one function from `main.py` the way Cloud Run does, and deliver events to it.
 
-`served_function` starts `functions-framework --target NAME --signature-type cloudevent` in
+`served_function` starts `functions-framework --target NAME --signature-type cloudevent` (or
+`http`, for a task-queue function) in
 its own process group (gunicorn may fork workers) and kills the whole group when the block
 ends, or when the caller kills it on purpose to simulate a crash.
 """
@@ -76,8 +77,11 @@ def served_function(
     log: Path | None = None,
     timeout: float = 30.0,
     source: Path | None = None,
+    signature_type: str = "cloudevent",
 ) -> Iterator[ServedFunction]:
     """Serve function `name` from main.py (or from `source`) on a free port until the block ends.
+
+    `signature_type` is `cloudevent` for the event functions, `http` for task-queue ones.
 
     `env` is added to this process's environment (emulator hosts are inherited). Output goes
     to `log` when given, else is discarded.
@@ -87,7 +91,7 @@ def served_function(
         str(FUNCTIONS_FRAMEWORK),
         "--source", str(source or ROOT / "main.py"),
         "--target", name,
-        "--signature-type", "cloudevent",
+        "--signature-type", signature_type,
         "--host", "127.0.0.1",
         "--port", str(port),
     ]  # fmt: skip

@@ -1,7 +1,10 @@
 """The scripted story `make demo` tells, and the table that checks it.
 
 Authors create, publish, unpublish and delete posts; webhook messages are published; orders
-are enqueued through the transactional outbox, and one transaction is rolled back. Every event
+are enqueued through the transactional outbox, and one transaction is rolled back; posts are
+saved with their search-index task enqueued through the outbox (one save rolled back), the
+relay creates the tasks in the Cloud Tasks emulator, and each task is dispatched to
+`index_post`. Every event
 goes to its functions four times at once and is retried until one delivery succeeds; the
 webhook receiver fails the first request of one route with a 503. Then each function's
 effects are counted where they land (the counters, the receiver, a Pub/Sub subscription) and
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -19,21 +23,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
-from dedup.outbox import enqueue
+from dedup.outbox import enqueue, enqueue_task
 from demo.events import firestore_event, pubsub_event
 from demo.platform import DeliveryLog, deliver_at_least_once
 from demo.pubsub import ensure_topic, pull_all
 from demo.receiver import Receiver, running_receiver
 from demo.serve import ServedFunction, served_function
+from demo.tasks import task_dispatch
 
 PROJECT = os.environ.get("GCLOUD_PROJECT", "demo-exactly-once")
 ORDERS_TOPIC = "demo-orders"
 ORDERS_AUDIT = "demo-orders-audit"
 FUNCTIONS = ("sync_published_count", "send_post_notification", "forward_webhook", "relay_outbox")
+"""The event functions (signature cloudevent)."""
+INDEX_POST = "index_post"
+"""The task-queue function's row (deployed as `indexPost`, see functions/index_post.py)."""
+INDEX_QUEUE = "demo-indexPost"
+"""The demo's own queue in the Cloud Tasks emulator (the Functions emulator, when it runs,
+owns `indexPost`'s): it dispatches to the receiver (`TASK_CAPTURE_PATH`), which records each
+task; the demo then dispatches every task to `index_post` at least once, as the platform."""
+TASK_CAPTURE_PATH = f"/tasks/{INDEX_QUEUE}"
+SEARCH_PATH = "/search"
+TASK_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +83,7 @@ class Story:
         self.db = db
         self.servers = servers
         self.receiver = receiver
-        self.logs = {name: DeliveryLog() for name in FUNCTIONS}
+        self.logs = {name: DeliveryLog() for name in (*FUNCTIONS, INDEX_POST)}
         self.publisher = PublisherClient()
         self.subscriber = SubscriberClient()
         self.expected_notifications = 0
@@ -76,6 +92,8 @@ class Story:
         self.count_mismatches: list[str] = []
         self.expected_webhooks = 0
         self.expected_orders = 0
+        self.expected_indexed = 0
+        self.relayed_tasks = 0
 
     # --- the platform's side ------------------------------------------------------------------
 
@@ -152,6 +170,46 @@ class Story:
         event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
         self._deliver("relay_outbox", event)
 
+    def save_post_for_search(self, post_id: str, *, roll_back: bool = False) -> None:
+        """Save posts/<id> and enqueue its index task in one transaction; relay it."""
+        holder: dict[str, firestore.DocumentReference] = {}
+
+        @firestore.transactional
+        def save(tx: firestore.Transaction) -> None:
+            tx.set(self.db.collection("posts").document(post_id), {"title": f"post {post_id}"})
+            holder["outbox"] = enqueue_task(tx, INDEX_QUEUE, {"postId": post_id})
+            if roll_back:
+                raise RuntimeError("validation failed")  # rolls the whole transaction back
+
+        try:
+            save(self.db.transaction())
+        except RuntimeError:
+            assert not holder["outbox"].get().exists, "a rolled-back outbox document exists"
+            return
+        self.expected_indexed += 1
+        outbox = holder["outbox"]
+        event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
+        self._deliver("relay_outbox", event)
+        self.relayed_tasks += 1
+
+    def dispatch_tasks(self) -> None:
+        """Wait for the emulator to dispatch every created task to the receiver, then dispatch
+        each one to index_post at least once (4 copies at once, retried)."""
+        deadline = time.monotonic() + TASK_WAIT_SECONDS
+        while len(self.captured_tasks()) < self.expected_indexed and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for name, data in self.captured_tasks().items():
+            deliver_at_least_once(
+                self.servers[INDEX_POST], task_dispatch(name, data), self.logs[INDEX_POST]
+            )
+
+    def captured_tasks(self) -> dict[str, Any]:
+        """Task name -> data of every task the Cloud Tasks emulator dispatched so far."""
+        return {
+            a.headers.get("X-CloudTasks-TaskName", ""): json.loads(a.body)["data"]
+            for a in self.receiver.to(TASK_CAPTURE_PATH)
+        }
+
     # --- the story ------------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -183,6 +241,12 @@ class Story:
             self.place_order(order)
         self.place_order("o4", roll_back=True)
 
+        for post in ("s1", "s2"):
+            self.save_post_for_search(post)
+        self.save_post_for_search("s3", roll_back=True)  # indexes nothing
+        self.save_post_for_search("s4")
+        self.dispatch_tasks()
+
     # --- the count ------------------------------------------------------------------------------
 
     def relayed_orders(self) -> list[str]:
@@ -196,6 +260,8 @@ class Story:
         webhooks = [r for r in self.receiver.requests() if r.path.startswith("/webhooks/")]
         orders = self.relayed_orders()
         line_tries = len(self.receiver.to("/webhooks/line"))
+        indexed = self.receiver.requests(SEARCH_PATH)
+        tasks = self.captured_tasks()
         return [
             self._row(
                 "sync_published_count",
@@ -224,6 +290,16 @@ class Story:
                 self.expected_orders,
                 f"on {ORDERS_TOPIC}, {len(set(orders))} distinct outboxIds; a rollback sent none",
             ),
+            self._row(
+                INDEX_POST,
+                len(indexed),
+                self.expected_indexed,
+                f"POST {SEARCH_PATH}, {len({r.idempotency_key for r in indexed})} distinct keys; "
+                f"{len(tasks)} tasks from {self.relayed_tasks} relayed saves; a rollback "
+                f"indexed nothing"
+                if "s3" not in {d.get("postId") for d in tasks.values()}
+                else "the rolled-back post s3 was enqueued",
+            ),
         ]
 
     def _row(self, function: str, effects: int, expected: int, detail: str) -> Row:
@@ -238,6 +314,18 @@ class Story:
 def _distance(before: Counter[str], after: Counter[str]) -> int:
     """How many +1/-1 steps turn one set of counts into the other."""
     return sum(abs(after[user] - before[user]) for user in set(before) | set(after))
+
+
+def ensure_index_queue(project: str, receiver: Receiver) -> None:
+    """The demo's queue in the Cloud Tasks emulator, dispatching to the receiver."""
+    host = os.environ.get("CLOUD_TASKS_EMULATOR_HOST")
+    if not host:
+        raise RuntimeError("CLOUD_TASKS_EMULATOR_HOST is not set: run the demo with `make demo`")
+    queue = f"http://{host}/projects/{project}/locations/us-central1/queues/{INDEX_QUEUE}"
+    response = requests.post(
+        queue, json={"defaultUri": f"{receiver.base_url}{TASK_CAPTURE_PATH}"}, timeout=10
+    )
+    response.raise_for_status()
 
 
 def ensure_topics(project: str) -> None:
@@ -257,13 +345,18 @@ def demo_servers(receiver: Receiver, log_dir: Path) -> Iterator[dict[str, Served
             }
         ),
         "NOTIFY_URL": f"{receiver.base_url}/notify",
+        "SEARCH_INDEX_URL": f"{receiver.base_url}{SEARCH_PATH}",
         "DEDUP_LEASE_SECONDS": "20",
     }
     with ExitStack() as stack:
-        yield {
+        servers = {
             name: stack.enter_context(served_function(name, env, log=log_dir / f"{name}.log"))
             for name in FUNCTIONS
         }
+        servers[INDEX_POST] = stack.enter_context(
+            served_function("indexPost", env, log=log_dir / "indexPost.log", signature_type="http")
+        )
+        yield servers
 
 
 def play(log_dir: Path) -> list[Row]:
@@ -272,6 +365,7 @@ def play(log_dir: Path) -> list[Row]:
     ensure_topics(PROJECT)
     db = firestore.Client(project=PROJECT)
     with running_receiver() as receiver, demo_servers(receiver, log_dir) as servers:
+        ensure_index_queue(PROJECT, receiver)
         story = Story(db, servers, receiver)
         story.run()
         return story.rows()

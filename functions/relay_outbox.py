@@ -1,8 +1,11 @@
-"""`relay_outbox`: publish each `outbox/{id}` document to its Pub/Sub topic, exactly once.
+"""`relay_outbox`: publish each `outbox/{id}` document to its Pub/Sub topic, or create its Cloud
+Task, exactly once.
 
 The other half of `dedup.outbox.enqueue` (see that module for the document schema). Fires when
 an outbox document is created, publishes its `data` with its `attributes` plus `outboxId`, and
-marks the document with `publishedAt` and `messageId`.
+marks the document with `publishedAt` and `messageId`. A document written by
+`dedup.outbox.enqueue_task` (it has a `function` field) becomes a Cloud Task with an id derived
+from the document instead (`functions.outbox_tasks`), marked with `enqueuedAt` and `taskId`.
 
 Exactly once, lease mode: a publish cannot join a Firestore transaction. A relay that crashes
 after publishing and before recording it publishes again on retry, with the same `outboxId`
@@ -32,6 +35,7 @@ from google.cloud import firestore
 from dedup import Delivery, TerminalError, trigger_once
 from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN
 from functions.boundary import validated
+from functions.outbox_tasks import relay_task
 
 if TYPE_CHECKING:
     from google.cloud.pubsub_v1 import PublisherClient
@@ -88,7 +92,11 @@ def relay_outbox(
     snapshot = event.data
     if snapshot is None or not snapshot.exists:
         raise TerminalError("the outbox event carries no document")
-    topic, data, attributes = outbox_message(snapshot.to_dict() or {})
+    fields = snapshot.to_dict() or {}
+    if "function" in fields:  # written by enqueue_task: a Cloud Task, not a message
+        relay_task(snapshot, delivery.client)
+        return
+    topic, data, attributes = outbox_message(fields)
     future = _publisher().publish(
         topic_path(topic, event.project), data, **attributes, **{OUTBOX_ID_ATTRIBUTE: snapshot.id}
     )

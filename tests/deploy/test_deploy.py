@@ -332,6 +332,7 @@ def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
         (account, "roles/pubsub.publisher"),
         (account, "roles/eventarc.eventReceiver"),
         (account, "roles/run.invoker"),
+        (account, "roles/cloudtasks.enqueuer"),  # indexPost: relay_outbox creates its tasks
         (account, "roles/firebasecloudmessaging.admin"),  # no .env.demo-parse-only: FCM
         (account, "roles/secretmanager.secretAccessor"),  # receive_line_webhook's LINE secret
         ("serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com",

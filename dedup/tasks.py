@@ -1,0 +1,196 @@
+"""`task_once`: exactly-once effects for Cloud Tasks task-queue functions, the sibling of
+`trigger_once` for firebase-functions `tasks_fn.on_task_dispatched` handlers.
+
+    @tasks_fn.on_task_dispatched(retry_config=..., rate_limits=...)
+    @task_once("index_post")
+    def index_post(request: tasks_fn.CallableRequest[Any], delivery: Delivery) -> None:
+        ...
+
+Cloud Tasks dispatches a task at least once. The dedup event id is the **task name**, the
+`X-CloudTasks-TaskName` header (the task's id within its queue): every dispatch of one task
+shares it, two tasks never do. `Delivery.attempt` counts the record's attempts; the platform's
+own counters (`X-CloudTasks-TaskRetryCount`, `X-CloudTasks-TaskExecutionCount`) are logged with
+the task name on every dispatch. The payload fingerprint is the task's `data` as canonical
+JSON.
+
+How each outcome is answered. Cloud Tasks retries every non-2xx answer within the queue's
+`retry_config`; after a 429 or a 503 it also backs the whole queue off harder (its "system
+throttling"), which is what a busy task or an unreachable Firestore call for:
+
+| outcome                                         | status | Cloud Tasks            |
+|-------------------------------------------------|--------|------------------------|
+| ran, duplicate, failed (`TerminalError`), dead, too old | 200 | done              |
+| `LeaseHeld`: another dispatch of the task runs  | 429    | retries, backs off     |
+| the handler raised: lease released, error kept  | 500    | retries                |
+| `LeaseLost`: this dispatch outlived its lease   | 500    | retries (a duplicate)  |
+| `StoreUnavailable`: Firestore failed            | 503    | retries, backs off     |
+| no task name (not sent by Cloud Tasks)          | 400    | refused, no record     |
+
+The 429 and 503 are firebase-functions `HttpsError`s (`resource-exhausted`, `unavailable`);
+any other exception becomes its 500 `internal`. Requests that are not task dispatches at all
+(a body that is not `{"data": ...}` JSON) never reach this wrapper when the function is
+wrapped by `functions.task_boundary.validated_task`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, HttpsError
+
+from dedup.config import DedupConfig
+from dedup.core import Deduplicator, default_deduplicator
+from dedup.decorator import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.delivery import Delivery
+from dedup.errors import ConfigError, LeaseHeld, StoreUnavailable
+from dedup.keys import validate_suffix
+from dedup.record import Mode
+
+TASK_NAME_HEADER = "X-CloudTasks-TaskName"
+"""The task's id within its queue: the dedup event id."""
+QUEUE_NAME_HEADER = "X-CloudTasks-QueueName"
+RETRY_COUNT_HEADER = "X-CloudTasks-TaskRetryCount"
+"""How many times Cloud Tasks retried the task (logged, never trusted for dedup)."""
+EXECUTION_COUNT_HEADER = "X-CloudTasks-TaskExecutionCount"
+"""How many dispatches got an answer other than 5xx (logged, never trusted for dedup)."""
+
+LEASE_HELD_STATUS = 429
+"""`LeaseHeld` answer: firebase-functions `resource-exhausted`."""
+RELEASED_STATUS = 500
+"""The handler raised (lease released) or `LeaseLost`: firebase-functions `internal`."""
+STORE_UNAVAILABLE_STATUS = 503
+"""`StoreUnavailable` answer: firebase-functions `unavailable`."""
+
+logger = logging.getLogger("dedup.tasks")
+
+type TaskHandler = Callable[[CallableRequest[Any], Delivery], None]
+"""A decorated task handler: `handler(request, delivery) -> None`."""
+type TaskFunction = Callable[[CallableRequest[Any]], None]
+"""What `task_once` returns: takes the request only, for `tasks_fn.on_task_dispatched`."""
+
+
+class Headers(Protocol):
+    """Request headers looked up by name, case-insensitively (Flask's `request.headers`)."""
+
+    def get(self, key: str, /) -> str | None:
+        """The header's value, or None."""
+        ...
+
+
+class TaskDecorator(Protocol):
+    """What `task_once(...)` returns: turns `handler(request, delivery)` into `fn(request)`."""
+
+    def __call__(self, handler: TaskHandler, /) -> TaskFunction:
+        """Wrap `handler`; the result takes the request only."""
+        ...
+
+
+@dataclass(frozen=True)
+class TaskDispatch:
+    """What one dispatch says about its task, from the Cloud Tasks request headers."""
+
+    task_name: str | None
+    """`X-CloudTasks-TaskName`; None when absent or empty (then nothing may run)."""
+    queue_name: str | None
+    """`X-CloudTasks-QueueName`, if sent."""
+    retry_count: str | None
+    """`X-CloudTasks-TaskRetryCount` as sent (logged only)."""
+    execution_count: str | None
+    """`X-CloudTasks-TaskExecutionCount` as sent (logged only)."""
+
+
+def task_dispatch(headers: Headers | Mapping[str, str]) -> TaskDispatch:
+    """The Cloud Tasks headers of a dispatch (look-ups are exact for a plain mapping)."""
+    name = (headers.get(TASK_NAME_HEADER) or "").strip()
+    return TaskDispatch(
+        task_name=name or None,
+        queue_name=headers.get(QUEUE_NAME_HEADER),
+        retry_count=headers.get(RETRY_COUNT_HEADER),
+        execution_count=headers.get(EXECUTION_COUNT_HEADER),
+    )
+
+
+def task_payload(data: Any) -> bytes:
+    """The canonical rendering of a task's `data` (sorted-key JSON) that is fingerprinted."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8")
+
+
+def task_once(
+    suffix: str,
+    *,
+    mode: Mode = Mode.LEASE,
+    config: DedupConfig | None = None,
+    deduplicator: Deduplicator | None = None,
+    registry: SuffixRegistry | None = None,
+) -> TaskDecorator:
+    """Make a task handler's effect happen once per task, however often the task is dispatched.
+
+    `suffix` names the function as in `trigger_once` (1-100 of `[A-Za-z0-9_]`, unique in the
+    process, shared registry), checked here at import time, and so is the handler (`async def`
+    is refused with `ConfigError`). The wrapper reads the task name from the dispatch
+    (`TASK_NAME_HEADER`), logs the platform's counters, and calls `Deduplicator.run`. It
+    returns None (200) when Cloud Tasks should stop, and raises when it should retry, with the
+    status of the module's table. A dispatch without a task name is refused with 400 before
+    any record is read or written.
+    """
+    validate_suffix(suffix)
+    if config is not None and deduplicator is not None:
+        raise ConfigError("pass either config or deduplicator to task_once, not both")
+    mode = Mode(mode)
+    suffixes = registry if registry is not None else DEFAULT_REGISTRY
+
+    def decorate(handler: TaskHandler) -> TaskFunction:
+        owner = f"{handler.__module__}.{handler.__qualname__}"
+        if inspect.iscoroutinefunction(handler):
+            raise ConfigError(
+                f"{owner} is an async function: task_once wraps synchronous handlers only "
+                "(an async handler's coroutine would never be awaited); write it with `def`"
+            )
+        suffixes.register(suffix, owner)
+
+        def once(request: CallableRequest[Any]) -> None:
+            dispatch = task_dispatch(request.raw_request.headers)
+            if dispatch.task_name is None:
+                raise HttpsError(
+                    FunctionsErrorCode.INVALID_ARGUMENT,
+                    f"no {TASK_NAME_HEADER} header: only Cloud Tasks may call this function",
+                )
+            logger.info(
+                "task %s dispatched (queue %s, retry count %s, execution count %s)",
+                dispatch.task_name,
+                dispatch.queue_name,
+                dispatch.retry_count,
+                dispatch.execution_count,
+                extra={"eventId": dispatch.task_name, "suffix": suffix},
+            )
+            runner = deduplicator if deduplicator is not None else default_deduplicator(config)
+
+            def run_handler(delivery: Delivery) -> None:
+                handler(request, delivery)
+
+            try:
+                runner.run(
+                    dispatch.task_name,
+                    suffix,
+                    run_handler,
+                    mode=mode,
+                    payload=task_payload(request.data),
+                )
+            except LeaseHeld as exc:
+                raise HttpsError(FunctionsErrorCode.RESOURCE_EXHAUSTED, str(exc)) from exc
+            except StoreUnavailable as exc:
+                raise HttpsError(FunctionsErrorCode.UNAVAILABLE, str(exc)) from exc
+
+        once.__module__ = handler.__module__
+        once.__name__ = handler.__name__
+        once.__qualname__ = handler.__qualname__
+        once.__doc__ = handler.__doc__
+        return once
+
+    return decorate

@@ -1,0 +1,55 @@
+"""End to end on the emulators, nothing played by the test: a transaction committed in the
+Firestore emulator -> its outbox document fires `relay_outbox` in the Functions emulator ->
+the task is created in the Cloud Tasks emulator -> which dispatches it to `indexPost` in the
+Functions emulator -> one request at the search receiver. Runs with the other e2e tests,
+first (see tests/e2e)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from google.cloud import firestore
+
+from dedup.outbox import enqueue_task, task_id_for
+from demo.receiver import Receiver
+from functions.index_post import FUNCTION_ID
+from tests.tasks.conftest import SEARCH_PATH
+
+pytestmark = pytest.mark.e2e
+WAIT_SECONDS = 90
+
+
+def eventually(check: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"after {WAIT_SECONDS} s: {what}")
+
+
+def test_a_committed_save_is_indexed_exactly_once(
+    firestore_client: firestore.Client, receiver: Receiver
+) -> None:
+    """The post saved in a committed transaction reaches the search service once, under the
+    key of the task derived from its outbox document; the outbox document is marked."""
+    post_id = f"e2e-{uuid.uuid4().hex[:8]}"
+    refs: list[firestore.DocumentReference] = []
+
+    @firestore.transactional
+    def save(transaction: firestore.Transaction) -> None:
+        transaction.set(firestore_client.document(f"posts/{post_id}"), {"title": "indexed"})
+        refs.append(enqueue_task(transaction, FUNCTION_ID, {"postId": post_id}))
+
+    save(firestore_client.transaction())
+    outbox = refs[-1]
+    eventually(lambda: receiver.requests(SEARCH_PATH), "the post reached the search service")
+    eventually(lambda: (outbox.get().to_dict() or {}).get("taskId"), "the outbox is marked")
+    [indexed] = receiver.requests(SEARCH_PATH)
+    assert indexed.idempotency_key == f"{task_id_for(outbox.path)}-index_post"
+    assert post_id in indexed.body.decode()
+    record = firestore_client.document(f"triggerEvents/{indexed.idempotency_key}").get()
+    assert record.get("state") == "sent"

@@ -1,0 +1,132 @@
+"""index_post under Cloud Tasks' at-least-once dispatch: one search request per task, however
+often and however concurrently the task is dispatched; answers Cloud Tasks retries for a
+busy or failed dispatch, 2xx for everything that must stop."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from demo.receiver import Receiver
+from demo.tasks import task_dispatch
+from tests.tasks.conftest import SEARCH_PATH, TaskFunction
+
+
+def unique() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def save_post(db: firestore.Client, post_id: str, **fields: Any) -> None:
+    db.collection("posts").document(post_id).set({"authorId": "ann", "title": "t", **fields})
+
+
+def test_thirty_concurrent_dispatches_send_one_request(
+    firestore_client: firestore.Client, index_post: TaskFunction, receiver: Receiver
+) -> None:
+    """It is impossible for two dispatches of one task to both reach the search service:
+    30 at once give one request; the copies that met the live lease answer 429 and, retried,
+    find the task done."""
+    post_id, task = unique(), f"task-{unique()}"
+    save_post(firestore_client, post_id, title="Hello")
+    dispatch = task_dispatch(task, {"postId": post_id})
+    statuses = index_post.dispatch_concurrently(dispatch, 30)
+    assert set(statuses) <= {200, 429}, statuses
+    for status in statuses:
+        if status != 200:
+            assert index_post.dispatch_until_done(dispatch)[-1] == 200
+    [request] = receiver.requests(SEARCH_PATH)
+    assert request.idempotency_key == f"{task}-index_post"
+    assert request.content_type == "application/json"
+    body = json.loads(request.body)
+    assert body == {"postId": post_id, "post": {"authorId": "ann", "title": "Hello"}}
+
+
+def test_another_task_for_the_same_post_is_another_request(
+    firestore_client: firestore.Client, index_post: TaskFunction, receiver: Receiver
+) -> None:
+    """Deduplication is per task, not per post: a second task (the post saved again) indexes
+    again, under its own key."""
+    post_id = unique()
+    save_post(firestore_client, post_id)
+    first, second = f"task-{unique()}", f"task-{unique()}"
+    for task in (first, second, first, second):
+        assert index_post.dispatch(task_dispatch(task, {"postId": post_id})) == 200
+    keys = [r.idempotency_key for r in receiver.requests(SEARCH_PATH)]
+    assert keys == [f"{first}-index_post", f"{second}-index_post"]
+
+
+def test_a_dispatch_meeting_a_live_lease_is_answered_429(
+    firestore_client: firestore.Client, index_post: TaskFunction, receiver: Receiver
+) -> None:
+    """While one dispatch is inside the handler, another dispatch of the task gets 429 (Cloud
+    Tasks retries it, backing off); the running one then answers 200."""
+    post_id, task = unique(), f"task-{unique()}"
+    save_post(firestore_client, post_id)
+    receiver.fail(SEARCH_PATH, 200, delay_seconds=3)  # the first request is slow to answer
+    dispatch = task_dispatch(task, {"postId": post_id})
+    first: list[int] = []
+    runner = threading.Thread(target=lambda: first.append(index_post.dispatch(dispatch)))
+    runner.start()
+    while not receiver.to(SEARCH_PATH):  # the first dispatch is inside its POST
+        time.sleep(0.02)
+    assert index_post.dispatch(dispatch) == 429
+    runner.join()
+    assert first == [200]
+    assert index_post.dispatch(dispatch) == 200
+    assert len(receiver.requests(SEARCH_PATH)) == 1
+
+
+def test_a_failing_search_service_releases_the_lease_and_the_retry_sends(
+    firestore_client: firestore.Client,
+    index_post: TaskFunction,
+    receiver: Receiver,
+    records: Callable[[], list[dict[str, Any]]],
+) -> None:
+    """A 503 from the search service answers 500 (released, Cloud Tasks retries); the retry
+    sends with the same key and is recorded sent."""
+    post_id, task = unique(), f"task-{unique()}"
+    save_post(firestore_client, post_id)
+    receiver.fail(SEARCH_PATH, 503)
+    dispatch = task_dispatch(task, {"postId": post_id}, retry_count=0)
+    assert index_post.dispatch(dispatch) == 500
+    assert index_post.dispatch(task_dispatch(task, {"postId": post_id}, retry_count=1)) == 200
+    attempts = receiver.to(SEARCH_PATH)
+    assert [a.status for a in attempts] == [503, 200]
+    assert {a.idempotency_key for a in attempts} == {f"{task}-index_post"}
+    [record] = records()
+    assert (record["state"], record["attempts"]) == ("sent", 2)
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        ({"postId": "missing-post"}, "does not exist"),
+        ({"postId": ""}, "postId"),
+        ({"postId": "a/b"}, "postId"),
+        (["postId"], "postId"),
+        (None, "postId"),
+    ],
+)
+def test_a_task_that_cannot_succeed_is_recorded_failed_and_acknowledged(
+    index_post: TaskFunction,
+    receiver: Receiver,
+    records: Callable[[], list[dict[str, Any]]],
+    data: Any,
+    why: str,
+) -> None:
+    """A missing post or malformed task data is terminal: recorded failed, answered 200 so
+    Cloud Tasks stops, and the same answer for every later dispatch; nothing is sent."""
+    dispatch = task_dispatch(f"task-{unique()}", data)
+    assert index_post.dispatch(dispatch) == 200
+    assert index_post.dispatch(dispatch) == 200
+    [record] = records()
+    assert record["state"] == "failed"
+    assert why in record["lastError"]
+    assert receiver.requests(SEARCH_PATH) == []
