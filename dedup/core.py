@@ -93,6 +93,7 @@ class Deduplicator:
         payload: bytes | str | None = None,
         event_time: datetime | None = None,
         document_path: str | None = None,
+        subject: str | None = None,
     ) -> Outcome:
         """Run `handler` for this event unless its record says it already ran.
 
@@ -102,8 +103,8 @@ class Deduplicator:
         for a bad key, `KeyCollision` for a record of another event at this key,
         `PayloadMismatch` under that policy, `ConfigError` for an `async def` handler.
         `payload` (canonical bytes or text) is fingerprinted to detect a key reused for a
-        different event; `document_path` enables the self-trigger guard and is recorded as
-        the record's `subject`.
+        different event; `document_path` enables the self-trigger guard; `subject` (by default
+        `document_path`) is recorded for operators (`dedup list --subject`).
         """
         mode = Mode(mode)
         if inspect.iscoroutinefunction(handler):
@@ -129,7 +130,7 @@ class Deduplicator:
             suffix=suffix,
             key=key,
             payload_hash=fingerprint,
-            subject=document_path,
+            subject=subject if subject is not None else document_path,
             step_hook=self.step_hook,
         )
         run.step(Step.BEFORE_CLAIM)

@@ -130,6 +130,7 @@ def trigger_once(
                 payload=info.payload if event_id_from is None else None,
                 event_time=info.event_time,
                 document_path=info.document_path,
+                subject=info.subject,
             )
 
         # Copy the identity (name, doc) but not the signature: the wrapper takes one argument,

@@ -52,6 +52,10 @@ class EventInfo:
     """When the event happened (timezone-aware), if the event says."""
     document_path: str | None
     """Path of the Firestore document the event is about (`users/u1`), if any."""
+    subject: str | None = None
+    """What the event is about, recorded for operators (`dedup list --subject`): the document
+    path of a Firestore event, `topics/<topic>/messages/<message id>` of a Pub/Sub message
+    (the topic read from the event's `source`), else None."""
 
 
 def describe(event: object) -> EventInfo:
@@ -70,6 +74,7 @@ def describe(event: object) -> EventInfo:
             payload=_pubsub_payload(message.data, message.attributes),
             event_time=_aware(event.time),
             document_path=None,
+            subject=pubsub_subject(event.source, message.message_id),
         )
     if isinstance(event, RawCloudEvent):
         return _raw_cloud_event(event)
@@ -92,6 +97,7 @@ def _firestore_event(event: firestore_fn.Event[Any]) -> EventInfo:
         payload=_canonical(rendered),
         event_time=_aware(event.time),
         document_path=event.document,
+        subject=event.document,
     )
 
 
@@ -99,10 +105,14 @@ def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
     attributes = event.get_attributes()
     data = event.get_data()
     event_id: Any = attributes.get("id")
+    document_path = _document_path(attributes)
+    subject = document_path
     if attributes.get("type") == PUBSUB_EVENT_TYPE and isinstance(data, Mapping):
         message = data.get("message") or {}
         event_id = message.get("messageId") or message.get("message_id")
         payload = _pubsub_payload(message.get("data"), message.get("attributes") or {})
+        if event_id is not None:
+            subject = pubsub_subject(attributes.get("source"), str(event_id))
     elif isinstance(data, bytes | bytearray):
         payload = bytes(data)
     else:
@@ -111,8 +121,21 @@ def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
         event_id=None if event_id is None else str(event_id),
         payload=payload,
         event_time=_parse_time(attributes.get("time")),
-        document_path=_document_path(attributes),
+        document_path=document_path,
+        subject=subject,
     )
+
+
+def pubsub_subject(source: object, message_id: str | None) -> str | None:
+    """`topics/<topic>/messages/<message id>` for a message published to the topic named in a
+    Pub/Sub CloudEvent's `source` (`//pubsub.googleapis.com/projects/<p>/topics/<topic>`);
+    `messages/<message id>` when the source names no topic; None without a message id."""
+    if not message_id:
+        return None
+    topic = None
+    if isinstance(source, str) and "/topics/" in source:
+        topic = source.rsplit("/topics/", 1)[1].strip("/") or None
+    return f"topics/{topic}/messages/{message_id}" if topic else f"messages/{message_id}"
 
 
 def _document_path(attributes: Mapping[str, Any]) -> str | None:

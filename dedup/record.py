@@ -27,7 +27,8 @@ lastError           string | null        Last handler error, <= 1000 chars, URL 
 payloadHash         string | null        sha256 hex of the event payload's canonical form.
 mode                string               "lease" | "transaction" | "write_only".
 subject             string | null        What the event is about: the document path of a
-                                         Firestore event (`posts/p1`), else null.
+                                         Firestore event (`posts/p1`), `topics/<topic>/
+                                         messages/<message id>` of a Pub/Sub one, else null.
 result              map | null           What the handler returned (a map), stored with
                                          "sent" for duplicates to replay; null if it
                                          returned None or the map was over 512 KiB.

@@ -6,8 +6,12 @@ attempt is recorded, whatever it was answered, with its `Idempotency-Key`. It ca
 to fail: answer a status, after a delay, to the next requests to a path; or stop listening
 (`down()`: connections refused) and start again (`up()`).
 
-It counts both what a naive receiver would apply (`requests`: attempts answered 2xx) and what
-an idempotent one keeps (`effects`: distinct `Idempotency-Key` values among those).
+Three views of what arrived, one name each:
+
+* `attempts_to(path)`: every attempt to a path, whatever it was answered (what the sender did);
+* `applied(path)`: the attempts answered 2xx (what a naive receiver applied);
+* `effects(path)`: distinct `Idempotency-Key` values among the applied attempts (what an
+  idempotent receiver keeps).
 """
 
 from __future__ import annotations
@@ -70,13 +74,14 @@ class Receiver:
             self.attempts.clear()
             self._scripts.clear()
 
-    def to(self, path: str) -> list[Attempt]:
-        """Every attempt to `path`, in arrival order."""
+    def attempts_to(self, path: str) -> list[Attempt]:
+        """Every attempt to `path`, in arrival order, whatever it was answered."""
         with self._lock:
             return [a for a in self.attempts if a.path == path]
 
-    def requests(self, path: str | None = None) -> list[Attempt]:
-        """Attempts answered 2xx (to `path`, or to any path): what a naive receiver applied."""
+    def applied(self, path: str | None = None) -> list[Attempt]:
+        """Attempts answered 2xx (to `path`, or to any path), in arrival order: what a naive
+        receiver applied."""
         with self._lock:
             return [
                 a
@@ -86,7 +91,7 @@ class Receiver:
 
     def effects(self, path: str | None = None) -> int:
         """What an idempotent receiver keeps: distinct idempotency keys among applied attempts."""
-        return len({(a.path, a.idempotency_key) for a in self.requests(path)})
+        return len({(a.path, a.idempotency_key) for a in self.applied(path)})
 
     def up(self) -> None:
         """Listen on `port` (a free one the first time if it is 0); nothing to do if up."""

@@ -207,7 +207,7 @@ class Story:
         """Task name -> data of every task the Cloud Tasks emulator dispatched so far."""
         return {
             a.headers.get("X-CloudTasks-TaskName", ""): json.loads(a.body)["data"]
-            for a in self.receiver.to(TASK_CAPTURE_PATH)
+            for a in self.receiver.attempts_to(TASK_CAPTURE_PATH)
         }
 
     # --- the story ------------------------------------------------------------------------------
@@ -256,11 +256,11 @@ class Story:
 
     def rows(self) -> list[Row]:
         """Effects per function, counted where they land."""
-        notices = self.receiver.requests("/notify")
-        webhooks = [r for r in self.receiver.requests() if r.path.startswith("/webhooks/")]
+        notices = self.receiver.applied("/notify")
+        webhooks = [r for r in self.receiver.applied() if r.path.startswith("/webhooks/")]
         orders = self.relayed_orders()
-        line_tries = len(self.receiver.to("/webhooks/line"))
-        indexed = self.receiver.requests(SEARCH_PATH)
+        line_tries = len(self.receiver.attempts_to("/webhooks/line"))
+        indexed = self.receiver.applied(SEARCH_PATH)
         tasks = self.captured_tasks()
         return [
             self._row(

@@ -435,7 +435,7 @@ class Soak:
             )
         applied = [
             (a.idempotency_key or "", a.body.decode(), a.arrived)
-            for a in self.receiver.requests(NOTIFY_PATH)
+            for a in self.receiver.applied(NOTIFY_PATH)
         ]
         self._states = Counter(r.state for r in records)
         return Observed(
@@ -461,7 +461,7 @@ class Soak:
         injected = Counter(
             line for line in self.faults_file.read_text().splitlines() if line.strip()
         )
-        receiver_attempts = self.receiver.to(NOTIFY_PATH)
+        receiver_attempts = self.receiver.attempts_to(NOTIFY_PATH)
         by_check = Counter(v.check for v in violations)
         return {
             "events": len(seen.events),

@@ -117,6 +117,53 @@ def test_pubsub_deliveries_are_deduplicated_by_message_id(
     assert [d.event_id for d in seen] == ["m-1"]
 
 
+@pytest.mark.parametrize("adapter", ["firebase_functions", "cloudevents"])
+def test_a_pubsub_record_names_its_topic_and_message(
+    make_dedup: MakeDedup,
+    firestore_client: firestore.Client,
+    registry: SuffixRegistry,
+    adapter: str,
+) -> None:
+    """The record of a Pub/Sub message holds the subject `topics/<topic>/messages/<id>`, so
+    `dedup list --subject` finds what happened to one message; the Firestore record holds its
+    document path."""
+    message_id = f"m-{uuid.uuid4().hex[:8]}"
+
+    @trigger_once("onTopic", deduplicator=make_dedup(), registry=registry)
+    def on_topic(event: Any, delivery: Delivery) -> None:
+        """Does nothing."""
+
+    if adapter == "firebase_functions":
+        on_topic(_pubsub_event(message_id))
+    else:
+        on_topic(
+            RawCloudEvent(
+                {
+                    "id": "ce-1",
+                    "source": "//pubsub.googleapis.com/projects/demo-exactly-once/topics/t",
+                    "type": "google.cloud.pubsub.topic.v1.messagePublished",
+                },
+                {"message": {"messageId": message_id, "data": "aGk="}, "subscription": "s"},
+            )
+        )
+    record = Record.from_snapshot(
+        firestore_client.collection("triggerEvents").document(f"{message_id}-onTopic").get()
+    )
+    assert record is not None
+    assert record.subject == f"topics/t/messages/{message_id}"
+
+    @trigger_once("onPost", deduplicator=make_dedup(), registry=registry)
+    def on_post(event: Any, delivery: Delivery) -> None:
+        """Does nothing."""
+
+    on_post(_firestore_event(firestore_client, f"e-{message_id}", path="posts/p9"))
+    record = Record.from_snapshot(
+        firestore_client.collection("triggerEvents").document(f"e-{message_id}-onPost").get()
+    )
+    assert record is not None
+    assert record.subject == "posts/p9"
+
+
 def test_self_trigger_is_ignored(
     make_dedup: MakeDedup, firestore_client: firestore.Client, registry: SuffixRegistry
 ) -> None:

@@ -52,7 +52,7 @@ def test_receipt_is_posted_once_with_the_key_and_a_401_is_not_retried(
 
     event = created(firestore_client, "orders/o1", {"email": "ann@example.com"})
     assert [deliver(client, event) for _ in range(3)] == [200, 200, 200]
-    [attempt] = receiver.to("/receipts")
+    [attempt] = receiver.attempts_to("/receipts")
     assert attempt.idempotency_key == f"{event.headers['ce-id']}-send_receipt"
     assert json.loads(attempt.body) == {"order": "o1", "to": "ann@example.com"}
 
@@ -60,7 +60,7 @@ def test_receipt_is_posted_once_with_the_key_and_a_401_is_not_retried(
     refused = created(firestore_client, "orders/o2", {"email": "bob@example.com"})
     assert deliver(client, refused) == 200  # acknowledged: no retry of a final answer
     assert deliver(client, refused) == 200
-    assert len(receiver.to("/receipts")) == 2  # the refused one was tried once
+    assert len(receiver.attempts_to("/receipts")) == 2  # the refused one was tried once
     key = f"{refused.headers['ce-id']}-send_receipt"
     record = firestore_client.document(f"triggerEvents/{key}").get().to_dict() or {}
     assert record["state"] == "failed"

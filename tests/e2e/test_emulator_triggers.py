@@ -50,9 +50,9 @@ def test_publishing_a_post_counts_it_and_notifies_followers(
 
     eventually(lambda: published_count() == 1, "users/ann.publishedPostCount is 1")
     eventually(
-        lambda: len(receiver.requests("/notify")) == 1, "one notification reached the receiver"
+        lambda: len(receiver.applied("/notify")) == 1, "one notification reached the receiver"
     )
-    [notice] = receiver.requests("/notify")
+    [notice] = receiver.applied("/notify")
     assert json.loads(notice.body)["tokens"] == ["token-ben"]
     assert notice.idempotency_key == "post-p1-send_post_notification"
     firestore_client.document("posts/p1").delete()
@@ -64,8 +64,8 @@ def test_webhook_message_is_forwarded(receiver: Receiver) -> None:
     topic = ensure_topic(PROJECT, "webhooks")
     body = json.dumps({"events": [{"type": "follow"}]}).encode()
     message_id = PublisherClient().publish(topic, body, route="line").result(timeout=30)
-    eventually(lambda: receiver.requests("/webhooks/line"), "the webhook reached /webhooks/line")
-    [forwarded] = receiver.requests("/webhooks/line")
+    eventually(lambda: receiver.applied("/webhooks/line"), "the webhook reached /webhooks/line")
+    [forwarded] = receiver.applied("/webhooks/line")
     assert forwarded.body == body
     assert forwarded.idempotency_key == f"{message_id}-forward_webhook"
 

@@ -73,7 +73,7 @@ def test_storm_of_concurrent_deliveries_has_one_effect_per_event(
         f"\nstorm: {DELIVERIES} deliveries in {wall:.1f} s; answers {dict(answers)}; {dict(kinds)}"
     )
     assert wall < BOUND_SECONDS
-    assert len(receiver.requests("/webhooks/default")) == EVENTS
+    assert len(receiver.applied("/webhooks/default")) == EVENTS
     assert receiver.effects("/webhooks/default") == EVENTS
     assert len(lines) == DELIVERIES, "one log line per delivery"
     assert kinds["ran"] == EVENTS

@@ -119,14 +119,14 @@ def test_outside_effect_survives_death_at_every_step(
     assert killed.status == NO_ANSWER, "the killed delivery must not be acknowledged"
     left = record(firestore_client, key)
     assert (left or {}).get("state") == state_after_kill
-    assert len(receiver.requests(path)) == posts_after_kill
+    assert len(receiver.applied(path)) == posts_after_kill
 
     answers = redeliver_until_acknowledged(servers[name], event, within=LEASE_SECONDS + 15)
 
     final = record(firestore_client, key)
     assert final is not None
     assert final["state"] == "sent"
-    posts = receiver.requests(path)
+    posts = receiver.applied(path)
     assert len(posts) == posts_in_the_end
     assert {p.idempotency_key for p in posts} == {key}
     assert receiver.effects(path) == 1

@@ -106,8 +106,8 @@ def test_5xx_is_retried_with_the_same_key(
     answers = redeliver_until_acknowledged(case.served, case.event, within=20, pause=0.05)
 
     assert [a.status for a in answers] == [500, 500, 200]
-    assert [a.idempotency_key for a in recorder.to(case.path)] == [case.key] * 3
-    assert recorder.effects(case.path) == len(recorder.requests(case.path)) == 1
+    assert [a.idempotency_key for a in recorder.attempts_to(case.path)] == [case.key] * 3
+    assert recorder.effects(case.path) == len(recorder.applied(case.path)) == 1
     assert outcomes(case.log, case.key) == ["released", "released", "ran"]
     final = record(firestore_client, case.key)
     assert final is not None
@@ -130,7 +130,7 @@ def test_connection_refused_is_retried_until_the_receiver_is_back(
     assert max(a.seconds for a in refused) < 5.0, "a refused connection must fail fast"
     assert [a.status for a in answers] == [200]
     assert again.status == 200
-    assert [a.idempotency_key for a in recorder.to(case.path)] == [case.key]
+    assert [a.idempotency_key for a in recorder.attempts_to(case.path)] == [case.key]
     assert outcomes(case.log, case.key) == ["released", "released", "ran", "duplicate_cached"]
     final = record(firestore_client, case.key)
     assert final is not None
@@ -149,7 +149,7 @@ def test_receiver_slower_than_the_lease_gets_the_same_key_twice(
     first: list[Answer] = []
     flight = threading.Thread(target=lambda: first.append(deliver(case.served, case.event)))
     flight.start()
-    while not recorder.to(case.path):
+    while not recorder.attempts_to(case.path):
         time.sleep(0.02)
     time.sleep(LEASE_SECONDS + 0.3)  # the first owner's lease has expired
 
@@ -160,9 +160,9 @@ def test_receiver_slower_than_the_lease_gets_the_same_key_twice(
     assert slow_owner.status == 500
     assert slow_owner.seconds >= slow
     assert [a.status for a in answers][-1] == 200
-    posts = recorder.to(case.path)
+    posts = recorder.attempts_to(case.path)
     assert [a.idempotency_key for a in posts] == [case.key, case.key]
-    assert len(recorder.requests(case.path)) == 2
+    assert len(recorder.applied(case.path)) == 2
     assert recorder.effects(case.path) == 1
     logged = outcomes(case.log, case.key)
     assert sorted(logged) == sorted(["ran", "lease_lost", *["lease_held"] * (len(answers) - 1)])

@@ -113,7 +113,7 @@ def outage_story(workdir: Path) -> OutageStory:
                         jobs[1:OUTAGE_EVENTS] + jobs[OUTAGE_EVENTS + 1 :],
                     )
                 )
-            posts_during = len(recorder.to("/outage")) - 1
+            posts_during = len(recorder.attempts_to("/outage")) - 1
             ran_during = sum(
                 1
                 for label in specs
@@ -143,7 +143,7 @@ def outage_story(workdir: Path) -> OutageStory:
                 (record(db, key) or {}).get("state")  # type: ignore[misc]
                 for key in message_keys + post_keys
             ],
-            posts=recorder.to("/outage"),
+            posts=recorder.attempts_to("/outage"),
             message_keys=message_keys,
         )
 
@@ -259,7 +259,9 @@ def timeout_stories(workdir: Path, db: firestore.Client) -> dict[str, TimeoutSto
                 event, path, key = cases[name]
                 first = deliver(servers[name], event)
                 retry = redeliver_until_acknowledged(servers[name], event, within=30)
-                return TimeoutStory(first, retry, recorder.to(path), key, record(db, key), [])
+                return TimeoutStory(
+                    first, retry, recorder.attempts_to(path), key, record(db, key), []
+                )
 
             with ThreadPoolExecutor(max_workers=2) as pool:
                 stories = dict(zip(names, pool.map(story, names), strict=True))

@@ -71,4 +71,4 @@ def test_oversized_events_are_refused_on_a_real_server(
         assert post(forwarder.url, pubsub_event_, chunked=chunked) in (413, None)
     assert list(firestore_client.collection("triggerEvents").list_documents()) == []
     assert not firestore_client.document("users/ann").get().exists
-    assert receiver.to("/webhooks/default") == []
+    assert receiver.attempts_to("/webhooks/default") == []

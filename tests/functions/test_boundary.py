@@ -151,11 +151,11 @@ def counter_effects(db: firestore.Client, receiver: Receiver) -> int:
 
 
 def notice_effects(db: firestore.Client, receiver: Receiver) -> int:
-    return len(receiver.requests("/notify"))
+    return len(receiver.applied("/notify"))
 
 
 def webhook_effects(db: firestore.Client, receiver: Receiver) -> int:
-    return len(receiver.requests())
+    return len(receiver.applied())
 
 
 def relay_effects(db: firestore.Client, receiver: Receiver) -> int:
@@ -236,7 +236,7 @@ def test_unusual_ids_are_deduplicated_not_refused(
         "webhooks", b"{}", project=PROJECT, message_id=message_id, event_id=f"ce-{len(event_id)}"
     )
     assert [served.deliver(event) for _ in range(3)] == [200, 200, 200]
-    assert len(receiver.requests()) == 1
+    assert len(receiver.applied()) == 1
     [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
     assert record["eventId"] == message_id
     assert record["state"] == "sent"
@@ -304,6 +304,6 @@ def test_non_ascii_document_is_the_one_in_the_data(
     served = serve("send_post_notification")
     assert served.deliver(spelled) == 200
     assert served.deliver(event) == 200
-    [notice] = receiver.requests("/notify")
+    [notice] = receiver.applied("/notify")
     assert notice.idempotency_key == dedup_key(f"post-日本-{unique}", "send_post_notification")
     assert json.loads(notice.body)["postId"] == f"日本-{unique}"

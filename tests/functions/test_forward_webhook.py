@@ -44,11 +44,11 @@ def test_each_message_is_forwarded_once_to_its_route(
     for event in events:
         for copy in range(3):
             assert forwarder.deliver(event.with_id(f"{event.id}-delivery-{copy}")) == 200
-    [line] = receiver.requests(LINE)
+    [line] = receiver.applied(LINE)
     assert line.body == BODY
     assert line.content_type == "application/json"
     assert line.idempotency_key == f"m1-{unique}-forward_webhook"
-    assert sorted(r.idempotency_key or "" for r in receiver.requests(DEFAULT)) == [
+    assert sorted(r.idempotency_key or "" for r in receiver.applied(DEFAULT)) == [
         f"m2-{unique}-forward_webhook",
         f"m3-{unique}-forward_webhook",
     ]
@@ -65,7 +65,7 @@ def test_content_type_is_kept(
         )
         == 200
     )
-    [forwarded] = receiver.requests(DEFAULT)
+    [forwarded] = receiver.applied(DEFAULT)
     assert (forwarded.body, forwarded.content_type) == (body, "application/x-www-form-urlencoded")
 
 
@@ -77,7 +77,7 @@ def test_receiver_failures_are_retried_then_forwarded_once(
     receiver.fail(LINE, status, times=2)
     event = message(f"m1-{unique}", route="line")
     assert [forwarder.deliver(event) for _ in range(4)] == [500, 500, 200, 200]
-    [forwarded] = receiver.requests(LINE)
+    [forwarded] = receiver.applied(LINE)
     assert forwarded.idempotency_key == f"m1-{unique}-forward_webhook"
 
 
@@ -91,7 +91,7 @@ def test_receiver_refusal_is_terminal(
     receiver.fail(LINE, 404, times=10)
     event = message(f"m1-{unique}", route="line")
     assert [forwarder.deliver(event) for _ in range(3)] == [200, 200, 200]
-    assert len(receiver.to(LINE)) == 1
+    assert len(receiver.attempts_to(LINE)) == 1
     record = firestore_client.document(f"triggerEvents/m1-{unique}-forward_webhook").get().to_dict()
     assert record is not None
     assert record["state"] == "failed"
@@ -105,7 +105,7 @@ def test_body_that_is_not_json_is_terminal(
 ) -> None:
     """A JSON-typed body that does not parse is a recorded terminal failure, never forwarded."""
     assert forwarder.deliver(message(f"m1-{unique}", b"{not json")) == 200
-    assert receiver.requests() == []
+    assert receiver.applied() == []
     record = firestore_client.document(f"triggerEvents/m1-{unique}-forward_webhook").get().to_dict()
     assert record is not None
     assert record["state"] == "failed"
@@ -145,7 +145,7 @@ def test_body_nested_too_deep_to_check_is_terminal(
     failure on the first attempt, never a 500 retried until the record is `dead`."""
     event = message(f"m1-{unique}", nested_json(5000))
     assert [forwarder.deliver(event) for _ in range(3)] == [200, 200, 200]
-    assert receiver.requests() == []
+    assert receiver.applied() == []
     record = firestore_client.document(f"triggerEvents/m1-{unique}-forward_webhook").get().to_dict()
     assert record is not None
     assert (record["state"], record["attempts"]) == ("failed", 1)

@@ -44,7 +44,7 @@ def test_first_publication_notifies_followers_once(
     assert statuses.count(200) >= 1
     for _ in range(3):
         assert notifier.deliver(event) == 200
-    [notice] = receiver.requests(NOTIFY)
+    [notice] = receiver.applied(NOTIFY)
     assert json.loads(notice.body) == {
         "postId": f"p1-{unique}",
         "authorId": "ann",
@@ -70,7 +70,7 @@ def test_republishing_or_editing_sends_nothing_new(
     ]
     for change in writes:
         assert notifier.deliver(write_post(firestore_client, f"p1-{unique}", change)) == 200
-    assert len(receiver.requests(NOTIFY)) == 1
+    assert len(receiver.applied(NOTIFY)) == 1
     assert "fingerprint" not in caplog.text, "writes sharing the post's key are not mismatches"
 
 
@@ -83,9 +83,9 @@ def test_receiver_outage_is_retried_with_the_same_key(
     assert notifier.deliver(event) == 500
     assert notifier.deliver(event) == 200
     assert notifier.deliver(event) == 200
-    [notice] = receiver.requests(NOTIFY)
+    [notice] = receiver.applied(NOTIFY)
     assert notice.idempotency_key == f"post-p1-{unique}-send_post_notification"
-    assert len(receiver.to(NOTIFY)) == 2
+    assert len(receiver.attempts_to(NOTIFY)) == 2
 
 
 def test_receiver_refusal_is_a_terminal_failure(
@@ -96,7 +96,7 @@ def test_receiver_refusal_is_a_terminal_failure(
     event = publish(firestore_client, f"p1-{unique}")
     assert notifier.deliver(event) == 200
     assert notifier.deliver(event) == 200
-    assert len(receiver.to(NOTIFY)) == 1
+    assert len(receiver.attempts_to(NOTIFY)) == 1
     record = (
         firestore_client.document(f"triggerEvents/post-p1-{unique}-send_post_notification")
         .get()
@@ -132,7 +132,7 @@ def test_author_id_that_names_no_user_is_a_terminal_failure(
         firestore_client, f"p-{unique}", lambda r: r.set({"authorId": author_id, "published": True})
     )
     assert [notifier.deliver(event) for _ in range(3)] == [200, 200, 200]
-    assert receiver.to(NOTIFY) == []
+    assert receiver.attempts_to(NOTIFY) == []
     [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
     assert (record["state"], record["attempts"]) == ("failed", 1)
     assert "authorId" in record["lastError"]
@@ -150,7 +150,7 @@ def test_follower_id_that_names_no_user_is_a_terminal_failure(
     firestore_client.document("users/ann").set({"followers": ["ben", follower]})
     event = publish(firestore_client, f"p-{unique}")
     assert [notifier.deliver(event) for _ in range(3)] == [200, 200, 200]
-    assert receiver.to(NOTIFY) == []
+    assert receiver.attempts_to(NOTIFY) == []
     [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
     assert (record["state"], record["attempts"]) == ("failed", 1)
     assert "follower" in record["lastError"]

@@ -76,10 +76,12 @@ def marked(db: firestore.Client, receiver: Receiver) -> int:
 FUZZ_TOPIC = f"fuzz-{uuid.uuid4().hex[:8]}"
 TARGETS = {
     "sync_published_count": Target("firestore", fresh_post, counted),
-    "send_post_notification": Target("firestore", fresh_post, lambda db, r: len(r.to("/notify"))),
+    "send_post_notification": Target(
+        "firestore", fresh_post, lambda db, r: len(r.attempts_to("/notify"))
+    ),
     "relay_outbox": Target("firestore", fresh_outbox, marked),
     "forward_webhook": Target(
-        "pubsub", fresh_message, lambda db, r: len(r.to("/webhooks/default"))
+        "pubsub", fresh_message, lambda db, r: len(r.attempts_to("/webhooks/default"))
     ),
 }
 

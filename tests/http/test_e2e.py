@@ -101,8 +101,8 @@ def test_a_line_redelivery_storm_reaches_the_receiver_once_per_event(receiver: R
     with ThreadPoolExecutor(max_workers=5) as pool:
         statuses = list(pool.map(lambda body: deliver_like_line(url, body), bodies))
     assert all(run[-1] == 200 for run in statuses)
-    eventually(lambda: len(receiver.requests("/webhooks/line")) >= 3, "3 events forwarded")
-    forwarded = receiver.requests("/webhooks/line")
+    eventually(lambda: len(receiver.applied("/webhooks/line")) >= 3, "3 events forwarded")
+    forwarded = receiver.applied("/webhooks/line")
     assert sorted(a.idempotency_key or "" for a in forwarded) == sorted(
         f"{event_id}-forward_webhook" for event_id in ids
     )
@@ -147,10 +147,10 @@ def test_an_ingress_killed_between_publish_and_sent_forwards_each_event_once(
     published = pull_all(SubscriberClient().subscription_path(PROJECT, watch))
     keys = sorted(message.attributes["eventKey"] for message in published)
     assert keys == sorted([ids[0], *ids]), "the first event was published twice"
-    eventually(lambda: len(receiver.requests("/webhooks/line")) >= 2, "both events forwarded")
+    eventually(lambda: len(receiver.applied("/webhooks/line")) >= 2, "both events forwarded")
     # forward_webhook gets the republished copy too; give the emulator time to deliver it.
     time.sleep(5)
-    forwarded = receiver.requests("/webhooks/line")
+    forwarded = receiver.applied("/webhooks/line")
     assert sorted(a.idempotency_key or "" for a in forwarded) == sorted(
         f"{event_id}-forward_webhook" for event_id in ids
     )

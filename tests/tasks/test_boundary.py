@@ -64,7 +64,7 @@ def test_bad_requests_are_refused_before_any_record(
     assert response.status_code == status
     assert "error" in response.get_json()
     assert records() == []
-    assert receiver.requests(SEARCH_PATH) == []
+    assert receiver.applied(SEARCH_PATH) == []
 
 
 def test_failing_firestore_answers_503(firestore_host: str) -> None:

@@ -49,7 +49,7 @@ def test_sigkill_in_the_handler_is_retried_once_with_the_same_key(
 
         in_flight = threading.Thread(target=deliver)
         in_flight.start()
-        while not receiver.to(SEARCH_PATH):
+        while not receiver.attempts_to(SEARCH_PATH):
             time.sleep(0.02)
         first.kill()
         in_flight.join()
@@ -64,7 +64,7 @@ def test_sigkill_in_the_handler_is_retried_once_with_the_same_key(
         assert statuses[-1] == 200
         assert second.deliver(dispatch) == 200  # and later dispatches are duplicates
 
-    attempts = receiver.to(SEARCH_PATH)
+    attempts = receiver.attempts_to(SEARCH_PATH)
     assert len(attempts) == 2
     assert {a.idempotency_key for a in attempts} == {f"{task}-index_post"}
     assert receiver.effects(SEARCH_PATH) == 1

@@ -46,9 +46,9 @@ def test_a_committed_save_is_indexed_exactly_once(
 
     save(firestore_client.transaction())
     outbox = refs[-1]
-    eventually(lambda: receiver.requests(SEARCH_PATH), "the post reached the search service")
+    eventually(lambda: receiver.applied(SEARCH_PATH), "the post reached the search service")
     eventually(lambda: (outbox.get().to_dict() or {}).get("taskId"), "the outbox is marked")
-    [indexed] = receiver.requests(SEARCH_PATH)
+    [indexed] = receiver.applied(SEARCH_PATH)
     assert indexed.idempotency_key == f"{task_id_for(outbox.path)}-index_post"
     assert post_id in indexed.body.decode()
     record = firestore_client.document(f"triggerEvents/{indexed.idempotency_key}").get()

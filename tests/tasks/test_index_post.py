@@ -41,7 +41,7 @@ def test_thirty_concurrent_dispatches_send_one_request(
     for status in statuses:
         if status != 200:
             assert index_post.dispatch_until_done(dispatch)[-1] == 200
-    [request] = receiver.requests(SEARCH_PATH)
+    [request] = receiver.applied(SEARCH_PATH)
     assert request.idempotency_key == f"{task}-index_post"
     assert request.content_type == "application/json"
     body = json.loads(request.body)
@@ -58,7 +58,7 @@ def test_another_task_for_the_same_post_is_another_request(
     first, second = f"task-{unique()}", f"task-{unique()}"
     for task in (first, second, first, second):
         assert index_post.dispatch(task_dispatch(task, {"postId": post_id})) == 200
-    keys = [r.idempotency_key for r in receiver.requests(SEARCH_PATH)]
+    keys = [r.idempotency_key for r in receiver.applied(SEARCH_PATH)]
     assert keys == [f"{first}-index_post", f"{second}-index_post"]
 
 
@@ -74,13 +74,13 @@ def test_a_dispatch_meeting_a_live_lease_is_answered_429(
     first: list[int] = []
     runner = threading.Thread(target=lambda: first.append(index_post.dispatch(dispatch)))
     runner.start()
-    while not receiver.to(SEARCH_PATH):  # the first dispatch is inside its POST
+    while not receiver.attempts_to(SEARCH_PATH):  # the first dispatch is inside its POST
         time.sleep(0.02)
     assert index_post.dispatch(dispatch) == 429
     runner.join()
     assert first == [200]
     assert index_post.dispatch(dispatch) == 200
-    assert len(receiver.requests(SEARCH_PATH)) == 1
+    assert len(receiver.applied(SEARCH_PATH)) == 1
 
 
 def test_a_failing_search_service_releases_the_lease_and_the_retry_sends(
@@ -97,7 +97,7 @@ def test_a_failing_search_service_releases_the_lease_and_the_retry_sends(
     dispatch = task_dispatch(task, {"postId": post_id}, retry_count=0)
     assert index_post.dispatch(dispatch) == 500
     assert index_post.dispatch(task_dispatch(task, {"postId": post_id}, retry_count=1)) == 200
-    attempts = receiver.to(SEARCH_PATH)
+    attempts = receiver.attempts_to(SEARCH_PATH)
     assert [a.status for a in attempts] == [503, 200]
     assert {a.idempotency_key for a in attempts} == {f"{task}-index_post"}
     [record] = records()
@@ -129,4 +129,4 @@ def test_a_task_that_cannot_succeed_is_recorded_failed_and_acknowledged(
     [record] = records()
     assert record["state"] == "failed"
     assert why in record["lastError"]
-    assert receiver.requests(SEARCH_PATH) == []
+    assert receiver.applied(SEARCH_PATH) == []

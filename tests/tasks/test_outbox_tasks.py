@@ -84,8 +84,8 @@ def test_a_relay_delivered_many_times_creates_one_task(
     assert marked["taskId"] == task_id
     assert marked["enqueuedAt"] is not None
     assert not create_task(FUNCTION_ID, {"postId": post_id}, task_id)  # the name is taken
-    eventually(lambda: receiver.requests(SEARCH_PATH), "the task reached the search service")
-    [indexed] = receiver.requests(SEARCH_PATH)
+    eventually(lambda: receiver.applied(SEARCH_PATH), "the task reached the search service")
+    [indexed] = receiver.applied(SEARCH_PATH)
     assert indexed.idempotency_key == f"{task_id}-index_post"
 
 
@@ -102,8 +102,8 @@ def test_a_rolled_back_save_enqueues_nothing(
     assert [doc.id for doc in firestore_client.collection("outbox").stream()] == [outbox.id]
     event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
     assert relay.deliver(event) == 200
-    eventually(lambda: receiver.requests(SEARCH_PATH), "the committed post was indexed")
-    [indexed] = receiver.requests(SEARCH_PATH)
+    eventually(lambda: receiver.applied(SEARCH_PATH), "the committed post was indexed")
+    [indexed] = receiver.applied(SEARCH_PATH)
     assert indexed.idempotency_key == f"{task_id_for(outbox.path)}-index_post"
     assert committed in indexed.body.decode()
 
