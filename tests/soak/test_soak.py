@@ -41,15 +41,17 @@ def test_short_soak_has_no_violation(tmp_path: Path) -> None:
             "--kill-interval=3",
             # A process killed inside a transaction leaves its locks for 60 s (Firestore's idle
             # transaction expiry; the emulator measured 60.8 s): every copy of that event waits
-            # them out, so the drain must outlast them (docs/soak.md).
-            "--drain-seconds=90",
+            # them out, and on a loaded machine a contended transaction-mode delivery takes up
+            # to 12 lock timeouts. The drain ends as soon as every copy is acknowledged; this
+            # is only its cap (docs/soak.md).
+            "--drain-seconds=150",
             f"--out={out}",
             f"--workdir={tmp_path}",
         ],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=360,
+        timeout=420,
         check=False,
     )
     assert out.exists(), run.stdout + run.stderr
