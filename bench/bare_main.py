@@ -1,4 +1,4 @@
-"""The cold-start baseline: main.py's four functions with the same triggers and the same SDK
+"""The cold-start baseline: main.py's functions with the same triggers and the same SDK
 imports, but no dedup (and no boundary checks, which import it).
 
 Each does its effect the plain way, once per delivery, duplicates included. It is served by
@@ -8,7 +8,7 @@ functions-framework like main.py (`bench.cold`), and never deployed.
 from collections import Counter
 from typing import Any
 
-from firebase_functions import firestore_fn, pubsub_fn
+from firebase_functions import firestore_fn, https_fn, pubsub_fn, tasks_fn
 from google.cloud import firestore
 from google.cloud.firestore import DocumentSnapshot, Increment
 
@@ -73,3 +73,35 @@ def forward_webhook(event: pubsub_fn.CloudEvent[pubsub_fn.MessagePublishedData[A
     import requests
 
     requests.post("http://127.0.0.1:9/", data=event.data.message.data, timeout=1)
+
+
+@https_fn.on_request(invoker="public")
+def create_order(request: Any) -> Any:
+    """Write the order (no Idempotency-Key)."""
+    _db().collection("orders").add(request.get_json(silent=True) or {})
+    return {"ok": True}
+
+
+@https_fn.on_call(invoker="public")
+def create_order_callable(request: https_fn.CallableRequest[Any]) -> Any:
+    """Write the order (no idempotency key)."""
+    _db().collection("orders").add(request.data if isinstance(request.data, dict) else {})
+    return {"ok": True}
+
+
+@https_fn.on_request(invoker="public")
+def receive_line_webhook(request: Any) -> Any:
+    """Publish the body (the Pub/Sub client imported on first use, as in main.py)."""
+    from google.cloud.pubsub_v1 import PublisherClient
+
+    PublisherClient().publish("projects/p/topics/webhooks", request.get_data())
+    return {"ok": True}
+
+
+@tasks_fn.on_task_dispatched()
+def indexPost(request: tasks_fn.CallableRequest[Any]) -> None:  # noqa: N802  # its queue id
+    """Read the post (requests imported on first use, as in main.py)."""
+    import requests
+
+    post = _db().collection("posts").document(str(request.data.get("postId"))).get()
+    requests.put("http://127.0.0.1:9/", json=post.to_dict(), timeout=1)

@@ -35,17 +35,19 @@ import json
 import logging
 import os
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flask
 from firebase_functions import https_fn
-from google.cloud.pubsub_v1 import PublisherClient
 
 from dedup import Delivery, LeaseHeld, LeaseLost
 from dedup.core import default_deduplicator
 from dedup.errors import ConfigError
 from dedup.http import DEFAULT_RETRY_AFTER_SECONDS, Problem
 from dedup.idempotency import canonical_json
+
+if TYPE_CHECKING:
+    from google.cloud.pubsub_v1 import PublisherClient
 
 SUFFIX = "receive_line_webhook"
 TOPIC = "webhooks"
@@ -101,7 +103,10 @@ def webhook_events(body: bytes) -> tuple[Any, list[dict[str, Any]]]:
 
 @cache
 def _publisher() -> PublisherClient:
-    """One publisher per instance (it holds a channel and batching threads)."""
+    """One publisher per instance (it holds a channel and batching threads), imported here:
+    every function of main.py would otherwise pay for the Pub/Sub client at start-up."""
+    from google.cloud.pubsub_v1 import PublisherClient
+
     return PublisherClient()
 
 
