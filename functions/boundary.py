@@ -391,7 +391,9 @@ def _refusal(
     return json.dumps({"error": why}), status, {"Content-Type": "application/json"}
 
 
-def _is_health_probe(status: int) -> bool:
+def is_health_probe(status: int) -> bool:
+    """The refusal being answered is the emulator's start-up probe (`GET /__/health`, 405),
+    which is logged at INFO: it is no one's mistake."""
     return (
         status == 405
         and flask.has_request_context()
@@ -409,7 +411,7 @@ def refuse_http_error(error: HTTPException) -> tuple[str, int, dict[str, str]]:
     why = error.description or error.name
     if why.startswith("Function was defined with FUNCTION_SIGNATURE_TYPE=cloudevent"):
         why = "not a CloudEvent: the id, source, type or specversion attribute is missing"
-    level = logging.INFO if _is_health_probe(status) else logging.WARNING
+    level = logging.INFO if is_health_probe(status) else logging.WARNING
     return _refusal(status, why, level)
 
 

@@ -4,9 +4,10 @@ any Firestore record is touched.
 Cloud Tasks always sends a POST with `Content-Type: application/json`, a `{"data": ...}` body
 (what `firebase_admin.functions` enqueues) and the `X-CloudTasks-TaskName` header. Anything
 else comes from a misconfigured or hostile caller: it gets a 4xx status and one WARNING log
-line saying what was wrong (never the body), no dedup record is read or written, and the
-instance goes on serving. firebase-functions alone would answer a body that is not JSON with
-a 500, which Cloud Tasks (and any caller) takes for a failure worth retrying. Checked in order:
+line saying what was wrong (never the body; the emulator's start-up probe `GET /__/health` at
+INFO), no dedup record is read or written, and the instance goes on serving.
+firebase-functions alone would answer a body that is not JSON with a 500, which Cloud Tasks
+(and any caller) takes for a failure worth retrying. Checked in order:
 
 | problem                                              | status |
 |------------------------------------------------------|--------|
@@ -31,6 +32,7 @@ import flask
 
 from dedup.logs import log_delivery
 from dedup.tasks import TASK_NAME_HEADER
+from functions.boundary import is_health_probe
 
 MAX_TASK_BODY = 1024 * 1024
 """Cloud Tasks' limit on a task (its body is smaller still)."""
@@ -59,7 +61,8 @@ def dispatch_problem(request: flask.Request) -> tuple[int, str] | None:
 
 
 def _refusal(name: str, status: int, why: str) -> flask.Response:
-    log_delivery(logging.WARNING, f"refused ({status}): {name}: {why}", outcome="refused")
+    level = logging.INFO if is_health_probe(status) else logging.WARNING
+    log_delivery(level, f"refused ({status}): {name}: {why}", outcome="refused")
     return flask.Response(
         json.dumps({"error": why}), status=status, content_type="application/json"
     )

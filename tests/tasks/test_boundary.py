@@ -3,6 +3,7 @@ written; a dispatch whose Firestore is unreachable answers 503 (Cloud Tasks retr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +66,19 @@ def test_bad_requests_are_refused_before_any_record(
     assert "error" in response.get_json()
     assert records() == []
     assert receiver.applied(SEARCH_PATH) == []
+
+
+def test_emulator_health_probe_is_logged_at_info(
+    index_post: TaskFunction, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Functions emulator's `GET /__/health` at worker start is a 405 logged at INFO, as
+    for the event functions; any other refused request, a GET / included, stays a WARNING."""
+    caplog.set_level(logging.INFO)
+    for path, level in [("/__/health", logging.INFO), ("/", logging.WARNING)]:
+        caplog.clear()
+        assert index_post.client.get(path).status_code == 405
+        [refusal] = [r for r in caplog.records if getattr(r, "outcome", None) == "refused"]
+        assert refusal.levelno == level, path
 
 
 def test_failing_firestore_answers_503(firestore_host: str) -> None:
