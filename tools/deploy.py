@@ -378,18 +378,45 @@ def topics_plan(manifest: Mapping[str, Any], target: Target) -> list[str]:
     ]
 
 
+QUEUE_FLAGS = {
+    ("retryConfig", "maxAttempts"): "--max-attempts={}",
+    ("retryConfig", "maxRetrySeconds"): "--max-retry-duration={}s",
+    ("retryConfig", "minBackoffSeconds"): "--min-backoff={}s",
+    ("retryConfig", "maxBackoffSeconds"): "--max-backoff={}s",
+    ("retryConfig", "maxDoublings"): "--max-doublings={}",
+    ("rateLimits", "maxConcurrentDispatches"): "--max-concurrent-dispatches={}",
+    ("rateLimits", "maxDispatchesPerSecond"): "--max-dispatches-per-second={}",
+}
+"""`gcloud tasks queues create` flag for each setting of the manifest's `taskQueueTrigger`
+(the decorator's `retry_config` and `rate_limits`, as firebase-tools applies them)."""
+
+
+def queue_flags(trigger: Mapping[str, Any]) -> list[str]:
+    """The queue's retry and rate settings declared on the task-queue decorator."""
+    flags = []
+    for (group, key), flag in QUEUE_FLAGS.items():
+        value = (trigger.get(group) or {}).get(key)
+        if value is not None:
+            flags.append(flag.format(value))
+    return flags
+
+
 def queues_plan(manifest: Mapping[str, Any], target: Target) -> list[str]:
     """Create the Cloud Tasks queue of each task queue function (named after the function, as
-    firebase-tools names it); existing ones are kept."""
+    firebase-tools names it), with the retry and rate settings its decorator declares; existing
+    ones are kept as they are."""
     where = [f"--location={target.region}", f"--project={target.project}"]
-    return [
-        _describe_or_create(
-            ["gcloud", "tasks", "queues", "describe", name, *where],
-            ["gcloud", "tasks", "queues", "create", name, *where],
-        )
-        for name, endpoint in endpoints(manifest)
-        if "taskQueueTrigger" in endpoint
-    ]
+    plan = []
+    for name, endpoint in endpoints(manifest):
+        if "taskQueueTrigger" in endpoint:
+            settings = queue_flags(endpoint["taskQueueTrigger"])
+            plan.append(
+                _describe_or_create(
+                    ["gcloud", "tasks", "queues", "describe", name, *where],
+                    ["gcloud", "tasks", "queues", "create", name, *where, *settings],
+                )
+            )
+    return plan
 
 
 def read_project_number(project: str) -> str:

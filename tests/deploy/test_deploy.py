@@ -292,7 +292,7 @@ def test_an_interrupted_firebase_deploy_leaves_no_functions_yaml(
 
 @needs_gcloud
 @pytest.mark.parametrize(
-    "target", ["deploy-gcloud", "bootstrap", "ttl", "topics", "deploy-firebase"]
+    "target", ["deploy-gcloud", "bootstrap", "ttl", "topics", "queues", "deploy-firebase"]
 )
 def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
     """Each command fails only for want of credentials, never for an argument gcloud refuses."""
@@ -314,6 +314,30 @@ def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
         assert result.returncode != 0, cmd
         assert "active account" in result.stderr, (cmd, result.stderr[-600:])
         assert "unrecognized arguments" not in result.stderr, cmd
+
+
+def test_each_task_queue_gets_the_retry_and_rates_its_decorator_declares() -> None:
+    """`make queues` creates (only if missing) one queue per task-queue function of main.py,
+    named after it, with the decorator's retry_config and rate_limits, as firebase deploys it."""
+    manifest = manifest_of(ROOT)["endpoints"]
+    queues = {
+        name: e["taskQueueTrigger"] for name, e in manifest.items() if "taskQueueTrigger" in e
+    }
+    assert queues, "main.py declares no task-queue function"
+    commands = make_commands(ROOT, "queues")
+    creates = {cmd[4]: cmd for cmd in commands if cmd[1:4] == ["tasks", "queues", "create"]}
+    assert set(creates) == set(queues)
+    for name, trigger in queues.items():
+        retry, rates = trigger["retryConfig"], trigger["rateLimits"]
+        assert {
+            f"--location={REGION}",
+            f"--max-attempts={retry['maxAttempts']}",
+            f"--min-backoff={retry['minBackoffSeconds']}s",
+            f"--max-backoff={retry['maxBackoffSeconds']}s",
+            f"--max-doublings={retry['maxDoublings']}",
+            f"--max-concurrent-dispatches={rates['maxConcurrentDispatches']}",
+            f"--max-dispatches-per-second={rates['maxDispatchesPerSecond']}",
+        } <= set(creates[name]), name
 
 
 def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
