@@ -83,6 +83,9 @@ FCM_ROLE = "roles/firebasecloudmessaging.admin"
 """cloudmessaging.messages.create, for FcmNotifier; granted only when NOTIFY_URL is unset."""
 ENQUEUER_ROLE = "roles/cloudtasks.enqueuer"
 """Granted only when main.py declares a task queue function."""
+ACT_AS_ROLE = "roles/iam.serviceAccountUser"
+"""Granted to the runtime account on itself when main.py declares a task queue function: its
+tasks carry an OIDC token for that account."""
 SECRET_ROLE = "roles/secretmanager.secretAccessor"
 """Granted on each secret a function declares, not on the project."""
 PUBSUB_AGENT_ROLE = "roles/iam.serviceAccountTokenCreator"
@@ -483,6 +486,15 @@ def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str
             shlex.join(
                 ["gcloud", "secrets", "add-iam-policy-binding", secret, member,
                  f"--role={SECRET_ROLE}", project, "--quiet"]
+            ) + " >/dev/null"
+        )  # fmt: skip
+    if any("taskQueueTrigger" in e for _, e in endpoints(manifest)):
+        # The Admin SDK signs each task with an OIDC token for this same account: it must be
+        # allowed to act as itself to create such tasks (docs/tasks.md).
+        plan.append(
+            shlex.join(
+                ["gcloud", "iam", "service-accounts", "add-iam-policy-binding", account, member,
+                 f"--role={ACT_AS_ROLE}", project, "--quiet"]
             ) + " >/dev/null"
         )  # fmt: skip
     number = target.project_number or read_project_number(target.project)

@@ -351,12 +351,21 @@ def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
          next(w for w in c if w.startswith("--role=")).removeprefix("--role="))
         for c in commands if "add-iam-policy-binding" in c
     }  # fmt: skip
+    act_as = [
+        c
+        for c in commands
+        if c[:4] == ["gcloud", "iam", "service-accounts", "add-iam-policy-binding"]
+    ]
+    assert [(c[4], next(w for w in c if w.startswith("--role="))) for c in act_as] == [
+        (account.removeprefix("serviceAccount:"), "--role=roles/iam.serviceAccountUser")
+    ]  # indexPost's tasks carry an OIDC token for the runtime account: it acts as itself
     assert grants == {
         (account, "roles/datastore.user"),
         (account, "roles/pubsub.publisher"),
         (account, "roles/eventarc.eventReceiver"),
         (account, "roles/run.invoker"),
         (account, "roles/cloudtasks.enqueuer"),  # indexPost: relay_outbox creates its tasks
+        (account, "roles/iam.serviceAccountUser"),  # on itself (checked above), for indexPost
         (account, "roles/firebasecloudmessaging.admin"),  # no .env.demo-parse-only: FCM
         (account, "roles/secretmanager.secretAccessor"),  # receive_line_webhook's LINE secret
         ("serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com",
