@@ -80,10 +80,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts with the dedup defaults: no DEDUP_* variable leaks in from the shell."""
+    """Each test starts with the dedup defaults: no DEDUP_* variable leaks in from the shell;
+    and with no FUNCTION_TARGET, which functions-framework sets for the whole process when a
+    test serves a function in-process (restored at the test's end, so it leaks into no later
+    test's subprocesses, whose main.py would run that function's start-up checks)."""
     for name in list(os.environ):
         if name.startswith("DEDUP_"):
             monkeypatch.delenv(name)
+    monkeypatch.delenv("FUNCTION_TARGET", raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -125,15 +125,21 @@ class Target:
 
 
 def sdk_manifest(source: Path = ROOT) -> dict[str, Any]:
-    """The manifest firebase-functions builds from `source`/main.py, as a dict."""
+    """The manifest firebase-functions builds from `source`/main.py, as a dict. main.py is
+    imported as for no function in particular: an inherited FUNCTION_TARGET (a shell, a test
+    that served a function) would run that function's start-up checks, which need its
+    runtime settings (NOTIFY_URL, SEARCH_INDEX_URL...), not the deploy's."""
     from firebase_functions.private.serving import functions_as_yaml, get_functions
 
     cwd = Path.cwd()
+    target = os.environ.pop("FUNCTION_TARGET", None)
     os.chdir(source)  # get_functions() imports ./main.py
     try:
         return dict(yaml.safe_load(functions_as_yaml(get_functions())))
     finally:
         os.chdir(cwd)
+        if target is not None:
+            os.environ["FUNCTION_TARGET"] = target
 
 
 def endpoints(manifest: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
