@@ -10,9 +10,7 @@ ids). `tests/conftest.py` sorts them first and asserts the order (`emulator_trig
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 from google.cloud import firestore
@@ -22,18 +20,9 @@ from dedup.outbox import enqueue
 from demo.pubsub import ensure_topic, pull_all
 from demo.receiver import Receiver
 from tests.conftest import PROJECT
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.e2e
-WAIT_SECONDS = 60
-
-
-def eventually(check: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"after {WAIT_SECONDS} s: {what}")
 
 
 def test_publishing_a_post_counts_it_and_notifies_followers(

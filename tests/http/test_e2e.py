@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tests.http.support import (
     order_headers,
 )
 from tests.http.test_create_order import ORDER, orders
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 FUNCTIONS = f"http://127.0.0.1:5001/{PROJECT}/us-central1"
@@ -41,15 +41,6 @@ SERVED = Path(__file__).resolve().parent / "served.py"
 WAIT_SECONDS = 90
 LEASE_SECONDS = 2
 CLIENT_TRIES = 3
-
-
-def eventually(check: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"after {WAIT_SECONDS} s: {what}")
 
 
 def deliver_like_line(url: str, body: bytes) -> list[int]:

@@ -6,9 +6,7 @@ first (see tests/e2e)."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
 from google.cloud import firestore
@@ -17,18 +15,9 @@ from dedup.outbox import enqueue_task, task_id_for
 from demo.receiver import Receiver
 from functions.index_post import FUNCTION_ID
 from tests.tasks.conftest import SEARCH_PATH
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.e2e
-WAIT_SECONDS = 90
-
-
-def eventually(check: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"after {WAIT_SECONDS} s: {what}")
 
 
 def test_a_committed_save_is_indexed_exactly_once(

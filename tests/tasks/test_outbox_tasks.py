@@ -9,9 +9,7 @@ queue (created by the Functions emulator) dispatches it to the Functions emulato
 from __future__ import annotations
 
 import contextlib
-import time
 import uuid
-from collections.abc import Callable
 
 import functions_framework
 import pytest
@@ -25,17 +23,7 @@ from functions.outbox_tasks import create_task
 from tests.conftest import PROJECT
 from tests.functions.conftest import MAIN, InProcessFunction
 from tests.tasks.conftest import SEARCH_PATH, tasks_emulator_host
-
-WAIT_SECONDS = 60
-
-
-def eventually(check: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"after {WAIT_SECONDS} s: {what}")
+from tests.waiting import eventually
 
 
 @pytest.fixture
