@@ -71,6 +71,10 @@ class Observed:
     """(event id, start, end) of notify deliveries that lost their process (or connection),
     overlapped an emulator restart or outlasted the lease: a POST that arrived meanwhile may be
     repeated under the same key, the documented windows."""
+    unanswered: list[tuple[str, float]] = field(default_factory=list)
+    """(event id, arrival time) of applied notification POSTs whose answer never reached the
+    handler that sent them (it saw a timeout or a dropped connection, so its delivery failed
+    and a retry sent the same key again): the downstream's documented window."""
     unacknowledged: list[tuple[str, str, str]] = field(default_factory=list)
     """(event id, function, last answer) of copies still redelivered when the drain ended."""
     worker_exits: list[str] = field(default_factory=list)
@@ -155,11 +159,18 @@ def _keyed(seen: Observed) -> list[Violation]:
     windows: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for event, start, end in seen.excused:
         windows[event].append((start, end))
+    unanswered = set(seen.unanswered)
+    last: dict[str, float] = {}
+    for key, _, arrived in seen.notify_applied:
+        last[key] = max(arrived, last.get(key, arrived))
     explained: Counter[str] = Counter()
     for key, event, arrived in seen.notify_applied:
         keys_by_event[event].add(key)
-        if any(start <= arrived <= end for start, end in windows[event]):
-            explained[key] += 1
+        if arrived < last[key] and (
+            (event, arrived) in unanswered
+            or any(start <= arrived <= end for start, end in windows[event])
+        ):
+            explained[key] += 1  # a POST before the last one, in a documented window
     for event in seen.events:
         expected = dedup_key(event, "notify")
         keys = keys_by_event.get(event, set())

@@ -41,8 +41,14 @@ from dedup import Record, State
 from demo.receiver import Receiver
 from soak.checks import Observed, RecordView, Violation, check, effects
 from soak.emulator import ROOT, SoakEmulator, free_port
-from soak.functions import BATCH_COLLECTION, COUNT_COLLECTION, FUNCTIONS, NOTIFY_PATH
-from soak.worker import WorkerSettings
+from soak.functions import (
+    BATCH_COLLECTION,
+    COUNT_COLLECTION,
+    FUNCTIONS,
+    NOTIFY_PATH,
+    POST_ID_HEADER,
+)
+from soak.worker import UNANSWERED_FILE, WorkerSettings
 
 WORDS = ("order", "post", "user", "invoice", "launch", "ticket")
 DELIVERY_TIMEOUT_SECONDS = 60.0
@@ -146,6 +152,8 @@ class Soak:
             old.unlink()  # logs of an earlier run
         self.faults_file = self.workdir / "faults.log"
         self.faults_file.write_text("")
+        self.unanswered_file = self.workdir / UNANSWERED_FILE
+        self.unanswered_file.write_text("")
         self.emulator = SoakEmulator(self.s.project, self.workdir)
         self.receiver = Receiver()
         self.emulator.start()
@@ -437,6 +445,12 @@ class Soak:
             (a.idempotency_key or "", a.body.decode(), a.arrived)
             for a in self.receiver.applied(NOTIFY_PATH)
         ]
+        unanswered_ids = set(self.unanswered_file.read_text().split())
+        unanswered = [
+            (a.body.decode(), a.arrived)
+            for a in self.receiver.applied(NOTIFY_PATH)
+            if _header(a.headers, POST_ID_HEADER) in unanswered_ids
+        ]
         self._states = Counter(r.state for r in records)
         return Observed(
             events=list(self._events),
@@ -445,6 +459,7 @@ class Soak:
             notify_applied=applied,
             records=records,
             excused=list(self._excused),
+            unanswered=unanswered,
             unacknowledged=[
                 (c.event_id, c.function, f"{c.tries} tries, last answer {c.last}")
                 for c in self._chains
@@ -483,6 +498,7 @@ class Soak:
                 "record_states": dict(self._states),
                 "receiver_attempts": len(receiver_attempts),
                 "receiver_applied": len(seen.notify_applied),
+                "receiver_applied_unanswered": len(seen.unanswered),
                 "receiver_distinct_keys": len({k for k, _, _ in seen.notify_applied}),
                 "restart_outage_s": [round(x, 1) for x in self.stats.restart_outages],
             },
@@ -509,3 +525,8 @@ def _examples(violations: list[Violation], per_check: int = 5) -> list[str]:
             shown[v.check] += 1
             examples.append(v.example())
     return examples
+
+
+def _header(headers: dict[str, str], name: str) -> str | None:
+    """A request header by name, whatever its case."""
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)

@@ -26,6 +26,7 @@ import random
 import signal
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +37,9 @@ from dedup import Delivery, Mode
 NOTIFY_PATH = "/notify"
 COUNT_COLLECTION = "soakCount"
 BATCH_COLLECTION = "soakBatch"
+POST_ID_HEADER = "X-Soak-Post"
+"""A fresh id on every notification POST, so that the receiver's record of a POST can be
+matched with what its sender saw."""
 RECEIVER_TIMEOUT_SECONDS = 10.0
 """The handler's HTTP timeout: above every delay the soak scripts into the receiver, so an
 answer the receiver applied is always seen by the sender."""
@@ -70,6 +74,10 @@ class Chaos:
     crash_rate: float
     report: Callable[[str], None]
     rng: random.Random
+    unanswered: Callable[[str], None] = lambda post_id: None
+    """Called with the `POST_ID_HEADER` of a notification whose answer never reached the
+    handler (error, timeout, dropped connection): the receiver may have applied it anyway, and
+    the retry repeats it under the same key, the downstream's documented window."""
 
     def maybe_fail(self, where: str) -> None:
         """Raise `InjectedFailure` with probability `handler_failure_rate`."""
@@ -90,16 +98,24 @@ def handler_for(function: Function, chaos: Chaos, receiver_url: str) -> Callable
 
         def notify(delivery: Delivery) -> None:
             chaos.maybe_crash("before-effect")
+            post_id = uuid.uuid4().hex
             request = urllib.request.Request(
                 receiver_url + NOTIFY_PATH,
                 data=delivery.event_id.encode(),
-                headers={"Idempotency-Key": delivery.key, "Content-Type": "text/plain"},
+                headers={
+                    "Idempotency-Key": delivery.key,
+                    "Content-Type": "text/plain",
+                    POST_ID_HEADER: post_id,
+                },
                 method="POST",
             )
             try:
                 with urllib.request.urlopen(request, timeout=RECEIVER_TIMEOUT_SECONDS) as answer:
                     answer.read()
+            except urllib.error.HTTPError as exc:  # the receiver's answer arrived: a refusal
+                raise InjectedFailure(f"receiver did not accept the notification: {exc}") from exc
             except (urllib.error.URLError, OSError) as exc:
+                chaos.unanswered(post_id)
                 raise InjectedFailure(f"receiver did not accept the notification: {exc}") from exc
             chaos.maybe_crash("after-effect")
 

@@ -19,10 +19,15 @@ import threading
 import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from dedup import DedupConfig, DedupError, Deduplicator
 from soak.faults import LostResponses, faulty_client
 from soak.functions import BY_NAME, Chaos, InjectedFailure, handler_for
+
+UNANSWERED_FILE = "unanswered.log"
+"""Beside the faults file: the id of each notification POST whose answer its handler never
+got, one per line (see `soak.functions.Chaos.unanswered`)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class FaultLog:
 def serve(settings: WorkerSettings) -> None:
     """Serve the soak functions on 127.0.0.1:`port` until killed."""
     log = FaultLog(settings.faults_file)
+    unanswered = FaultLog(str(Path(settings.faults_file).with_name(UNANSWERED_FILE)))
     interceptor = LostResponses(
         write_rate=settings.lost_response_rate,
         read_rate=settings.read_fault_rate,
@@ -80,7 +86,13 @@ def serve(settings: WorkerSettings) -> None:
     def chaos() -> Chaos:
         with rng_lock:
             seed = rng.random()
-        return Chaos(settings.handler_failure_rate, settings.crash_rate, log, random.Random(seed))
+        return Chaos(
+            settings.handler_failure_rate,
+            settings.crash_rate,
+            log,
+            random.Random(seed),
+            unanswered=unanswered,
+        )
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:

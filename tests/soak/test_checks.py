@@ -72,6 +72,24 @@ def test_a_repeat_is_excused_only_by_a_crash_or_a_restart_while_it_was_sent() ->
     assert check(clean(notify_applied=twice, excused=[("order-1", 0.5, 1.5)])) == []
 
 
+def test_a_repeat_is_excused_when_the_first_answer_never_reached_its_sender() -> None:
+    """The receiver applied a POST whose sender saw a timeout or a dropped connection: its
+    retry sends the same key again (an idempotent receiver keeps one). That excuses that one
+    repeat, and only for that event."""
+    twice = [*clean().notify_applied, (dedup_key("order-1", "notify"), "order-1", 5.0)]
+    assert check(clean(notify_applied=twice, unanswered=[("order-1", 1.0)])) == []
+    assert checks_of(clean(notify_applied=twice, unanswered=[("post-2", 1.0)])) == [
+        "repeated without a crash"
+    ]
+    assert checks_of(clean(notify_applied=twice, unanswered=[("order-1", 5.0)])) == [
+        "repeated without a crash"
+    ], "the last POST's lost answer explains no earlier one"
+    thrice = [*twice, (dedup_key("order-1", "notify"), "order-1", 9.0)]
+    assert checks_of(clean(notify_applied=thrice, unanswered=[("order-1", 1.0)])) == [
+        "repeated without a crash"
+    ]
+
+
 def test_a_stuck_lease_too_many_attempts_and_unacknowledged_deliveries_are_violations() -> None:
     """Records must end final or released, within max_attempts + concurrency, all acked."""
     records = clean().records
