@@ -3,10 +3,17 @@
 Platforms deliver events at least once. Wrap a handler with `trigger_once(suffix)` (or call
 `Deduplicator.run` explicitly) and its effect happens once: duplicates are skipped, a run that
 failed is retried, a run whose process died is retried with the same `Delivery.key` so that a
-downstream receiver can drop the copy. See `dedup.record` for the record schema and
+downstream receiver can drop the copy. `async def` handlers get the same through
+`AsyncDeduplicator` (`dedup.aio`). See `dedup.record` for the record schema and
 `dedup.config` for settings.
 """
 
+from dedup.aio import (
+    AsyncDeduplicator,
+    AsyncDelivery,
+    AsyncTransactionDelivery,
+    AsyncWriteOnlyDelivery,
+)
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.decorator import SuffixRegistry, trigger_once
@@ -35,6 +42,10 @@ from dedup.keys import dedup_key
 from dedup.record import Mode, Record, State
 
 __all__ = [
+    "AsyncDeduplicator",
+    "AsyncDelivery",
+    "AsyncTransactionDelivery",
+    "AsyncWriteOnlyDelivery",
     "ConfigError",
     "DedupConfig",
     "DedupError",

@@ -24,21 +24,24 @@ deploy that changes the function's mode) is waited for, never written over. Atte
 counted when they fail with an exception; an attempt whose process dies leaves nothing behind
 (its writes never commit), so it is not counted and `max_attempts` cannot stop an event that
 kills the process in these modes: set `max_event_age_seconds` for that.
+
+The flow is written once, as coroutines over `Run.io` (`dedup.flow_io`); opening and committing
+the transaction or batch is the one step each `FlowIO` does its own way (`FlowIO.commit`).
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup.claims import Claim, decide, written_by
-from dedup.delivery import Handler, HandlerResult, Outcome, OutcomeKind, Step
+from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
+from dedup.flow_io import Invoke
 from dedup.record import Mode, Record, State, error_text
 from dedup.runs import Run, bury, is_terminal, precondition
 from dedup.store import CommitFailure, Snapshot, backoff, commit_failure
@@ -63,10 +66,11 @@ class _HandlerFailed(Exception):
         self.error = error
 
 
-def run_atomic(run: Run, handler: Handler) -> Outcome:
-    """Run `handler` into a transaction (or batch) that commits with the sent marker."""
-    store = run.store
-    snapshot = store.read(run.key) if run.mode is Mode.TRANSACTION else None
+async def run_atomic(run: Run, invoke: Invoke) -> Outcome:
+    """Run the handler (`invoke`) into a transaction (or batch) that commits with the sent
+    marker."""
+    store = run.io
+    snapshot = await store.read(run.key) if run.mode is Mode.TRANSACTION else None
     last: BaseException | None = None
     retried_invalid = False  # an expired transaction is refused as InvalidArgument too
     for round_ in range(TRANSACTION_ROUNDS):
@@ -81,16 +85,16 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
             if claim is Claim.WAIT:
                 run.raise_lease_held(record, snapshot.read_time)
             if claim is Claim.BURY:
-                if bury(run, record, snapshot, uuid.uuid4().hex):
+                if await bury(run, record, snapshot, uuid.uuid4().hex):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
-                snapshot = store.read(run.key)
+                snapshot = await store.read(run.key)
                 continue
             guard = precondition(snapshot)
         run.attempt = (record.attempts if record is not None else 0) + 1
         token = uuid.uuid4().hex
         run.step(Step.AFTER_CLAIM)
         try:
-            result = _commit(run, handler, record, guard, token)
+            result = await _commit(run, invoke, record, guard, token)
         except Exception as exc:
             failure = _failure_in_chain(exc)
             if failure is None:
@@ -99,14 +103,14 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
             if isinstance(cause, _HandlerFailed):
                 if _invalid(cause.error) and not retried_invalid:
                     retried_invalid = True  # maybe the transaction expired: once more, fresh
-                    snapshot = store.read(run.key)
+                    snapshot = await store.read(run.key)
                     continue
-                return _record_failed_attempt(run, cause.error, token)
+                return await _record_failed_attempt(run, cause.error, token)
             last = cause
             if kind is CommitFailure.OTHER:
                 action = "commit the writes and the marker of"
                 raise store.unavailable(action, run.key, cause) from cause
-            snapshot = store.read(run.key)
+            snapshot = await store.read(run.key)
             if written_by(snapshot.record, token):
                 # The commit landed; its response was lost. The handler's result is stored.
                 return _committed(run, snapshot.record.result if snapshot.record else None)
@@ -114,9 +118,9 @@ def run_atomic(run: Run, handler: Handler) -> Outcome:
                 if _invalid(cause) and not retried_invalid:
                     retried_invalid = True  # maybe the transaction expired: once more, fresh
                     continue
-                return _record_failed_attempt(run, cause, token)  # the handler's writes
+                return await _record_failed_attempt(run, cause, token)  # the handler's writes
             if kind is not CommitFailure.REJECTED:
-                time.sleep(backoff(round_))
+                await store.sleep(backoff(round_))
             continue  # contention or an outage, or another delivery wrote the marker: again
         return _committed(run, result)
     raise store.unavailable(
@@ -143,46 +147,30 @@ def _marker_moved(guard: datetime | None, snapshot: Snapshot) -> bool:
     return snapshot.update_time != guard
 
 
-def _commit(
-    run: Run, handler: Handler, record: Record | None, guard: datetime | None, token: str
+async def _commit(
+    run: Run, invoke: Invoke, record: Record | None, guard: datetime | None, token: str
 ) -> HandlerResult:
     """Run the handler into a batch or transaction with the marker and commit it; returns
     what the handler returned. Raises `_HandlerFailed` for the handler's error, the Google
     API error of a failed commit."""
-    store = run.store
-    client = store.client
-    ref = store.ref(run.key)
-    option = None if guard is None else client.write_option(last_update_time=guard)
-    if run.mode is Mode.WRITE_ONLY:
-        batch = client.batch()
-        result = _call_handler(handler, run, batch=batch)
-        _write_marker(run, batch, ref, record, option, token, result)
-        run.step(Step.AFTER_EFFECT)
-        batch.commit(retry=None, timeout=run.config.rpc_timeout_seconds)
-        return result
+    ref = run.io.ref(run.key)
+    option = None if guard is None else firestore.Client.write_option(last_update_time=guard)
 
-    def body(transaction: firestore.Transaction) -> HandlerResult:
-        result = _call_handler(handler, run, transaction=transaction)
-        _write_marker(run, transaction, ref, record, option, token, result)
+    async def fill(writer: Any) -> HandlerResult:
+        result = await _call_handler(invoke, writer)
+        _write_marker(run, writer, ref, record, option, token, result)
         run.step(Step.AFTER_EFFECT)
         return result
 
-    transaction = store.transaction(max_attempts=TRANSACTION_ATTEMPTS)
-    return cast(HandlerResult, firestore.transactional(body)(transaction))
+    return await run.io.commit(run, fill)
 
 
-def _call_handler(
-    handler: Handler,
-    run: Run,
-    *,
-    transaction: firestore.Transaction | None = None,
-    batch: firestore.WriteBatch | None = None,
-) -> HandlerResult:
+async def _call_handler(invoke: Invoke, writer: Any) -> HandlerResult:
     """Call the handler and return its result; its exceptions are marked apart from
     Firestore's, except contention on its own transactional reads (Aborted), which is retried
     and never counted."""
     try:
-        result = handler(run.delivery(transaction=transaction, batch=batch))
+        result = await invoke(writer)
     except api_exceptions.Aborted:
         raise
     except Exception as exc:
@@ -192,15 +180,15 @@ def _call_handler(
 
 def _write_marker(
     run: Run,
-    writer: firestore.WriteBatch,
-    ref: firestore.DocumentReference,
+    writer: Any,
+    ref: Any,
     record: Record | None,
     option: Any,
     token: str,
     result: HandlerResult,
 ) -> None:
-    """Add the sent marker (with the handler's result) to a transaction or batch: a create,
-    or an update of `record`."""
+    """Add the sent marker (with the handler's result) to a transaction or batch (sync or
+    async: their create and update only buffer): a create, or an update of `record`."""
     if record is None:
         fields = new_record(
             event_id=run.event_id,
@@ -244,13 +232,13 @@ def _failure_in_chain(exc: BaseException) -> tuple[CommitFailure, Exception] | N
     return None
 
 
-def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcome:
+async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcome:
     """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
     error = error_text(exc)
     terminal = is_terminal(exc)
-    store = run.store
+    store = run.io
     for _ in range(RECORD_ROUNDS):
-        snapshot = store.read(run.key, action="record a failed attempt on")
+        snapshot = await store.read(run.key, action="record a failed attempt on")
         record = snapshot.record
         if record is not None and written_by(record, token):
             run.attempt = record.attempts  # our earlier try landed; its response was lost
@@ -284,12 +272,12 @@ def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcome:
                 last_error=error,
                 subject=run.subject,
             )
-            written = store.create(run.key, fields, action=action)
+            written = await store.create(run.key, fields, action=action)
         else:
             fields = attempt_finished(
                 state, owner=token, attempts=attempts, expire_at=run.expire_at(), error=error
             )
-            written = store.update_if_unchanged(
+            written = await store.update_if_unchanged(
                 run.key, fields, precondition(snapshot), action=action
             )
         if isinstance(written, datetime):

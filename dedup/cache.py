@@ -23,8 +23,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, cast
 
 
 class SentKeys:
@@ -116,22 +117,33 @@ class LiveLeases:
 
 
 class KeyTurns:
-    """Mutual exclusion per key within one process; holds no memory for idle keys."""
+    """Mutual exclusion per key within one process; holds no memory for idle keys.
+
+    `turn` serves threads; `lock_of` gives the per-key lock of another kind to wait on (the
+    async path's `asyncio.Lock`, `dedup.aio.store`)."""
 
     def __init__(self) -> None:
         """No key is busy."""
         self._lock = threading.Lock()
-        self._locks: dict[str, tuple[threading.Lock, int]] = {}
+        self._locks: dict[str, tuple[Any, int]] = {}
 
     @contextmanager
     def turn(self, key: str) -> Iterator[None]:
         """Wait until no other thread of this process is inside `turn(key)`, then enter."""
+        with self.lock_of(key, threading.Lock) as lock, lock:
+            yield
+
+    @contextmanager
+    def lock_of[L](self, key: str, new: Callable[[], L]) -> Iterator[L]:
+        """The lock every user of `key` shares (made by `new` for the first), kept while any
+        user is inside this block; the caller acquires it."""
         with self._lock:
-            lock, users = self._locks.get(key, (threading.Lock(), 0))
+            lock, users = self._locks.get(key, (None, 0))
+            if lock is None:
+                lock = new()
             self._locks[key] = (lock, users + 1)
         try:
-            with lock:
-                yield
+            yield cast(L, lock)
         finally:
             with self._lock:
                 lock, users = self._locks[key]

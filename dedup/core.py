@@ -3,9 +3,12 @@ per-instance state (Firestore client, record store, caches).
 
 Layers, top to bottom (nothing below imports what is above it):
 
-* `dedup.core` (this module): `Deduplicator`, `default_deduplicator`;
+* `dedup.core` (this module): `Deduplicator`, `default_deduplicator`, and what the async front
+  door (`dedup.aio.AsyncDeduplicator`) shares with it: `DeduplicatorBase` (checks before any
+  claim, caches) and `settle` (the flow of a mode);
+* `dedup.blocking`, `dedup.aio.io`: the I/O of the sync and async paths (`dedup.flow_io`);
 * `dedup.lease`, `dedup.atomic`: the flows of lease mode and of the transaction and write-only
-  modes;
+  modes, written once as coroutines;
 * `dedup.runs`: the bookkeeping of one delivery (identity, log line, shared checks);
 * `dedup.claims`: the one claim decision, `decide`, for every mode;
 * `dedup.store`, `dedup.transitions`, `dedup.record`: Firestore calls, the fields each
@@ -22,10 +25,12 @@ from datetime import datetime, timedelta
 from google.cloud import firestore
 
 from dedup.atomic import run_atomic
+from dedup.blocking import BlockingIO
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DedupConfig
 from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook
 from dedup.errors import ConfigError, StoreUnavailable
+from dedup.flow_io import FlowIO, Invoke, drive
 from dedup.keys import dedup_key, payload_hash, storable_event_id
 from dedup.lease import run_lease
 from dedup.record import Mode
@@ -33,13 +38,102 @@ from dedup.runs import Run
 from dedup.store import RecordStore
 
 
-class Deduplicator:
+class DeduplicatorBase:
+    """What the sync and async front doors share: the config, the instance's caches, and the
+    checks a delivery passes before any claim (`begin`)."""
+
+    def __init__(self, config: DedupConfig | None = None) -> None:
+        """Use `config` (default: `DedupConfig.from_env()`)."""
+        self.config = config if config is not None else DedupConfig.from_env()
+        self.sent_keys = SentKeys(self.config.cache_size)
+        """The LRU of keys known sent (exposed for inspection)."""
+        self.live_leases = LiveLeases()
+        """Keys whose lease this instance knows to be live (see `dedup.cache`)."""
+        self.step_hook: StepHook | None = None
+        """Called with each `Step` a delivery reaches (crash tests, tracing); None: nothing."""
+
+    def begin(
+        self,
+        io: FlowIO,
+        event_id: str | None,
+        suffix: str,
+        *,
+        mode: Mode,
+        payload: bytes | str | None,
+        event_time: datetime | None,
+        document_path: str | None,
+        subject: str | None = None,
+    ) -> Run | Outcome:
+        """The delivery's `Run`, or its outcome when it ends before any claim (self-trigger,
+        too old, a duplicate known from the cache). Raises `MissingEventId`/`InvalidSuffix`
+        for a bad key, `PayloadMismatch` for a cached key under that policy."""
+        key = dedup_key(event_id, suffix, self.config.key_layout)
+        assert event_id is not None  # dedup_key rejects a missing id
+        fingerprint = None
+        if payload is not None:
+            raw = payload.encode("utf-8") if isinstance(payload, str) else payload
+            fingerprint = payload_hash(raw)
+        run = Run(
+            config=self.config,
+            io=io,
+            sent_keys=self.sent_keys,
+            live_leases=self.live_leases,
+            mode=mode,
+            event_id=storable_event_id(event_id),
+            suffix=suffix,
+            key=key,
+            payload_hash=fingerprint,
+            subject=subject if subject is not None else document_path,
+            step_hook=self.step_hook,
+        )
+        run.step(Step.BEFORE_CLAIM)
+        if document_path is not None and self._inside_collection(document_path):
+            return run.finish(OutcomeKind.SELF_TRIGGER)
+        if self._too_old(event_time):
+            return run.finish(OutcomeKind.TOO_OLD)
+        known, cached_hash = self.sent_keys.lookup(key)
+        if known:
+            run.check_payload(cached_hash)
+            return run.finish(OutcomeKind.DUPLICATE_CACHED)
+        return run
+
+    def _inside_collection(self, document_path: str) -> bool:
+        path = document_path.strip("/")
+        if "/documents/" in path:  # full resource name projects/p/databases/d/documents/...
+            path = path.split("/documents/", 1)[1]
+        collection = self.config.collection
+        return path == collection or path.startswith(collection + "/")
+
+    def _too_old(self, event_time: datetime | None) -> bool:
+        """Judged on the instance clock: a skew of minutes is negligible next to the hours a
+        maximum event age is usually set to, and there is no database read to take a time from."""
+        max_age = self.config.max_event_age_seconds
+        if max_age is None or event_time is None:
+            return False
+        return self.config.clock() - event_time > timedelta(seconds=max_age)
+
+
+async def settle(run: Run, invoke: Invoke) -> Outcome:
+    """Run the flow of `run.mode` (the handler through `invoke`); a store failure is logged
+    as `unavailable` and re-raised."""
+    try:
+        if run.mode is Mode.LEASE:
+            return await run_lease(run, invoke)  # claims in turn, runs the handler outside
+        async with run.io.turn(run.key):  # atomic modes: one commit per key at a time here
+            return await run_atomic(run, invoke)
+    except StoreUnavailable as exc:
+        run.finish(OutcomeKind.UNAVAILABLE, error=str(exc))
+        raise
+
+
+class Deduplicator(DeduplicatorBase):
     """Runs handlers at most once per (event id, suffix), effectively once with retries.
 
     Thread-safe: one instance serves every request thread of a process. The Firestore client
     is created lazily, once, on the first delivery (constructing a Deduplicator touches no
     network and reads no environment when given a `config`), from `client`, else
     `client_factory()`, else `firestore.Client(project, database)` of the config.
+    For `async def` handlers use `dedup.aio.AsyncDeduplicator`.
     """
 
     def __init__(
@@ -50,18 +144,13 @@ class Deduplicator:
         client_factory: Callable[[], firestore.Client] | None = None,
     ) -> None:
         """Use `config` (default: `DedupConfig.from_env()`)."""
-        self.config = config if config is not None else DedupConfig.from_env()
+        super().__init__(config)
         self._client = client
         self._client_factory = client_factory
         self._store: RecordStore | None = None
+        self._io: BlockingIO | None = None
         self._lock = threading.Lock()
-        self.sent_keys = SentKeys(self.config.cache_size)
-        """The LRU of keys known sent (exposed for inspection)."""
-        self.live_leases = LiveLeases()
-        """Keys whose lease this instance knows to be live (see `dedup.cache`)."""
         self._turns = KeyTurns()
-        self.step_hook: StepHook | None = None
-        """Called with each `Step` a delivery reaches (crash tests, tracing); None: nothing."""
 
     @property
     def store(self) -> RecordStore:
@@ -73,12 +162,21 @@ class Deduplicator:
                     if client is None:
                         factory = self._client_factory or self._default_client
                         client = factory()
-                    self._store = RecordStore(
+                    store = RecordStore(
                         client,
                         self.config.collection,
                         rpc_timeout_seconds=self.config.rpc_timeout_seconds,
                     )
+                    self._io = BlockingIO(store, self._turns)
+                    self._store = store
         return self._store
+
+    @property
+    def io(self) -> BlockingIO:
+        """The flows' I/O on this instance's store (creating the client on first use)."""
+        self.store  # noqa: B018 - creates the store and its I/O
+        assert self._io is not None
+        return self._io
 
     def _default_client(self) -> firestore.Client:
         return firestore.Client(project=self.config.project, database=self.config.database)
@@ -109,62 +207,25 @@ class Deduplicator:
         mode = Mode(mode)
         if inspect.iscoroutinefunction(handler):
             raise ConfigError(
-                f"{getattr(handler, '__qualname__', handler)!r} is an async function: dedup "
-                "runs synchronous handlers only (its coroutine would never be awaited); "
-                "write the handler with `def`"
+                f"{getattr(handler, '__qualname__', handler)!r} is an async function: "
+                "Deduplicator runs synchronous handlers only (its coroutine would never be "
+                "awaited); await dedup.aio.AsyncDeduplicator().run(...) instead, or write the "
+                "handler with `def`"
             )
-        key = dedup_key(event_id, suffix, self.config.key_layout)
-        assert event_id is not None  # dedup_key rejects a missing id
-        fingerprint = None
-        if payload is not None:
-            raw = payload.encode("utf-8") if isinstance(payload, str) else payload
-            fingerprint = payload_hash(raw)
-        run = Run(
-            config=self.config,
-            store=self.store,
-            sent_keys=self.sent_keys,
-            live_leases=self.live_leases,
-            turns=self._turns,
+        io = self.io
+        started = self.begin(
+            io,
+            event_id,
+            suffix,
             mode=mode,
-            event_id=storable_event_id(event_id),
-            suffix=suffix,
-            key=key,
-            payload_hash=fingerprint,
-            subject=subject if subject is not None else document_path,
-            step_hook=self.step_hook,
+            payload=payload,
+            event_time=event_time,
+            document_path=document_path,
+            subject=subject,
         )
-        run.step(Step.BEFORE_CLAIM)
-        if document_path is not None and self._inside_collection(document_path):
-            return run.finish(OutcomeKind.SELF_TRIGGER)
-        if self._too_old(event_time):
-            return run.finish(OutcomeKind.TOO_OLD)
-        known, cached_hash = self.sent_keys.lookup(key)
-        if known:
-            run.check_payload(cached_hash)
-            return run.finish(OutcomeKind.DUPLICATE_CACHED)
-        try:
-            if mode is Mode.LEASE:
-                return run_lease(run, handler)  # claims in turn, runs the handler outside
-            with self._turns.turn(key):  # atomic modes: one commit per key at a time here
-                return run_atomic(run, handler)
-        except StoreUnavailable as exc:
-            run.finish(OutcomeKind.UNAVAILABLE, error=str(exc))
-            raise
-
-    def _inside_collection(self, document_path: str) -> bool:
-        path = document_path.strip("/")
-        if "/documents/" in path:  # full resource name projects/p/databases/d/documents/...
-            path = path.split("/documents/", 1)[1]
-        collection = self.config.collection
-        return path == collection or path.startswith(collection + "/")
-
-    def _too_old(self, event_time: datetime | None) -> bool:
-        """Judged on the instance clock: a skew of minutes is negligible next to the hours a
-        maximum event age is usually set to, and there is no database read to take a time from."""
-        max_age = self.config.max_event_age_seconds
-        if max_age is None or event_time is None:
-            return False
-        return self.config.clock() - event_time > timedelta(seconds=max_age)
+        if isinstance(started, Outcome):
+            return started
+        return drive(settle(started, io.invoker(started, handler)))
 
 
 _default_lock = threading.Lock()

@@ -6,17 +6,25 @@
     def count_posts(event: firestore_fn.Event[...], delivery: Delivery) -> None:
         ...
 
+    @functions_framework.aio.cloud_event
+    @trigger_once("notifyAsync")
+    async def notify(event: CloudEvent, delivery: AsyncDelivery) -> None:
+        ...
+
 The decorated function takes the event only, so it sits under firebase-functions decorators
-and `@functions_framework.cloud_event` alike.
+and `@functions_framework.cloud_event` alike; an `async def` handler becomes an `async def`
+function (run by `dedup.aio.AsyncDeduplicator`) for `functions_framework.aio.cloud_event`.
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, cast, overload
 
+from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
+from dedup.aio.delivery import AsyncDelivery
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator, default_deduplicator
 from dedup.delivery import Delivery
@@ -28,11 +36,24 @@ from dedup.record import Mode
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
 
+type AsyncEventHandler[E] = Callable[[E, AsyncDelivery], Awaitable[None]]
+"""A decorated async handler: `async def handler(event, delivery) -> None`."""
+
+type AsyncEventFunction[E] = Callable[[E], Coroutine[Any, Any, None]]
+"""What an async handler becomes: `async def fn(event) -> None`."""
+
 
 class HandlerDecorator(Protocol):
-    """What `trigger_once(...)` returns: turns `handler(event, delivery)` into `fn(event)`."""
+    """What `trigger_once(...)` returns: turns `handler(event, delivery)` into `fn(event)`, an
+    `async def` one for an `async def` handler."""
 
-    def __call__[E](self, handler: EventHandler[E], /) -> Callable[[E], None]:
+    @overload
+    def __call__[E](self, handler: AsyncEventHandler[E], /) -> AsyncEventFunction[E]: ...
+
+    @overload
+    def __call__[E](self, handler: EventHandler[E], /) -> Callable[[E], None]: ...
+
+    def __call__(self, handler: Any, /) -> Any:
         """Wrap `handler`; the result takes the event only."""
         ...
 
@@ -78,20 +99,24 @@ def trigger_once(
     *,
     mode: Mode = Mode.LEASE,
     config: DedupConfig | None = None,
-    deduplicator: Deduplicator | None = None,
+    deduplicator: Deduplicator | AsyncDeduplicator | None = None,
     registry: SuffixRegistry | None = None,
     event_id_from: Callable[[Any], str | None] | None = None,
 ) -> HandlerDecorator:
     """Make a handler's effect happen once per event, however often the event is delivered.
 
     `suffix` names the function (1-100 of `[A-Za-z0-9_]`, unique in the process); it is
-    checked here, at import time (`InvalidSuffix`, `DuplicateSuffix`), and so is the handler:
-    an `async def` handler is refused with `ConfigError` (its coroutine would never run).
-    The default deduplicator is created on the first delivery, not here. The wrapper extracts
-    the event id, payload fingerprint, time and document path (`dedup.events`) and calls
-    `Deduplicator.run`: it returns None when the platform should stop retrying, and raises
-    when it should retry (`LeaseHeld`, `LeaseLost`, `StoreUnavailable`, the handler's own
-    error). Pass `config` for a shared deduplicator with that config, or a `deduplicator`.
+    checked here, at import time (`InvalidSuffix`, `DuplicateSuffix`). The default
+    deduplicator is created on the first delivery, not here. The wrapper extracts the event
+    id, payload fingerprint, time and document path (`dedup.events`) and runs the handler
+    through the deduplicator: it returns None when the platform should stop retrying, and
+    raises when it should retry (`LeaseHeld`, `LeaseLost`, `StoreUnavailable`, the handler's
+    own error). Pass `config` for a shared deduplicator with that config, or a `deduplicator`.
+
+    A `def` handler gets a `Delivery` and becomes a `def fn(event)` run by `Deduplicator`; an
+    `async def` handler gets an `AsyncDelivery` (its client an `AsyncClient`) and becomes an
+    `async def fn(event)` run by `dedup.aio.AsyncDeduplicator`, with the same modes and
+    guarantees. A `deduplicator` of the other kind is refused here (`ConfigError`).
 
     `event_id_from(event)` replaces the event's id as the dedup id, to run once per business
     entity rather than once per event: `event_id_from=lambda e: f"post-{e.params['postId']}"`
@@ -104,39 +129,65 @@ def trigger_once(
     mode = Mode(mode)
     suffixes = registry if registry is not None else DEFAULT_REGISTRY
 
-    def decorate[E](handler: EventHandler[E]) -> Callable[[E], None]:
+    def arguments(event: object) -> tuple[str | None, dict[str, Any]]:
+        """The event id and the keyword arguments of the deduplicator's `run` for `event`."""
+        info = describe(event)
+        event_id = info.event_id if event_id_from is None else event_id_from(event)
+        return event_id, {
+            "mode": mode,
+            # Under event_id_from, different events share a key by design: no fingerprint.
+            "payload": info.payload if event_id_from is None else None,
+            "event_time": info.event_time,
+            "document_path": info.document_path,
+            "subject": info.subject,
+        }
+
+    def runner[D: (Deduplicator, AsyncDeduplicator)](kind: type[D], owner: str) -> D | None:
+        """The given deduplicator, checked to be of `kind` (None: the default one)."""
+        if deduplicator is not None and not isinstance(deduplicator, kind):
+            raise ConfigError(
+                f"{owner} needs a {kind.__name__}, got a {type(deduplicator).__name__}: pass "
+                "dedup.aio.AsyncDeduplicator for an `async def` handler, dedup.Deduplicator "
+                "for a `def` one"
+            )
+        return deduplicator
+
+    def decorate(handler: Any) -> Any:
         owner = f"{handler.__module__}.{handler.__qualname__}"
         if inspect.iscoroutinefunction(handler):
-            raise ConfigError(
-                f"{owner} is an async function: trigger_once wraps synchronous handlers only "
-                "(an async handler's coroutine would never be awaited); write it with `def`"
-            )
+            given_async = runner(AsyncDeduplicator, owner)
+            suffixes.register(suffix, owner)
+
+            async def once_async(event: Any) -> None:
+                dedup = given_async or default_async_deduplicator(config)
+                event_id, options = arguments(event)
+
+                async def run_async(delivery: AsyncDelivery) -> None:
+                    await handler(event, delivery)
+
+                await dedup.run(event_id, suffix, run_async, **options)
+
+            return _identified(once_async, handler)
+        given = runner(Deduplicator, owner)
         suffixes.register(suffix, owner)
 
-        def once(event: E) -> None:
-            runner = deduplicator if deduplicator is not None else default_deduplicator(config)
-            info = describe(event)
-            event_id = info.event_id if event_id_from is None else event_id_from(event)
+        def once(event: Any) -> None:
+            event_id, options = arguments(event)
 
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)
 
-            runner.run(
-                event_id,
-                suffix,
-                run_handler,
-                mode=mode,
-                # Under event_id_from, different events share a key by design: no fingerprint.
-                payload=info.payload if event_id_from is None else None,
-                event_time=info.event_time,
-                document_path=info.document_path,
-                subject=info.subject,
-            )
+            (given or default_deduplicator(config)).run(event_id, suffix, run_handler, **options)
 
-        # Copy the identity (name, doc) but not the signature: the wrapper takes one argument,
-        # and frameworks that inspect it must not see the handler's (event, delivery).
-        for attribute in _COPIED_ATTRIBUTES:
-            setattr(once, attribute, getattr(handler, attribute, None))
-        return once
+        return _identified(once, handler)
 
-    return decorate
+    return cast(HandlerDecorator, decorate)
+
+
+def _identified[F](wrapper: F, handler: object) -> F:
+    """Copy the handler's identity (name, doc) onto its wrapper, but not its signature: the
+    wrapper takes one argument, and frameworks that inspect it must not see the handler's
+    (event, delivery)."""
+    for attribute in _COPIED_ATTRIBUTES:
+        setattr(wrapper, attribute, getattr(handler, attribute, None))
+    return wrapper

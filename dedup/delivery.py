@@ -79,8 +79,9 @@ class Step(StrEnum):
 
 
 @dataclass(frozen=True)
-class Delivery:
-    """What a handler learns about its delivery; pass `key` downstream as an Idempotency-Key."""
+class DeliveryIdentity:
+    """Who a delivery is: the fields a sync `Delivery` and an async `dedup.aio.AsyncDelivery`
+    share."""
 
     key: str
     """The record's document id: stable across every delivery of this event to this function."""
@@ -92,6 +93,12 @@ class Delivery:
     """1-based attempt number (see `Mode` for which attempts each mode counts)."""
     path: str
     """The record's document path, `triggerEvents/<key>`."""
+
+
+@dataclass(frozen=True)
+class Delivery(DeliveryIdentity):
+    """What a handler learns about its delivery; pass `key` downstream as an Idempotency-Key."""
+
     client: firestore.Client
     """The deduplicator's Firestore client (one per instance): use it for the handler's own
     reads and writes rather than creating a client per event."""

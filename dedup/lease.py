@@ -18,6 +18,9 @@ succeeds or its lease runs out; a write whose response was lost is recognised by
 token and counts as done. The one window left: the process dies, or Firestore stays
 unreachable for the rest of the lease, after the effect and before "sent" is recorded; the
 next delivery after the lease then runs the handler again with the same `Delivery.key`.
+
+The flow is written once, as coroutines over `Run.io` (`dedup.flow_io`): the sync front door
+drives it without an event loop, the async one awaits it.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from dedup.claims import Claim, decide, written_by
-from dedup.delivery import Handler, Outcome, OutcomeKind, Step
+from dedup.delivery import Outcome, OutcomeKind, Step
 from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
+from dedup.flow_io import Invoke
 from dedup.record import Mode, State, error_text
 from dedup.runs import Run, bury, is_terminal, precondition
 from dedup.store import backoff
@@ -46,24 +50,25 @@ CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
 
 
-def run_lease(run: Run, handler: Handler) -> Outcome:
-    """Claim the lease of `run.key` and run `handler` under it (see the module docstring).
+async def run_lease(run: Run, invoke: Invoke) -> Outcome:
+    """Claim the lease of `run.key` and run the handler (`invoke`) under it (see the module
+    docstring).
 
-    Copies of the key on this instance claim one at a time (`Run.turns`): the first writes,
+    Copies of the key on this instance claim one at a time (`FlowIO.turn`): the first writes,
     the others then know the lease is live (or just saw someone else's) and answer `LeaseHeld`
     without a write of their own. The handler runs outside that turn.
     """
-    with run.turns.turn(run.key):
-        claimed = _claim(run)
+    async with run.io.turn(run.key):
+        claimed = await _claim(run)
     if isinstance(claimed, Outcome):
         return claimed
-    return _run_owned(run, handler, *claimed)
+    return await _run_owned(run, invoke, *claimed)
 
 
-def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
+async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
     """Take the lease: (owner token, fencing token, when the claim was sent), or the outcome
     of a delivery that ends here (duplicate, dead). Raises `LeaseHeld` when it is taken."""
-    config, store = run.config, run.store
+    config, store = run.config, run.io
     if run.live_leases.live(run.key):
         run.finish(OutcomeKind.LEASE_HELD)
         raise LeaseHeld(
@@ -88,11 +93,11 @@ def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
                 expire_at=run.expire_at(),
                 subject=run.subject,
             )
-            created = store.create(run.key, fields)
+            created = await store.create(run.key, fields)
             if isinstance(created, datetime):
                 run.attempt = 1
                 return _owned(run, owner, created, sent_at)
-        snapshot = store.read(run.key)
+        snapshot = await store.read(run.key)
         record = snapshot.record
         if record is not None and written_by(record, owner):
             # Our own claim or burial landed although its response was lost.
@@ -111,11 +116,11 @@ def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
         if claim is Claim.WAIT:
             run.raise_lease_held(record, snapshot.read_time)
         if claim is Claim.BURY:
-            if bury(run, record, snapshot, owner):
+            if await bury(run, record, snapshot, owner):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
         sent_at = time.monotonic()
-        taken = store.update_if_unchanged(
+        taken = await store.update_if_unchanged(
             run.key,
             lease_taken(
                 owner=owner,
@@ -142,39 +147,41 @@ def _owned(run: Run, owner: str, token: datetime, sent_at: float) -> tuple[str, 
     return owner, token, sent_at
 
 
-def _run_owned(run: Run, handler: Handler, owner: str, token: datetime, sent_at: float) -> Outcome:
+async def _run_owned(
+    run: Run, invoke: Invoke, owner: str, token: datetime, sent_at: float
+) -> Outcome:
     """Run the handler under our lease; record its outcome fenced by our last update time."""
     config = run.config
     lease_ends = sent_at + config.lease_seconds  # a lower bound of the lease's real end
     try:
         run.step(Step.AFTER_CLAIM)
         try:
-            result = handler(run.delivery())
+            result = await invoke(None)
         except Exception as exc:
             error = error_text(exc)
             if is_terminal(exc):
                 fields = finished(State.FAILED, owner=owner, expire_at=run.expire_at(), error=error)
-                _record(run, owner, token, fields, State.FAILED, "mark failed", lease_ends)
+                await _record(run, owner, token, fields, State.FAILED, "mark failed", lease_ends)
                 return run.finish(OutcomeKind.FAILED, error=error)
             if run.attempt >= config.max_attempts:
                 fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=error)
-                _record(run, owner, token, fields, State.DEAD, "mark dead", lease_ends)
+                await _record(run, owner, token, fields, State.DEAD, "mark dead", lease_ends)
                 return run.finish(OutcomeKind.DEAD, error=error)
             fields = released(error=error, expire_at=run.expire_at())
-            _record(run, owner, token, fields, State.IN_PROGRESS, "release", None)
+            await _record(run, owner, token, fields, State.IN_PROGRESS, "release", None)
             run.finish(OutcomeKind.RELEASED, error=error)
             raise
         run.step(Step.AFTER_EFFECT)
         stored = storable_result(result)
         fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
-        _record(run, owner, token, fields, State.SENT, "mark sent", lease_ends)
+        await _record(run, owner, token, fields, State.SENT, "mark sent", lease_ends)
         run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
 
 
-def _record(
+async def _record(
     run: Run,
     owner: str,
     token: datetime,
@@ -186,25 +193,25 @@ def _record(
     """Write an owner's outcome, fenced by `token`, retrying transient errors until `until`
     (a monotonic time; None: one RPC timeout). Raises `LeaseLost` if another delivery moved
     the record, `StoreUnavailable` if the store kept failing until the deadline."""
-    store = run.store
+    store = run.io
     deadline = until if until is not None else time.monotonic() + run.config.rpc_timeout_seconds
     round_ = refreshes = 0
     while True:
         try:
-            result = store.update_if_unchanged(
+            result = await store.update_if_unchanged(
                 run.key, fields, token, action=action, budget=max(0.5, deadline - time.monotonic())
             )
             if isinstance(result, datetime):
                 return
             # The precondition failed: our own earlier try may have landed (lost response),
             # an operator may have released our lease, or another delivery took it over.
-            snapshot = store.read(run.key, action=action)
+            snapshot = await store.read(run.key, action=action)
         except StoreUnavailable:
             pause = backoff(round_)
             round_ += 1
             if time.monotonic() + pause >= deadline:
                 raise
-            time.sleep(pause)
+            await store.sleep(pause)
             continue
         record = snapshot.record
         if record is not None and written_by(record, owner) and refreshes < CLAIM_ROUNDS:

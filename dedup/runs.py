@@ -1,23 +1,24 @@
 """The bookkeeping of one delivery (`Run`): identity, attempt, log line, shared checks.
 
-Below both flows (`dedup.lease`, `dedup.atomic`) and above the store: a flow gets a `Run` and
-everything it needs through it (config, store, the instance's caches), and reports through it
-(`finish` writes the delivery's single log line and builds its `Outcome`).
+Below both flows (`dedup.lease`, `dedup.atomic`) and above the I/O: a flow gets a `Run` and
+everything it needs through it (config, `io` for the store and turns, the instance's caches),
+and reports through it (`finish` writes the delivery's single log line and builds its
+`Outcome`). Sync and async deliveries share it: only `io` differs (`dedup.flow_io`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from google.api_core import exceptions as api_exceptions
-from google.cloud import firestore
 
 from dedup import logs
-from dedup.cache import KeyTurns, LiveLeases, SentKeys
+from dedup.cache import LiveLeases, SentKeys
 from dedup.claims import belongs_to, record_sent
 from dedup.config import DedupConfig
 from dedup.delivery import (
@@ -31,9 +32,16 @@ from dedup.delivery import (
     WriteOnlyDelivery,
 )
 from dedup.errors import KeyCollision, LeaseHeld, PayloadMismatch, TerminalError
+from dedup.flow_io import FlowIO
 from dedup.record import Mode, Record, State
-from dedup.store import RecordStore, Snapshot
+from dedup.store import Snapshot
 from dedup.transitions import finished
+
+type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]
+"""The delivery types of one path: (lease mode, transaction mode, write-only mode)."""
+
+SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelivery)
+"""What sync handlers get (`dedup.aio.delivery.ASYNC_DELIVERIES`: async handlers)."""
 
 _SEVERITY = {
     OutcomeKind.RAN: logging.INFO,
@@ -62,11 +70,10 @@ class Run:
     """One `Deduplicator.run` call: who it is, what it found, and the instance it runs on."""
 
     config: DedupConfig
-    store: RecordStore
+    io: FlowIO
+    """The store, pauses and per-key turns of this instance (sync or async, `dedup.flow_io`)."""
     sent_keys: SentKeys
     live_leases: LiveLeases
-    turns: KeyTurns
-    """Per-key turns of this instance: lease mode claims, transaction mode runs, in turn."""
     mode: Mode
     event_id: str
     """The event id as stored and logged (lone surrogates escaped, see `dedup.keys`)."""
@@ -82,27 +89,30 @@ class Run:
     @property
     def path(self) -> str:
         """The record's document path."""
-        return self.store.path(self.key)
+        return self.io.path(self.key)
 
     def step(self, step: Step) -> None:
         """Report reaching `step` to the hook, if any."""
         if self.step_hook is not None:
             self.step_hook(step, self.key)
 
+    def identity(self) -> tuple[str, str, str, int, str]:
+        """(key, event id, suffix, attempt, path): the fields every delivery type starts with."""
+        return (self.key, self.event_id, self.suffix, self.attempt, self.path)
+
     def delivery(
-        self,
-        *,
-        transaction: firestore.Transaction | None = None,
-        batch: firestore.WriteBatch | None = None,
-    ) -> Delivery:
-        """What the handler is told about this run, at its current attempt."""
-        client = self.store.client
-        identity = (self.key, self.event_id, self.suffix, self.attempt, self.path, client)
-        if transaction is not None:
-            return TransactionDelivery(*identity, transaction=transaction)
-        if batch is not None:
-            return WriteOnlyDelivery(*identity, batch=batch)
-        return Delivery(*identity)
+        self, client: Any, writer: Any = None, kinds: DeliveryKinds = SYNC_DELIVERIES
+    ) -> Any:
+        """What the handler is told about this run, at its current attempt: the delivery type
+        of its mode among `kinds` (default: the sync ones), with `client` and the `writer` it
+        writes into: the transaction (Mode.TRANSACTION), the batch (Mode.WRITE_ONLY) or None."""
+        plain, in_transaction, in_batch = kinds
+        identity = (*self.identity(), client)
+        if self.mode is Mode.TRANSACTION and writer is not None:
+            return in_transaction(*identity, transaction=writer)
+        if self.mode is Mode.WRITE_ONLY and writer is not None:
+            return in_batch(*identity, batch=writer)
+        return plain(*identity)
 
     def expire_at(self) -> datetime:
         """`expireAt` for a write made now: instance time plus the retention."""
@@ -185,11 +195,11 @@ class Run:
         return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms, result=result)
 
 
-def bury(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
+async def bury(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
     """Mark a record whose last allowed attempt crashed as dead, guarded by the update time of
     the read that showed it; False if it changed meanwhile."""
     fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=record.last_error)
-    result = run.store.update_if_unchanged(
+    result = await run.io.update_if_unchanged(
         run.key, fields, precondition(snapshot), action="mark dead"
     )
     return isinstance(result, datetime)

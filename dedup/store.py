@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
-from google.api_core.retry import Retry, if_exception_type
+from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 from google.cloud.firestore_v1.transaction import Transaction
 
@@ -123,14 +123,9 @@ class BoundedTransaction(Transaction):
     def _begin(self, retry_id: bytes | None = None) -> None:
         if self.in_progress:
             raise ValueError(f"transaction {self._id!r} has already begun")
+        call = begin_call(self, retry_id, self._rpc_timeout)
         response = self._client._firestore_api.begin_transaction(
-            request={
-                "database": self._client._database_string,
-                "options": self._options_protobuf(retry_id),
-            },
-            metadata=self._client._rpc_metadata,
-            retry=_transient_retry(self._rpc_timeout),
-            timeout=self._rpc_timeout,
+            **call, retry=_transient_retry(self._rpc_timeout)
         )
         self._id = response.transaction
 
@@ -138,35 +133,71 @@ class BoundedTransaction(Transaction):
         if not self.in_progress:
             raise ValueError("no transaction is in progress")
         try:
-            self._client._firestore_api.rollback(
-                request={"database": self._client._database_string, "transaction": self._id},
-                metadata=self._client._rpc_metadata,
-                timeout=self._rpc_timeout,
-            )
+            self._client._firestore_api.rollback(**rollback_call(self, self._rpc_timeout))
         finally:
             self._clean_up()
 
     def _commit(self) -> list[Any]:
         if not self.in_progress:
             raise ValueError("no transaction is in progress")
-        response = self._client._firestore_api.commit(
-            request={
-                "database": self._client._database_string,
-                "writes": self._write_pbs,
-                "transaction": self._id,
-            },
-            metadata=self._client._rpc_metadata,
-            retry=None,
-            timeout=self._rpc_timeout,
-        )
-        self._clean_up()
-        self.write_results = list(response.write_results)
-        self.commit_time = response.commit_time
-        return self.write_results
+        response = self._client._firestore_api.commit(**commit_call(self, self._rpc_timeout))
+        return committed(self, response)
 
 
-def _transient_retry(timeout: float) -> Retry:
-    return Retry(
+# The library's transaction RPCs with a timeout, shared by `BoundedTransaction` and the async
+# `dedup.aio.store.BoundedAsyncTransaction` (`transaction` is either kind).
+
+
+def begin_call(transaction: Any, retry_id: bytes | None, timeout: float) -> dict[str, Any]:
+    """The arguments of a BeginTransaction call (add the retry of the client's kind)."""
+    client = transaction._client
+    return {
+        "request": {
+            "database": client._database_string,
+            "options": transaction._options_protobuf(retry_id),
+        },
+        "metadata": client._rpc_metadata,
+        "timeout": timeout,
+    }
+
+
+def rollback_call(transaction: Any, timeout: float) -> dict[str, Any]:
+    """The arguments of a Rollback call."""
+    client = transaction._client
+    return {
+        "request": {"database": client._database_string, "transaction": transaction._id},
+        "metadata": client._rpc_metadata,
+        "timeout": timeout,
+    }
+
+
+def commit_call(transaction: Any, timeout: float) -> dict[str, Any]:
+    """The arguments of a Commit call: never retried (a lost response is resolved by reading)."""
+    client = transaction._client
+    return {
+        "request": {
+            "database": client._database_string,
+            "writes": transaction._write_pbs,
+            "transaction": transaction._id,
+        },
+        "metadata": client._rpc_metadata,
+        "retry": None,
+        "timeout": timeout,
+    }
+
+
+def committed(transaction: Any, response: Any) -> list[Any]:
+    """Close `transaction` after a successful commit; its write results."""
+    transaction._clean_up()
+    transaction.write_results = list(response.write_results)
+    transaction.commit_time = response.commit_time
+    return list(transaction.write_results)
+
+
+def transient_retry[R: (Retry, AsyncRetry)](timeout: float, kind: type[R]) -> R:
+    """The client library's own retry of reads and begins (`Retry`, or `AsyncRetry` for the
+    async client): transient errors, within `timeout` seconds."""
+    return kind(
         predicate=if_exception_type(*TRANSIENT_ERRORS),
         initial=0.05,
         maximum=1.0,
@@ -175,12 +206,14 @@ def _transient_retry(timeout: float) -> Retry:
     )
 
 
-class RecordStore:
-    """The dedup collection of one Firestore client; safe to use from many threads."""
+def _transient_retry(timeout: float) -> Retry:
+    return transient_retry(timeout, Retry)
 
-    def __init__(
-        self, client: firestore.Client, collection: str, *, rpc_timeout_seconds: float = 10
-    ) -> None:
+
+class StoreBase[C]:
+    """The dedup collection of one Firestore client `C` (sync or async): what both stores share."""
+
+    def __init__(self, client: C, collection: str, *, rpc_timeout_seconds: float = 10) -> None:
         """Operate on `collection` (a collection path) through `client`; each call gives up
         after `rpc_timeout_seconds`, its retries of transient errors included."""
         self.client = client
@@ -190,6 +223,25 @@ class RecordStore:
     def path(self, key: str) -> str:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""
         return f"{self.collection}/{key}"
+
+    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
+        """The error for a failed `action` on the record (chain `exc` with `from`)."""
+        return StoreUnavailable(
+            f"could not {action} {self.path(key)}: {exc}; the event will be retried "
+            "(check that Firestore is reachable and the service account may write it)"
+        )
+
+    @contextmanager
+    def wrapped(self, action: str, key: str) -> Iterator[None]:
+        """Turn a Google API error raised inside into `StoreUnavailable` (chaining it)."""
+        try:
+            yield
+        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
+            raise self.unavailable(action, key, exc) from exc
+
+
+class RecordStore(StoreBase[firestore.Client]):
+    """The dedup collection of one Firestore client; safe to use from many threads."""
 
     def ref(self, key: str) -> firestore.DocumentReference:
         """Reference to the record's document."""
@@ -241,20 +293,9 @@ class RecordStore:
     def read(self, key: str, *, action: str = "claim") -> Snapshot:
         """Read the record, retrying transient errors within the RPC timeout."""
         timeout = self.rpc_timeout_seconds
-        with self._wrapped(action, key):
+        with self.wrapped(action, key):
             snapshot = self.ref(key).get(retry=_transient_retry(timeout), timeout=timeout)
-        return Snapshot(
-            record=Record.from_snapshot(snapshot),
-            read_time=_required_time(snapshot.read_time),
-            update_time=snapshot.update_time,
-        )
-
-    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
-        """The error for a failed `action` on the record (chain `exc` with `from`)."""
-        return StoreUnavailable(
-            f"could not {action} {self.path(key)}: {exc}; the event will be retried "
-            "(check that Firestore is reachable and the service account may write it)"
-        )
+        return snapshot_of(snapshot)
 
     def _conditional(
         self,
@@ -263,33 +304,69 @@ class RecordStore:
         write: Callable[[float], Any],
         budget: float | None,
     ) -> datetime | Conflict:
-        deadline = time.monotonic() + (self.rpc_timeout_seconds if budget is None else budget)
-        maybe_applied = False
-        round_ = 0
+        tries = ConditionalTries(self, action, key, budget)
         while True:
-            remaining = deadline - time.monotonic()
             try:
-                result = write(max(0.1, min(self.rpc_timeout_seconds, remaining)))
-            except PRECONDITION_ERRORS:
-                return Conflict(maybe_applied=maybe_applied)
-            except TRANSIENT_ERRORS as exc:
-                maybe_applied = True
-                pause = backoff(round_)
-                round_ += 1
-                if time.monotonic() + pause >= deadline:
-                    raise self.unavailable(action, key, exc) from exc
-                time.sleep(pause)
-                continue
-            except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-                raise self.unavailable(action, key, exc) from exc
-            return _required_time(result.update_time)
+                return written_time(write(tries.timeout()))
+            except Exception as exc:
+                pause = tries.after(exc)
+            if isinstance(pause, Conflict):
+                return pause
+            time.sleep(pause)
 
-    @contextmanager
-    def _wrapped(self, action: str, key: str) -> Iterator[None]:
-        try:
-            yield
-        except (api_exceptions.GoogleAPICallError, api_exceptions.RetryError) as exc:
-            raise self.unavailable(action, key, exc) from exc
+
+class ConditionalTries:
+    """The retry rule of one conditional write (sync or async): transient errors are retried
+    with backoff within the budget, the precondition failing is a `Conflict`, anything else
+    from Firestore is `StoreUnavailable`."""
+
+    def __init__(self, store: StoreBase[Any], action: str, key: str, budget: float | None):
+        """Tries of `action` on `key` through `store` (anything with `rpc_timeout_seconds` and
+        `unavailable`), for `budget` seconds (None: the store's RPC timeout)."""
+        self._store = store
+        self._action = action
+        self._key = key
+        self._deadline = time.monotonic() + (
+            store.rpc_timeout_seconds if budget is None else budget
+        )
+        self._maybe_applied = False
+        self._round = 0
+
+    def timeout(self) -> float:
+        """The timeout of the next try: the RPC timeout, or what is left of the budget."""
+        remaining = self._deadline - time.monotonic()
+        return float(max(0.1, min(self._store.rpc_timeout_seconds, remaining)))
+
+    def after(self, exc: Exception) -> float | Conflict:
+        """After a try raised `exc`: the `Conflict` to return, or the pause before the next
+        try. Raises `StoreUnavailable` (chaining `exc`) when out of budget or not retryable,
+        and `exc` itself when it is not a Google API error."""
+        if isinstance(exc, PRECONDITION_ERRORS):
+            return Conflict(maybe_applied=self._maybe_applied)
+        if isinstance(exc, TRANSIENT_ERRORS):
+            self._maybe_applied = True
+            pause = backoff(self._round)
+            self._round += 1
+            if time.monotonic() + pause >= self._deadline:
+                raise self._store.unavailable(self._action, self._key, exc) from exc
+            return pause
+        if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
+            raise self._store.unavailable(self._action, self._key, exc) from exc
+        raise exc
+
+
+def snapshot_of(document: Any) -> Snapshot:
+    """A `Snapshot` of a document read through either client."""
+    return Snapshot(
+        record=Record.from_snapshot(document),
+        read_time=_required_time(document.read_time),
+        update_time=document.update_time,
+    )
+
+
+def written_time(result: Any) -> datetime:
+    """The update time of a write's result (the new fencing token)."""
+    return _required_time(result.update_time)
 
 
 def is_written(result: datetime | Conflict) -> bool:

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 from google.cloud import firestore
+from google.cloud.firestore import AsyncClient
 
-from dedup import DedupConfig, Deduplicator, Record
+from dedup import AsyncDeduplicator, DedupConfig, Deduplicator, Record
+from tests.conftest import PROJECT
 
 EFFECTS = "effects"
 
@@ -45,3 +47,19 @@ def count_effects(firestore_client: firestore.Client) -> Callable[[], int]:
         return sum(1 for _ in firestore_client.collection(EFFECTS).list_documents())
 
     return count
+
+
+MakeAsyncDedup = Callable[..., AsyncDeduplicator]
+
+
+@pytest.fixture
+def make_async_dedup(firestore_host: str) -> MakeAsyncDedup:
+    """Build an AsyncDeduplicator on the emulator (an AsyncClient per event loop, made on its
+    first delivery); keyword arguments go to DedupConfig."""
+
+    def make(**settings: Any) -> AsyncDeduplicator:
+        return AsyncDeduplicator(
+            DedupConfig(**settings), client_factory=lambda: AsyncClient(project=PROJECT)
+        )
+
+    return make

@@ -1,23 +1,34 @@
 """A separate process that delivers one event through a Deduplicator (used by the tests).
 
     python -m tests.dedup.crash_worker EVENT_ID SUFFIX --lease 3 [--hang] [--start-at EPOCH]
-        [--mode lease]
+        [--mode lease] [--async]
 
 The handler's effect is one new document in `effects` (so the test can count effects). With
 --hang the handler records its effect, prints STARTED and sleeps: the test SIGKILLs it while
-it holds the lease. The outcome is printed as one JSON line on stdout.
+it holds the lease. With --async the handler is an `async def` run by an AsyncDeduplicator
+in an event loop. The outcome is printed as one JSON line on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
 
 from google.cloud import firestore
 
-from dedup import DedupConfig, DedupError, Deduplicator, Delivery, Mode
+from dedup import (
+    AsyncDeduplicator,
+    AsyncDelivery,
+    DedupConfig,
+    DedupError,
+    Deduplicator,
+    Delivery,
+    Mode,
+    Outcome,
+)
 
 EFFECTS = "effects"
 
@@ -31,6 +42,7 @@ def main() -> int:
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--start-at", type=float, default=0.0)
     parser.add_argument("--mode", default=Mode.LEASE.value)
+    parser.add_argument("--async", dest="use_async", action="store_true")
     args = parser.parse_args()
 
     client = firestore.Client(project="demo-exactly-once")
@@ -49,9 +61,34 @@ def main() -> int:
             print("STARTED", flush=True)
             time.sleep(120)
 
-    time.sleep(max(0.0, args.start_at - time.time()))
+    async def async_handler(delivery: AsyncDelivery) -> None:
+        effect = {"key": delivery.key, "attempt": delivery.attempt}
+        ref = delivery.client.collection(EFFECTS).document()
+        if delivery.transaction is not None:
+            delivery.transaction.create(ref, effect)
+        elif delivery.batch is not None:
+            delivery.batch.create(ref, effect)
+        else:
+            await ref.create(effect)
+        if args.hang:
+            print("STARTED", flush=True)
+            await asyncio.sleep(120)
+
+    async def deliver_async() -> Outcome:
+        dedup = AsyncDeduplicator(
+            DedupConfig(lease_seconds=args.lease),
+            client_factory=lambda: firestore.AsyncClient(project="demo-exactly-once"),
+        )
+        await dedup.store.client.collection(EFFECTS).document("warmup").get()  # connect
+        await asyncio.sleep(max(0.0, args.start_at - time.time()))
+        return await dedup.run(args.event_id, args.suffix, async_handler, mode=Mode(args.mode))
+
     try:
-        outcome = deduplicator.run(args.event_id, args.suffix, handler, mode=Mode(args.mode))
+        if args.use_async:
+            outcome = asyncio.run(deliver_async())
+        else:
+            time.sleep(max(0.0, args.start_at - time.time()))
+            outcome = deduplicator.run(args.event_id, args.suffix, handler, mode=Mode(args.mode))
     except DedupError as exc:
         print(json.dumps({"error": type(exc).__name__}), flush=True)
         return 3

@@ -5,6 +5,7 @@ Every test states the invariant it proves and fails on the code before the fix.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 
@@ -13,6 +14,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup import (
+    AsyncDelivery,
     ConfigError,
     DedupConfig,
     Deduplicator,
@@ -152,15 +154,18 @@ def test_invalid_argument_from_a_lease_mode_handler_is_terminal(
 # --- Handlers the package cannot run ----------------------------------------------------------
 
 
-def test_an_async_handler_is_refused_at_decoration() -> None:
-    """An `async def` handler would be marked sent without ever running (its coroutine is
-    never awaited): `trigger_once` refuses it when the function is decorated."""
+def test_an_async_handler_is_never_marked_sent_unawaited() -> None:
+    """An `async def` handler must not be marked sent without ever running (its coroutine
+    never awaited): `trigger_once` makes it an `async def` function that awaits it (issue 14,
+    tests/dedup/test_async_modes.py), and the sync `Deduplicator.run` refuses one."""
 
-    async def handler(event: object, delivery: Delivery) -> None:  # pragma: no cover
+    async def handler(event: object, delivery: AsyncDelivery) -> None:  # pragma: no cover
         raise AssertionError("never called")
 
+    wrapped = trigger_once("async_handler", registry=SuffixRegistry())(handler)
+    assert inspect.iscoroutinefunction(wrapped)
     with pytest.raises(ConfigError, match="async"):
-        trigger_once("async_handler", registry=SuffixRegistry())(handler)  # type: ignore[arg-type]
+        Deduplicator(DedupConfig()).run("e1", "s", handler)  # type: ignore[arg-type]
 
 
 # --- 2. Keys cannot collide -------------------------------------------------------------------

@@ -120,17 +120,25 @@ class HttpServer:
 
 @contextmanager
 def http_server(
-    target: str, source: Path, env: Mapping[str, str], log: Path
+    target: str,
+    source: Path,
+    env: Mapping[str, str],
+    log: Path,
+    *,
+    signature_type: str = "http",
+    asgi: bool = False,
 ) -> Iterator[HttpServer]:
-    """Serve `target` of `source` (signature type http) on a free port until the block ends."""
+    """Serve `target` of `source` (signature type http, or `signature_type`; under the ASGI
+    server with `asgi`) on a free port until the block ends."""
     port = free_port()
     command = [
         str(FUNCTIONS_FRAMEWORK),
         "--source", str(source),
         "--target", target,
-        "--signature-type", "http",
+        "--signature-type", signature_type,
         "--host", "127.0.0.1",
         "--port", str(port),
+        *(["--asgi"] if asgi else []),
     ]  # fmt: skip
     full_env = {**os.environ, "FUNCTION_TARGET": target, "PYTHONPATH": str(ROOT), **env}
     with log.open("ab") as output:

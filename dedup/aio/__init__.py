@@ -1,0 +1,23 @@
+"""Exactly-once effects for `async def` handlers: `AsyncDeduplicator` and the async deliveries.
+
+`dedup.trigger_once` wraps an `async def handler(event, delivery)` into an async CloudEvent
+function (serve it with `functions_framework.aio.cloud_event` and `functions-framework
+--asgi`); call `AsyncDeduplicator.run` for the explicit form. See docs/async.md.
+"""
+
+from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
+from dedup.aio.delivery import (
+    AsyncDelivery,
+    AsyncHandler,
+    AsyncTransactionDelivery,
+    AsyncWriteOnlyDelivery,
+)
+
+__all__ = [
+    "AsyncDeduplicator",
+    "AsyncDelivery",
+    "AsyncHandler",
+    "AsyncTransactionDelivery",
+    "AsyncWriteOnlyDelivery",
+    "default_async_deduplicator",
+]

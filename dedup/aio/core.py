@@ -1,0 +1,129 @@
+"""`AsyncDeduplicator`: the front door for `async def` handlers, on a `firestore.AsyncClient`.
+
+Everything but the I/O is the sync path's: the checks before any claim and the caches
+(`dedup.core.DeduplicatorBase`), the flows (`dedup.core.settle`, `dedup.lease`,
+`dedup.atomic`), the claim decision (`dedup.claims`) and the record transitions
+(`dedup.transitions`). Only `AsyncRecordStore` differs: it awaits the async client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import datetime
+
+from google.cloud.firestore import AsyncClient
+
+from dedup.aio.delivery import AsyncHandler
+from dedup.aio.store import AsyncRecordStore
+from dedup.cache import KeyTurns
+from dedup.config import DedupConfig
+from dedup.core import DeduplicatorBase, settle
+from dedup.delivery import Outcome
+from dedup.errors import ConfigError
+from dedup.record import Mode
+
+
+class AsyncDeduplicator(DeduplicatorBase):
+    """Runs async handlers at most once per (event id, suffix), effectively once with retries:
+    every mode and guarantee of `dedup.Deduplicator`, awaited.
+
+    One instance serves every task of a process. Its `AsyncClient` is created lazily on the
+    first delivery of each event loop (a gRPC asyncio channel belongs to the loop that made
+    it), from `client` (always that one: use it on one loop), else `client_factory()`, else
+    `AsyncClient(project, database)` of the config; the caches are shared by all loops.
+    """
+
+    def __init__(
+        self,
+        config: DedupConfig | None = None,
+        *,
+        client: AsyncClient | None = None,
+        client_factory: Callable[[], AsyncClient] | None = None,
+    ) -> None:
+        """Use `config` (default: `DedupConfig.from_env()`)."""
+        super().__init__(config)
+        self._client = client
+        self._client_factory = client_factory
+        self._turns = KeyTurns()
+        self._stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRecordStore]
+        self._stores = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> AsyncRecordStore:
+        """The record store of the running event loop, creating its client on first use."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            store = self._stores.get(loop)
+            if store is None:
+                client = self._client
+                if client is None:
+                    factory = self._client_factory or self._default_client
+                    client = factory()
+                store = AsyncRecordStore(
+                    client,
+                    self.config.collection,
+                    turns=self._turns,
+                    rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+                )
+                self._stores[loop] = store
+            return store
+
+    def _default_client(self) -> AsyncClient:
+        return AsyncClient(project=self.config.project, database=self.config.database)
+
+    async def run(
+        self,
+        event_id: str | None,
+        suffix: str,
+        handler: AsyncHandler,
+        *,
+        mode: Mode = Mode.LEASE,
+        payload: bytes | str | None = None,
+        event_time: datetime | None = None,
+        document_path: str | None = None,
+    ) -> Outcome:
+        """Await `handler` for this event unless its record says it already ran.
+
+        Returns and raises exactly as `Deduplicator.run`; `ConfigError` for a handler that
+        is not an `async def` (use `Deduplicator` for those). The handler gets an
+        `AsyncDelivery` whose client is this instance's `AsyncClient`.
+        """
+        if not inspect.iscoroutinefunction(handler):
+            raise ConfigError(
+                f"{getattr(handler, '__qualname__', handler)!r} is not an async function: "
+                "AsyncDeduplicator awaits `async def` handlers; run a `def` handler with "
+                "dedup.Deduplicator"
+            )
+        io = self.store
+        started = self.begin(
+            io,
+            event_id,
+            suffix,
+            mode=Mode(mode),
+            payload=payload,
+            event_time=event_time,
+            document_path=document_path,
+        )
+        if isinstance(started, Outcome):
+            return started
+        return await settle(started, io.invoker(started, handler))
+
+
+_default_lock = threading.Lock()
+_defaults: dict[DedupConfig | None, AsyncDeduplicator] = {}
+
+
+def default_async_deduplicator(config: DedupConfig | None = None) -> AsyncDeduplicator:
+    """The process's shared AsyncDeduplicator for `config` (None: from the environment),
+    created on first request without touching the network (see `default_deduplicator`)."""
+    with _default_lock:
+        found = _defaults.get(config)
+        if found is None:
+            found = AsyncDeduplicator(config)
+            _defaults[config] = found
+        return found

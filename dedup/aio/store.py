@@ -1,0 +1,183 @@
+"""`AsyncRecordStore`: the async `FlowIO` (`dedup.flow_io`) over a `firestore.AsyncClient`.
+
+I/O only, the async twin of `dedup.store.RecordStore` plus `dedup.blocking.BlockingIO`: the
+same calls, bounded the same way (`ConditionalTries`, `transient_retry`, the transaction RPCs'
+arguments from `dedup.store`), awaited on the caller's event loop. Per-key turns wait on an
+`asyncio.Lock` (the table is `dedup.cache.KeyTurns`'s), pauses are `asyncio.sleep`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from google.api_core.retry import AsyncRetry
+from google.cloud import firestore
+from google.cloud.firestore import AsyncClient, AsyncDocumentReference, AsyncTransaction
+
+from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncHandler
+from dedup.atomic import TRANSACTION_ATTEMPTS
+from dedup.cache import KeyTurns
+from dedup.delivery import HandlerResult
+from dedup.flow_io import Fill, Invoke
+from dedup.record import Mode
+from dedup.store import (
+    ConditionalTries,
+    Conflict,
+    Snapshot,
+    StoreBase,
+    begin_call,
+    commit_call,
+    committed,
+    rollback_call,
+    snapshot_of,
+    transient_retry,
+    written_time,
+)
+from dedup.transitions import Fields
+
+if TYPE_CHECKING:
+    from dedup.runs import Run
+
+
+class BoundedAsyncTransaction(AsyncTransaction):
+    """An `AsyncTransaction` whose begin, commit and rollback are bounded in time (the library
+    passes no timeout, and retries its commit); see `dedup.store.BoundedTransaction`."""
+
+    def __init__(self, client: AsyncClient, *, max_attempts: int, timeout: float) -> None:
+        """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
+        bounded by `timeout` seconds."""
+        super().__init__(client, max_attempts=max_attempts)
+        self._rpc_timeout = timeout
+
+    async def _begin(self, retry_id: bytes | None = None) -> None:
+        if self.in_progress:
+            raise ValueError(f"transaction {self._id!r} has already begun")
+        api = self._client._firestore_api
+        retry = transient_retry(self._rpc_timeout, AsyncRetry)
+        response = await api.begin_transaction(
+            **begin_call(self, retry_id, self._rpc_timeout), retry=retry
+        )
+        self._id = response.transaction
+
+    async def _rollback(self) -> None:
+        if not self.in_progress:
+            raise ValueError("no transaction is in progress")
+        try:
+            await self._client._firestore_api.rollback(**rollback_call(self, self._rpc_timeout))
+        finally:
+            self._clean_up()
+
+    async def _commit(self) -> list[Any]:
+        if not self.in_progress:
+            raise ValueError("no transaction is in progress")
+        api = self._client._firestore_api
+        return committed(self, await api.commit(**commit_call(self, self._rpc_timeout)))
+
+
+class AsyncRecordStore(StoreBase[AsyncClient]):
+    """The dedup collection of one `AsyncClient`, and everything else a flow awaits; use it
+    from the event loop the client was created on."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        collection: str,
+        *,
+        turns: KeyTurns,
+        rpc_timeout_seconds: float = 10,
+    ) -> None:
+        """Operate on `collection` through `client`, deliveries of one key taking turns in
+        `turns`; each call gives up after `rpc_timeout_seconds`."""
+        super().__init__(client, collection, rpc_timeout_seconds=rpc_timeout_seconds)
+        self.turns = turns
+
+    def ref(self, key: str) -> AsyncDocumentReference:
+        """Reference to the record's document."""
+        return self.client.collection(self.collection).document(key)
+
+    async def read(self, key: str, *, action: str = "claim") -> Snapshot:
+        """Read the record, retrying transient errors within the RPC timeout."""
+        retry = transient_retry(self.rpc_timeout_seconds, AsyncRetry)
+        with self.wrapped(action, key):
+            document = await self.ref(key).get(retry=retry, timeout=self.rpc_timeout_seconds)
+        return snapshot_of(document)
+
+    async def create(
+        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+    ) -> datetime | Conflict:
+        """Create the record if absent: its update time, or a `Conflict` (see `RecordStore`)."""
+        ref = self.ref(key)
+        return await self._conditional(
+            action, key, lambda timeout: ref.create(fields, retry=None, timeout=timeout), budget
+        )
+
+    async def update_if_unchanged(
+        self,
+        key: str,
+        fields: Fields,
+        update_time: datetime,
+        *,
+        action: str,
+        budget: float | None = None,
+    ) -> datetime | Conflict:
+        """Update the record only if it was last written at `update_time` (see `RecordStore`)."""
+        ref = self.ref(key)
+        option = self.client.write_option(last_update_time=update_time)
+        return await self._conditional(
+            action,
+            key,
+            lambda timeout: ref.update(fields, option=option, retry=None, timeout=timeout),
+            budget,
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        """Pause this delivery, not the event loop."""
+        await asyncio.sleep(seconds)
+
+    @asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        """This task's turn for `key` among the instance's deliveries on this event loop."""
+        with self.turns.lock_of(key, asyncio.Lock) as lock:
+            async with lock:
+                yield
+
+    async def commit(self, run: Run, fill: Fill) -> HandlerResult:
+        """`FlowIO.commit` with an `AsyncWriteBatch`, or a `BoundedAsyncTransaction` run by
+        `firestore.async_transactional`."""
+        timeout = run.config.rpc_timeout_seconds
+        if run.mode is Mode.WRITE_ONLY:
+            batch = self.client.batch()
+            result = await fill(batch)
+            await batch.commit(retry=None, timeout=timeout)
+            return result
+        transaction = BoundedAsyncTransaction(
+            self.client, max_attempts=TRANSACTION_ATTEMPTS, timeout=timeout
+        )
+        body = firestore.async_transactional(fill)
+        return await body(transaction)
+
+    def invoker(self, run: Run, handler: AsyncHandler) -> Invoke:
+        """How the flows call an async `handler`: with an `AsyncDelivery` on this client."""
+        client = self.client
+
+        async def invoke(writer: object) -> object:
+            return await handler(run.delivery(client, writer, ASYNC_DELIVERIES))
+
+        return invoke
+
+    async def _conditional(
+        self, action: str, key: str, write: Any, budget: float | None
+    ) -> datetime | Conflict:
+        tries = ConditionalTries(self, action, key, budget)
+        while True:
+            try:
+                return written_time(await write(tries.timeout()))
+            except Exception as exc:
+                pause = tries.after(exc)
+            if isinstance(pause, Conflict):
+                return pause
+            await asyncio.sleep(pause)
