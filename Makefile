@@ -96,7 +96,7 @@ emulators: install ## Start the emulators in the foreground (Ctrl-C stops them).
 	$(EMULATORS) start
 
 bench: install ## The price of exactly-once, measured on the Firestore emulator (bench/results.*).
-	$(EMULATORS) exec --only firestore -- $(PY) -m bench
+	$(EMULATORS) exec --only firestore -- $(PY) -m bench $(BENCH_ARGS)
 
 soak: $(STAMP_PY) ## Chaos soak on its own emulator (soak/results.json): make soak SOAK_SECONDS=600
 	$(PY) -m soak --seconds $(SOAK_SECONDS)

@@ -4,7 +4,9 @@ Needs FIRESTORE_EMULATOR_HOST (`make bench` starts the emulator and sets it). Op
 `--deliveries N` (timed deliveries per implementation and kind, default 500),
 `--memory-events N` (default 10000), `--storms a,b` (default naive,lease,transaction,
 write_only), `--throughput-events N` (fresh events per round and concurrency, default 400),
-`--cold-runs N` (default 7), `--markdown` (print results.json as Markdown and exit).
+`--cold-runs N` (default 7), `--markdown` (print results.json as Markdown and exit),
+`--only async` (measure async against sync handlers only, `--throughput-events` per round,
+and merge the figures into the existing results.json).
 Exit status: 0 whether or not targets are met; 1 if the benchmark itself broke; 2 on misuse.
 """
 
@@ -22,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import cold, cost, memory, report, throughput
+from bench import asyncio_throughput, cold, cost, memory, report, throughput
 from bench.impls import SUFFIX
 from bench.measure import Matrix
 from bench.rpc_count import RpcCounter, counting_client
@@ -60,6 +62,8 @@ def run(
     cold_start = cold.measure(client, cold_runs)
     phase(f"throughput: {throughput_events} fresh events per round at concurrency 1, 8, 80")
     rates = throughput.measure(throughput_events)
+    phase(f"async handlers: {throughput_events} fresh events per round at concurrency 8, 80")
+    async_rates = asyncio_throughput.measure(throughput_events)
     phase(f"latency and RPCs: {deliveries} deliveries per implementation and kind")
     matrix = Matrix(client, counter, deliveries)
     latency = matrix.run(lambda k: phase(f"  {k}"))
@@ -79,6 +83,7 @@ def run(
         "deliveries_per_series": deliveries,
         "cold": cold_start,
         "throughput": rates,
+        "async_throughput": async_rates,
         "latency": latency,
         "storms": storms,
         "memory": mem,
@@ -100,6 +105,18 @@ def _one_event_documents(matrix: Matrix) -> dict[str, list[str]]:
     return paths
 
 
+def only_async(throughput_events: int, console: Console) -> dict[str, Any]:
+    """Measure async against sync handlers and merge them into the committed results: the
+    other sections are kept as they are, every figure is computed again from them."""
+    previous = json.loads(RESULTS_JSON.read_text())
+    old_keys = {f["key"] for f in previous["figure_list"]} | {"figure_list"}
+    sections = {k: v for k, v in previous.items() if k not in old_keys}
+    console.print(f"async handlers: {throughput_events} fresh events per round, c8 and c80")
+    sections["async_throughput"] = asyncio_throughput.measure(throughput_events)
+    figs = report.figures(sections)
+    return {**report.flat_figures(figs), **sections, "figure_list": report.as_dicts(figs)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
@@ -109,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-events", type=int, default=400)
     parser.add_argument("--cold-runs", type=int, default=7)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--only", choices=["async"], default=None)
     args = parser.parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=130)
     if args.markdown:
@@ -128,14 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     # One log line per delivery would drown the table: keep the records, drop the output.
     logging.getLogger("dedup").addHandler(logging.NullHandler())
     logging.getLogger("dedup").propagate = False
-    results = run(
-        args.deliveries,
-        args.memory_events,
-        storms_to_run,
-        args.throughput_events,
-        args.cold_runs,
-        console,
-    )
+    if args.only == "async":
+        results = only_async(args.throughput_events, console)
+    else:
+        results = run(
+            args.deliveries,
+            args.memory_events,
+            storms_to_run,
+            args.throughput_events,
+            args.cold_runs,
+            console,
+        )
     RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
     report.plot(results, RESULTS_PNG)
     report.plot_throughput(results, THROUGHPUT_PNG)

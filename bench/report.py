@@ -87,6 +87,8 @@ def figures(results: dict[str, Any]) -> list[Figure]:
         out.append(Figure(key, label, value, target, None if check is None else check(value)))
 
     _scale_figures(results, add)
+    if "async_throughput" in results:
+        _async_figures(results, add)
 
     def median(impl: str, kind: str = "fresh") -> float:
         return float(series[(impl, kind)]["median_ms"])
@@ -311,6 +313,47 @@ def _scale_figures(results: dict[str, Any], add: Add) -> None:
             )
 
 
+def _async_figures(results: dict[str, Any], add: Add) -> None:
+    """Async handlers against sync ones, per mode, at concurrency 8 and 80 (issue 14)."""
+    for level in results["async_throughput"]:
+        c = level["concurrency"]
+        rates = level["events_per_s"]
+        for mode in rates["async"]:
+            add(
+                f"throughput_async_{mode}_c{c}",
+                f"throughput, async handler, {mode}, concurrency {c} (events/s)",
+                rates["async"][mode],
+                "-",
+                None,
+            )
+            add(
+                f"throughput_async_ratio_{mode}_c{c}",
+                f"throughput ratio, async / sync handler, {mode}, concurrency {c}",
+                round(rates["async"][mode] / rates["sync"][mode], 3),
+                "-",
+                None,
+            )
+
+
+def async_markdown(results: dict[str, Any]) -> list[str]:
+    """Events per second of async and sync handlers per mode and concurrency (issue 14)."""
+    levels = results.get("async_throughput", [])
+    if not levels:
+        return []
+    header = "| mode | " + " | ".join(
+        f"c{lv['concurrency']} sync events/s | c{lv['concurrency']} async events/s (ratio)"
+        for lv in levels
+    )
+    lines = [header + " |", "|---|" + "---:|---:|" * len(levels)]
+    for mode in levels[0]["events_per_s"]["async"]:
+        cells = []
+        for level in levels:
+            sync, aio = level["events_per_s"]["sync"][mode], level["events_per_s"]["async"][mode]
+            cells.append(f"{sync:.0f} | {aio:.0f} ({aio / sync:.2f})")
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def flat_figures(figs: list[Figure]) -> dict[str, Any]:
     """`{key: value}` for results.json's top level."""
     return {f.key: f.value for f in figs}
@@ -351,7 +394,8 @@ def print_tables(results: dict[str, Any], console: Console | None = None) -> Non
             f"[{style}]{verdict}[/{style}]" if style else verdict,
         )
     console.print(figs)
-    for section in (throughput_markdown, cold_markdown, storm_markdown, cost_markdown):
+    sections = (throughput_markdown, async_markdown, cold_markdown, storm_markdown, cost_markdown)
+    for section in sections:
         console.print("\n".join(section(results)), markup=False, highlight=False)
         console.print()
     console.print(
@@ -381,7 +425,10 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {f['label']} | `{f['key']}` | {f['value']:g} | {f['target']} | "
             f"{_verdict(f['met'])} |"
         )
-    lines += ["", *throughput_markdown(results), "", *cold_markdown(results)]
+    lines += ["", *throughput_markdown(results)]
+    if "async_throughput" in results:
+        lines += ["", *async_markdown(results)]
+    lines += ["", *cold_markdown(results)]
     lines += ["", *storm_markdown(results), "", *cost_markdown(results)]
     lines += [
         "",

@@ -85,22 +85,24 @@ def child(concurrency: int, events: int, rounds: int) -> dict[str, Any]:
 
 def measure(events: int = 400, rounds: int = 3) -> list[dict[str, Any]]:
     """Run `child` at each concurrency level in its own interpreter; their results."""
-    results = []
-    for concurrency in CONCURRENCY:
-        done = subprocess.run(
-            [sys.executable, "-m", "bench.throughput", str(concurrency), str(events), str(rounds)],
-            capture_output=True,
-            text=True,
-            env=os.environ.copy(),
-            check=False,
-            timeout=900,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"bench.throughput failed ({done.returncode}): {done.stderr[-2000:]}"
-            )
-        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return results
+    return [run_child("bench.throughput", c, events, rounds) for c in CONCURRENCY]
+
+
+def run_child(module: str, *args: int) -> dict[str, Any]:
+    """Run `python -m module ARGS` (a fresh interpreter: its RSS is its own) and return the
+    JSON line it printed last; raise with its stderr if it failed."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        check=False,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{module} failed ({done.returncode}): {done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 if __name__ == "__main__":

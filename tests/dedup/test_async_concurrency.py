@@ -74,7 +74,7 @@ def test_fifty_copies_in_one_event_loop_atomic_modes_commit_once(
     async def handler(delivery: AsyncDelivery) -> None:
         ref = delivery.client.collection("counters").document("posts")
         if delivery.transaction is not None:
-            await delivery.transaction.get(ref)
+            await ref.get(transaction=delivery.transaction)
             delivery.transaction.set(ref, {"n": firestore.Increment(1)}, merge=True)
         else:
             assert delivery.batch is not None

@@ -51,7 +51,7 @@ class AsyncCalls:
         self.deliveries.append(delivery)
         ref = delivery.client.collection("effects").document(f"{delivery.key}-{self.count}")
         if delivery.transaction is not None:
-            await delivery.transaction.get(ref)  # a transactional read, awaited
+            await ref.get(transaction=delivery.transaction)  # a transactional read, awaited
             delivery.transaction.create(ref, {"attempt": delivery.attempt})
         elif delivery.batch is not None:
             delivery.batch.create(ref, {"attempt": delivery.attempt})
