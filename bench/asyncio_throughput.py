@@ -52,13 +52,11 @@ class AsyncProject:
 
         async def handler(delivery: AsyncDelivery) -> None:
             ref = delivery.client.collection(EFFECTS).document(event_id)
-            fields = effect_fields(event_id)
-            if delivery.transaction is not None:
-                delivery.transaction.set(ref, fields, merge=True)
-            elif delivery.batch is not None:
-                delivery.batch.set(ref, fields, merge=True)
+            writer = delivery.transaction if delivery.transaction is not None else delivery.batch
+            if writer is None:
+                await ref.set(effect_fields(event_id), merge=True)
             else:
-                await ref.set(fields, merge=True)
+                writer.set(ref, effect_fields(event_id), merge=True)
 
         return (await self.dedup.run(event_id, SUFFIX, handler, mode=self.mode)).kind.value
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import resource
-import subprocess
 import sys
 import time
 import uuid
@@ -90,18 +88,9 @@ def _round(value: float | None) -> float | None:
 
 def measure(events: int = 10_000, threads: int = 4) -> dict[str, Any]:
     """Run `child` in a separate interpreter and return its figures."""
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.memory", str(events), str(threads)],
-        capture_output=True,
-        text=True,
-        env=os.environ.copy(),
-        check=False,
-        timeout=600,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"bench.memory failed ({done.returncode}): {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    from bench.throughput import run_child
+
+    return run_child("bench.memory", events, threads)
 
 
 if __name__ == "__main__":

@@ -8,69 +8,46 @@ as plain sync code. No Firestore logic lives here: the store's calls are `Record
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from datetime import datetime
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from google.cloud import firestore
 
 from dedup.atomic import TRANSACTION_ATTEMPTS
 from dedup.cache import KeyTurns
 from dedup.delivery import Handler, HandlerResult
-from dedup.errors import StoreUnavailable
 from dedup.flow_io import Fill, Invoke, drive
 from dedup.record import Mode
-from dedup.store import Conflict, RecordStore, Snapshot
-from dedup.transitions import Fields
+from dedup.store import RecordStore
 
 if TYPE_CHECKING:
     from dedup.runs import Run
 
 
+def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """`call` as a coroutine function that never suspends (what `drive` needs)."""
+
+    async def blocking(*args: P.args, **kwargs: P.kwargs) -> R:
+        return call(*args, **kwargs)
+
+    return blocking
+
+
 class BlockingIO:
-    """The sync path's I/O: `RecordStore` calls, `KeyTurns`, `time.sleep`, one thread."""
+    """The sync path's I/O: `RecordStore` calls (`read`, `create`, `update_if_unchanged`,
+    `path`, `ref`, `unavailable`: the store's own, awaitable), `KeyTurns`, `time.sleep`."""
 
     def __init__(self, store: RecordStore, turns: KeyTurns) -> None:
         """Do the flows' I/O through `store`, taking per-key turns in `turns`."""
         self.store = store
         self.turns = turns
-
-    def path(self, key: str) -> str:
-        """The record's document path."""
-        return self.store.path(key)
-
-    def ref(self, key: str) -> firestore.DocumentReference:
-        """The record's document reference."""
-        return self.store.ref(key)
-
-    async def read(self, key: str, *, action: str = "claim") -> Snapshot:
-        """`RecordStore.read`."""
-        return self.store.read(key, action=action)
-
-    async def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
-    ) -> datetime | Conflict:
-        """`RecordStore.create`."""
-        return self.store.create(key, fields, action=action, budget=budget)
-
-    async def update_if_unchanged(
-        self,
-        key: str,
-        fields: Fields,
-        update_time: datetime,
-        *,
-        action: str,
-        budget: float | None = None,
-    ) -> datetime | Conflict:
-        """`RecordStore.update_if_unchanged`."""
-        return self.store.update_if_unchanged(
-            key, fields, update_time, action=action, budget=budget
-        )
-
-    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
-        """`RecordStore.unavailable`."""
-        return self.store.unavailable(action, key, exc)
+        self.path = store.path
+        self.ref = store.ref
+        self.unavailable = store.unavailable
+        self.read = _blocking(store.read)
+        self.create = _blocking(store.create)
+        self.update_if_unchanged = _blocking(store.update_if_unchanged)
 
     async def sleep(self, seconds: float) -> None:
         """Block this thread for `seconds`."""

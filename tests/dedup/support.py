@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,16 @@ def start_worker(*args: str) -> subprocess.Popen[str]:
         text=True,
         env=env,
     )
+
+
+def kill_inside_handler(*args: str) -> None:
+    """Start a `--hang` worker with `args`, wait until its handler has started (its effect
+    made or buffered), SIGKILL it and wait for it to be gone."""
+    worker = start_worker(*args, "--hang")
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == "STARTED"
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
 
 
 def write_foreign_lease(

@@ -1,11 +1,10 @@
-"""Async handlers under concurrency and crashes: 50 copies of one event in one event loop,
-4 processes at once, a SIGKILLed lease holder (the same kinds as the sync tests)."""
+"""Async handlers under concurrency and crashes: 50 copies of one event in one event loop, a
+SIGKILLed lease holder (the same kinds as the sync tests; 4 processes at once, each with its
+own loop: `test_concurrency.test_four_processes_run_the_handler_once[*-async]`)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -14,7 +13,7 @@ import pytest
 from google.cloud import firestore
 
 from dedup import AsyncDeduplicator, AsyncDelivery, LeaseHeld, Mode, Outcome, Record, State
-from tests.dedup.support import start_worker
+from tests.dedup.support import kill_inside_handler
 
 MakeAsyncDedup = Callable[..., AsyncDeduplicator]
 COPIES = 50
@@ -90,38 +89,13 @@ def test_fifty_copies_in_one_event_loop_atomic_modes_commit_once(
     assert counter.get().to_dict() == {"n": 1}
 
 
-@pytest.mark.parametrize("mode", [Mode.LEASE, Mode.TRANSACTION, Mode.WRITE_ONLY])
-def test_four_async_processes_run_the_handler_once(
-    firestore_client: firestore.Client, mode: Mode
-) -> None:
-    """Four processes, each delivering the event from its own event loop at the same instant:
-    one effect; the others skip or raise LeaseHeld, and no other error escapes."""
-    start_at = str(time.time() + 3.0)  # after every process has imported and connected
-    workers = [
-        start_worker("e1", "s", "--start-at", start_at, "--mode", mode.value, "--async")
-        for _ in range(PROCESSES)
-    ]
-    results = []
-    for worker in workers:
-        stdout, _ = worker.communicate(timeout=60)
-        results.append(json.loads(stdout.strip().splitlines()[-1]))
-    outcomes = Counter(r.get("outcome") or r.get("error") for r in results)
-    assert outcomes["ran"] == 1, results
-    assert set(outcomes) <= {"ran", "duplicate", "LeaseHeld"}, results
-    assert _effects(firestore_client) == 1
-
-
 def test_a_sigkilled_async_lease_holder_is_taken_over_once_its_lease_ends(
     firestore_client: firestore.Client, make_async_dedup: MakeAsyncDedup
 ) -> None:
     """A process SIGKILLed inside its async handler holds redeliveries off (LeaseHeld) until
     its lease expires on the database clock; then exactly one redelivery runs the handler,
     as attempt 2, with the same key the killed one had."""
-    worker = start_worker("e1", "s", "--lease", str(LEASE_SECONDS), "--hang", "--async")
-    assert worker.stdout is not None
-    assert worker.stdout.readline().strip() == "STARTED"
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=10)
+    kill_inside_handler("e1", "s", "--lease", str(LEASE_SECONDS), "--async")
     killed_at = time.monotonic()
     seen: list[tuple[str, int]] = []
 
@@ -156,11 +130,7 @@ def test_an_async_atomic_attempt_killed_before_its_commit_leaves_nothing(
 ) -> None:
     """An atomic-mode process SIGKILLed inside its async handler (writes buffered, commit not
     sent) leaves no effect and no record: the redelivery runs at once and commits once."""
-    worker = start_worker("e1", "s", "--hang", "--mode", mode.value, "--async")
-    assert worker.stdout is not None
-    assert worker.stdout.readline().strip() == "STARTED"
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=10)
+    kill_inside_handler("e1", "s", "--mode", mode.value, "--async")
     assert _effects(firestore_client) == 0
     assert not firestore_client.collection("triggerEvents").document("e1-s").get().exists
 

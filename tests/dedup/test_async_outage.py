@@ -28,13 +28,11 @@ class Counting:
     async def __call__(self, delivery: AsyncDelivery) -> None:
         self.calls += 1
         ref = delivery.client.collection("counters").document("c")
-        change = {"n": firestore.Increment(1)}
-        if delivery.transaction is not None:
-            delivery.transaction.set(ref, change, merge=True)
-        elif delivery.batch is not None:
-            delivery.batch.set(ref, change, merge=True)
+        writer = delivery.transaction if delivery.transaction is not None else delivery.batch
+        if writer is None:
+            await ref.set({"n": firestore.Increment(1)}, merge=True)
         else:
-            await ref.set(change, merge=True)
+            writer.set(ref, {"n": firestore.Increment(1)}, merge=True)
 
 
 def _counter(client: firestore.Client) -> dict[str, object] | None:

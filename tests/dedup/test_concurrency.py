@@ -132,15 +132,23 @@ def test_fifty_threads_write_only_mode_commit_the_effect_once(
     assert counter.get().to_dict() == {"n": 1}
 
 
-@pytest.mark.parametrize("mode", [Mode.LEASE, Mode.TRANSACTION])
+@pytest.mark.parametrize(
+    ("mode", "flavor"),
+    [
+        (Mode.LEASE, "sync"),
+        (Mode.TRANSACTION, "sync"),
+        *((mode, "async") for mode in Mode),  # issue 14: async handlers, each on its own loop
+    ],
+)
 def test_four_processes_run_the_handler_once(
-    firestore_client: firestore.Client, mode: Mode
+    firestore_client: firestore.Client, mode: Mode, flavor: str
 ) -> None:
     """Four processes delivering the same event at the same instant: one effect; the others
     skip or raise LeaseHeld, and no other error escapes."""
     start_at = str(time.time() + 3.0)  # after every process has imported and connected
+    extra = ["--async"] if flavor == "async" else []
     workers = [
-        start_worker("e1", "s", "--start-at", start_at, "--mode", mode.value)
+        start_worker("e1", "s", "--start-at", start_at, "--mode", mode.value, *extra)
         for _ in range(PROCESSES)
     ]
     results = []
