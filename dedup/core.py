@@ -17,7 +17,6 @@ Layers, top to bottom (nothing below imports what is above it):
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -28,7 +27,7 @@ from dedup.atomic import run_atomic
 from dedup.blocking import BlockingIO
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DedupConfig
-from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook
+from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook, is_async_handler
 from dedup.errors import ConfigError, StoreUnavailable
 from dedup.flow_io import FlowIO, Invoke, drive
 from dedup.keys import dedup_key, payload_hash, storable_event_id
@@ -205,7 +204,7 @@ class Deduplicator(DeduplicatorBase):
         `document_path`) is recorded for operators (`dedup list --subject`).
         """
         mode = Mode(mode)
-        if inspect.iscoroutinefunction(handler):
+        if is_async_handler(handler):
             raise ConfigError(
                 f"{getattr(handler, '__qualname__', handler)!r} is an async function: "
                 "Deduplicator runs synchronous handlers only (its coroutine would never be "

@@ -18,7 +18,6 @@ function (run by `dedup.aio.AsyncDeduplicator`) for `functions_framework.aio.clo
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, cast, overload
@@ -27,7 +26,7 @@ from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
 from dedup.aio.delivery import AsyncDelivery
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator, default_deduplicator
-from dedup.delivery import Delivery
+from dedup.delivery import Delivery, is_async_handler
 from dedup.errors import ConfigError, DuplicateSuffix
 from dedup.events import describe
 from dedup.keys import validate_suffix
@@ -154,7 +153,7 @@ def trigger_once(
 
     def decorate(handler: Any) -> Any:
         owner = f"{handler.__module__}.{handler.__qualname__}"
-        if inspect.iscoroutinefunction(handler):
+        if is_async_handler(handler):
             given_async = runner(AsyncDeduplicator, owner)
             suffixes.register(suffix, owner)
 

@@ -7,6 +7,7 @@ points a delivery passes, for test hooks (crash injection) and tracing.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -132,6 +133,15 @@ HandlerResult = Mapping[str, Any] | None
 
 Handler = Callable[[Delivery], HandlerResult]
 """The explicit form's handler: called with the delivery; returns None or a result map."""
+
+
+def is_async_handler(handler: object) -> bool:
+    """True when calling `handler` returns a coroutine: an `async def` function (or a partial
+    of one), or an object whose `__call__` is one."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    return callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+
 
 StepHook = Callable[[Step, str], None]
 """`hook(step, key)`: called at each `Step` of a delivery (tests, tracing)."""

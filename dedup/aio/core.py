@@ -9,7 +9,6 @@ Everything but the I/O is the sync path's: the checks before any claim and the c
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import weakref
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from dedup.aio.store import AsyncRecordStore
 from dedup.cache import KeyTurns
 from dedup.config import DedupConfig
 from dedup.core import DeduplicatorBase, settle
-from dedup.delivery import Outcome
+from dedup.delivery import Outcome, is_async_handler
 from dedup.errors import ConfigError
 from dedup.record import Mode
 
@@ -93,7 +92,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         is not an `async def` (use `Deduplicator` for those). The handler gets an
         `AsyncDelivery` whose client is this instance's `AsyncClient`.
         """
-        if not inspect.iscoroutinefunction(handler):
+        if not is_async_handler(handler):
             raise ConfigError(
                 f"{getattr(handler, '__qualname__', handler)!r} is not an async function: "
                 "AsyncDeduplicator awaits `async def` handlers; run a `def` handler with "

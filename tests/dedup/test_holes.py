@@ -162,10 +162,15 @@ def test_an_async_handler_is_never_marked_sent_unawaited() -> None:
     async def handler(event: object, delivery: AsyncDelivery) -> None:  # pragma: no cover
         raise AssertionError("never called")
 
+    class AsyncCallable:
+        async def __call__(self, delivery: AsyncDelivery) -> None:  # pragma: no cover
+            raise AssertionError("never called")
+
     wrapped = trigger_once("async_handler", registry=SuffixRegistry())(handler)
     assert inspect.iscoroutinefunction(wrapped)
-    with pytest.raises(ConfigError, match="async"):
-        Deduplicator(DedupConfig()).run("e1", "s", handler)  # type: ignore[arg-type]
+    for refused in (handler, AsyncCallable()):
+        with pytest.raises(ConfigError, match="async"):
+            Deduplicator(DedupConfig()).run("e1", "s", refused)  # type: ignore[arg-type]
 
 
 # --- 2. Keys cannot collide -------------------------------------------------------------------
