@@ -85,6 +85,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         payload: bytes | str | None = None,
         event_time: datetime | None = None,
         document_path: str | None = None,
+        subject: str | None = None,
     ) -> Outcome:
         """Await `handler` for this event unless its record says it already ran.
 
@@ -107,6 +108,7 @@ class AsyncDeduplicator(DeduplicatorBase):
             payload=payload,
             event_time=event_time,
             document_path=document_path,
+            subject=subject,
         )
         if isinstance(started, Outcome):
             return started
