@@ -146,7 +146,7 @@ def test_a_failing_async_handler_is_retried_then_failed_or_dead(
         assert (await make_async_dedup().run("t1", "s", skipped, mode=mode)).kind is (
             OutcomeKind.DUPLICATE
         )
-        assert skipped.count == 0
+        assert skipped.count == (1 if mode is Mode.WRITE_ONLY else 0)  # its try, uncommitted
 
     asyncio.run(scenario())
     states = {key: read_record(key) for key in ("e1-s", "p1-s", "t1-s")}
