@@ -71,8 +71,7 @@ ENVIRONMENT_VARIABLES = (
     "DEDUP_DATABASE",
     "DEDUP_OTEL",
 )
-"""Every DEDUP_* variable `DedupConfig.from_env` reads (DEDUP_OTEL: only checked here, read by
-`telemetry_enabled`); any other DEDUP_* name is refused."""
+"""Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
 
 OTEL_VALUES = {"1": True, "true": True, "0": False, "false": False}
 """The accepted values of DEDUP_OTEL (case-insensitive; empty or unset: off)."""
@@ -142,6 +141,11 @@ class DedupConfig:
     function_timeout_seconds: int | None = None
     """The timeout of the function this config serves, when known: `lease_seconds` must then be
     at least this plus `rpc_timeout_seconds` (see the module docstring). None: not checked."""
+
+    otel: bool = False
+    """Whether the functions install the OpenTelemetry SDK with the Cloud Trace and Cloud
+    Monitoring exporters at start-up (`functions.observability`, docs/observability.md); the
+    library itself only calls the OpenTelemetry API. DEDUP_OTEL (1 or 0)."""
 
     key_layout: KeyLayout = "plain"
     """Record keys: "plain" (`<event id>-<suffix>`) or "spread" (a 4-hex hash prefix, beyond
@@ -219,7 +223,6 @@ class DedupConfig:
         """
         env = os.environ if environ is None else environ
         _refuse_unknown_variables(env)
-        telemetry_enabled(env)  # a malformed DEDUP_OTEL fails here too, with the rest
 
         def get(name: str) -> str | None:
             value = env.get(name, "").strip()
@@ -244,6 +247,7 @@ class DedupConfig:
             else _float_var("DEDUP_MAX_EVENT_AGE_SECONDS", age),
             project=get("GOOGLE_CLOUD_PROJECT") or get("GCLOUD_PROJECT"),
             database=get("DEDUP_DATABASE"),
+            otel=telemetry_enabled(env),
             cache_size=_int_var(get, "DEDUP_CACHE_SIZE", DEFAULT_CACHE_SIZE),
             rpc_timeout_seconds=_int_var(
                 get, "DEDUP_RPC_TIMEOUT_SECONDS", DEFAULT_RPC_TIMEOUT_SECONDS
