@@ -76,7 +76,12 @@ class DeliveryTrace:
     """Set by the flow once the delivery's key is known (`watch`)."""
     handler_seconds: float = 0.0
     """Time spent inside the handler (every call, when a transaction retries it)."""
-    _started: float = field(default_factory=time.perf_counter)
+    clock: Callable[[], float] = time.perf_counter
+    """Seconds, monotonic: what the overhead is measured with (injectable for tests)."""
+    _started: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self._started = self.clock()
 
     def watch(self, run: Observed) -> None:
         """Read the key, attempt and outcome from `run` when the delivery ends."""
@@ -85,11 +90,11 @@ class DeliveryTrace:
     @contextmanager
     def in_handler(self) -> Iterator[None]:
         """Count the time spent in this block as the handler's (sync or around an `await`)."""
-        started = time.perf_counter()
+        started = self.clock()
         try:
             yield
         finally:
-            self.handler_seconds += time.perf_counter() - started
+            self.handler_seconds += self.clock() - started
 
     def timed(self, handler: Callable[..., R]) -> Callable[..., R]:
         """`handler`, with its time counted as the handler's (see `in_handler`)."""
@@ -102,7 +107,7 @@ class DeliveryTrace:
 
     def overhead_ms(self) -> float:
         """Milliseconds since the delivery started, minus the handler's time."""
-        elapsed = time.perf_counter() - self._started
+        elapsed = self.clock() - self._started
         return max(0.0, (elapsed - self.handler_seconds) * 1000)
 
     def outcome(self, error: BaseException | None) -> str:
@@ -127,8 +132,10 @@ class Telemetry:
         *,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """Use these providers (default: the global ones)."""
+        """Use these providers (default: the global ones); `clock` measures the overhead."""
+        self._clock = clock
         self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
         meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=meter_provider)
         self._deliveries = meter.create_counter(
@@ -145,7 +152,7 @@ class Telemetry:
         """Observe one delivery: its span is current inside the block; on the way out (return
         or exception) the span gets its outcome and attempt, and the counter and the histogram
         one measurement each. Exceptions pass through unchanged."""
-        observed = DeliveryTrace()
+        observed = DeliveryTrace(clock=self._clock)
         attributes = {"dedup.suffix": suffix, "dedup.mode": Mode(mode).value}
         with self._tracer.start_as_current_span(
             SPAN_PREFIX + suffix, kind=SpanKind.INTERNAL, attributes=attributes
