@@ -68,9 +68,8 @@ def test_one_metric_per_monitored_outcome_and_one_alert_on_dead() -> None:
     display name exists; the channels of ALERT_CHANNELS are notified."""
     lines = planned_lines()
     assert len(lines) == 5
-    for line, outcome in zip(
-        lines, ["dead", "lease_lost", "payload_mismatch", "failed"], strict=False
-    ):
+    monitored = ["dead", "lease_lost", "payload_mismatch", "failed"]
+    for line, outcome in zip(lines, monitored, strict=False):
         describe, create = gcloud_commands(line)
         name = log_metric_name(outcome)
         assert describe[:5] == ["gcloud", "logging", "metrics", "describe", name]
