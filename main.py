@@ -33,9 +33,9 @@ from dedup.http import ensure_firebase_app  # noqa: E402
 from dedup.logs import configure_logging  # noqa: E402
 from functions.boundary import install_boundary  # noqa: E402
 from functions.create_order import create_order, create_order_callable  # noqa: E402
-from functions.observability import configure_telemetry  # noqa: E402
 from functions.forward_webhook import forward_webhook  # noqa: E402
 from functions.index_post import indexPost  # noqa: E402
+from functions.observability import configure_telemetry  # noqa: E402
 from functions.receive_line_webhook import receive_line_webhook  # noqa: E402
 from functions.relay_outbox import relay_outbox  # noqa: E402
 from functions.runtime import refuse_unsafe_settings  # noqa: E402
