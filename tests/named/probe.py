@@ -16,6 +16,8 @@ from google.cloud import firestore
 
 from tests.named.functions import COUNTS, NAMED_DATABASE
 
+PROBE_MARK = "probe: "
+"""Starts the line with the result (the emulators print their own lines around it)."""
 WAIT_SECONDS = 90.0
 """How long the Functions emulator gets to run the function (a cold Python worker included)."""
 
@@ -40,7 +42,8 @@ def main() -> None:
     time.sleep(3)  # let a second (duplicate or wrong-database) run show itself
     in_named, in_default = snapshot(named), snapshot(default)
     print(
-        json.dumps(
+        PROBE_MARK
+        + json.dumps(
             {
                 "named_counts": in_named["counts"],
                 "named_records": in_named["records"],

@@ -19,6 +19,7 @@ import pytest
 
 from tests.deploy.conftest import add_function, copy_project
 from tests.named.functions import NAMED_DATABASE
+from tests.named.probe import PROBE_MARK
 
 PORT_SHIFT = 1000
 """Moves 8080 to 9080 and so on: free of the suite's emulators and of the receiver (8765)."""
@@ -75,7 +76,9 @@ def test_the_functions_emulator_triggers_a_function_of_a_named_database(tmp_path
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-2000:])
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = [line for line in done.stdout.splitlines() if line.startswith(PROBE_MARK)]
+    assert printed, done.stdout[-3000:]
+    found = json.loads(printed[0].removeprefix(PROBE_MARK))
     assert found["named_counts"] == {"o1": {"n": 1, "database": NAMED_DATABASE}}
     assert found["named_records"] == 1
     assert found["default_counts"] == {}
