@@ -38,6 +38,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup.claims import Claim, decide, written_by
+from dedup.databases import require_one_database
 from dedup.delivery import Handler, HandlerResult, Outcome, OutcomeKind, Step
 from dedup.record import Mode, Record, State, error_text
 from dedup.runs import Run, bury, is_terminal, precondition
@@ -201,6 +202,7 @@ def _write_marker(
 ) -> None:
     """Add the sent marker (with the handler's result) to a transaction or batch: a create,
     or an update of `record`."""
+    require_one_database(writer, ref, run.mode.value)  # the handler's writes, same database
     if record is None:
         fields = new_record(
             event_id=run.event_id,

@@ -23,7 +23,7 @@ from google.cloud import firestore
 
 from dedup.atomic import run_atomic
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
-from dedup.config import DedupConfig
+from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook
 from dedup.errors import ConfigError, StoreUnavailable
 from dedup.keys import dedup_key, payload_hash, storable_event_id
@@ -31,6 +31,7 @@ from dedup.lease import run_lease
 from dedup.record import Mode
 from dedup.runs import Run
 from dedup.store import RecordStore
+from dedup.telemetry import DeliveryTrace, Telemetry
 
 
 class Deduplicator:
@@ -40,6 +41,12 @@ class Deduplicator:
     is created lazily, once, on the first delivery (constructing a Deduplicator touches no
     network and reads no environment when given a `config`), from `client`, else
     `client_factory()`, else `firestore.Client(project, database)` of the config.
+
+    Records live in the config's `database` when set (DEDUP_DATABASE), else in the database
+    the event came from (`run(..., database=)`), else in `(default)`; a client for another
+    database than the first one's is created on first use, with the same project and
+    credentials (docs/named-databases.md). Each delivery is observed through `telemetry`
+    (OpenTelemetry API: no-op without an SDK; `dedup.telemetry`).
     """
 
     def __init__(
@@ -48,12 +55,17 @@ class Deduplicator:
         *,
         client: firestore.Client | None = None,
         client_factory: Callable[[], firestore.Client] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`)."""
+        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
+        global OpenTelemetry providers)."""
         self.config = config if config is not None else DedupConfig.from_env()
         self._client = client
         self._client_factory = client_factory
         self._store: RecordStore | None = None
+        self._stores: dict[str, RecordStore] = {}
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        """Spans and metrics of the deliveries (`dedup.telemetry`)."""
         self._lock = threading.Lock()
         self.sent_keys = SentKeys(self.config.cache_size)
         """The LRU of keys known sent (exposed for inspection)."""
@@ -81,7 +93,35 @@ class Deduplicator:
         return self._store
 
     def _default_client(self) -> firestore.Client:
-        return firestore.Client(project=self.config.project, database=self.config.database)
+        database = self.config.database or DEFAULT_DATABASE
+        return firestore.Client(project=self.config.project, database=database)
+
+    def records_database(self, event_database: str | None = None) -> str:
+        """Where the records of an event from `event_database` live: the config's database
+        (DEDUP_DATABASE) when set, else the event's, else the first client's."""
+        return self.config.database or event_database or _database_of(self.store.client)
+
+    def store_for(self, event_database: str | None = None) -> RecordStore:
+        """The record store of `records_database(event_database)` (created on first use)."""
+        first = self.store
+        wanted = self.records_database(event_database)
+        if wanted == _database_of(first.client):
+            return first
+        with self._lock:
+            found = self._stores.get(wanted)
+            if found is None:
+                client = firestore.Client(
+                    project=first.client.project,
+                    credentials=getattr(first.client, "_credentials", None),
+                    database=wanted,
+                )
+                found = RecordStore(
+                    client,
+                    self.config.collection,
+                    rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+                )
+                self._stores[wanted] = found
+            return found
 
     def run(
         self,
@@ -94,6 +134,7 @@ class Deduplicator:
         event_time: datetime | None = None,
         document_path: str | None = None,
         subject: str | None = None,
+        database: str | None = None,
     ) -> Outcome:
         """Run `handler` for this event unless its record says it already ran.
 
@@ -101,10 +142,13 @@ class Deduplicator:
         dead, too_old, self_trigger). Raises `LeaseHeld`, `LeaseLost`, `StoreUnavailable` or
         the handler's own exception when it should retry; `MissingEventId`/`InvalidSuffix`
         for a bad key, `KeyCollision` for a record of another event at this key,
-        `PayloadMismatch` under that policy, `ConfigError` for an `async def` handler.
-        `payload` (canonical bytes or text) is fingerprinted to detect a key reused for a
-        different event; `document_path` enables the self-trigger guard; `subject` (by default
-        `document_path`) is recorded for operators (`dedup list --subject`).
+        `PayloadMismatch` under that policy, `ConfigError` for an `async def` handler,
+        `DatabaseMismatch` when an atomic mode's handler writes to another database than the
+        records'. `payload` (canonical bytes or text) is fingerprinted to detect a key reused
+        for a different event; `document_path` enables the self-trigger guard; `subject` (by
+        default `document_path`) is recorded for operators (`dedup list --subject`);
+        `database` is the database the event came from (see `records_database`). Observed by
+        `telemetry`: one span, one count, one overhead.
         """
         mode = Mode(mode)
         if inspect.iscoroutinefunction(handler):
@@ -113,6 +157,35 @@ class Deduplicator:
                 "runs synchronous handlers only (its coroutine would never be awaited); "
                 "write the handler with `def`"
             )
+        with self.telemetry.delivery(suffix, mode) as observed:
+            return self._run(
+                observed,
+                event_id,
+                suffix,
+                observed.timed(handler),
+                mode=mode,
+                payload=payload,
+                event_time=event_time,
+                document_path=document_path,
+                subject=subject,
+                database=database,
+            )
+
+    def _run(
+        self,
+        observed: DeliveryTrace,
+        event_id: str | None,
+        suffix: str,
+        handler: Handler,
+        *,
+        mode: Mode,
+        payload: bytes | str | None,
+        event_time: datetime | None,
+        document_path: str | None,
+        subject: str | None,
+        database: str | None,
+    ) -> Outcome:
+        store = self.store_for(database)
         key = dedup_key(event_id, suffix, self.config.key_layout)
         assert event_id is not None  # dedup_key rejects a missing id
         fingerprint = None
@@ -121,7 +194,7 @@ class Deduplicator:
             fingerprint = payload_hash(raw)
         run = Run(
             config=self.config,
-            store=self.store,
+            store=store,
             sent_keys=self.sent_keys,
             live_leases=self.live_leases,
             turns=self._turns,
@@ -133,8 +206,10 @@ class Deduplicator:
             subject=subject if subject is not None else document_path,
             step_hook=self.step_hook,
         )
+        observed.watch(run)
         run.step(Step.BEFORE_CLAIM)
-        if document_path is not None and self._inside_collection(document_path):
+        same_database = database is None or database == _database_of(store.client)
+        if document_path is not None and same_database and self._inside_collection(document_path):
             return run.finish(OutcomeKind.SELF_TRIGGER)
         if self._too_old(event_time):
             return run.finish(OutcomeKind.TOO_OLD)
@@ -165,6 +240,11 @@ class Deduplicator:
         if max_age is None or event_time is None:
             return False
         return self.config.clock() - event_time > timedelta(seconds=max_age)
+
+
+def _database_of(client: firestore.Client) -> str:
+    """The database id a Firestore client talks to (the client keeps it private)."""
+    return str(getattr(client, "_database", None) or DEFAULT_DATABASE)
 
 
 _default_lock = threading.Lock()

@@ -131,6 +131,7 @@ def trigger_once(
                 event_time=info.event_time,
                 document_path=info.document_path,
                 subject=info.subject,
+                database=info.database,  # the records follow a named database's events
             )
 
         # Copy the identity (name, doc) but not the signature: the wrapper takes one argument,
