@@ -25,11 +25,14 @@ SERVICE_ACCOUNT ?= exactly-once-fn
 PROJECT_NUMBER ?=
 # Topics to create besides the triggers' (for example the ones relay_outbox publishes to).
 TOPICS ?=
+# Notification channels of the alert `make monitoring` creates (ids or full names, space-separated).
+ALERT_CHANNELS ?=
 DEDUP_COLLECTION ?= triggerEvents
 SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and checks
 DEPLOY := $(PY) -m tools.deploy
 DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
-  --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)"
+  --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)" \
+  --alert-channels="$(ALERT_CHANNELS)"
 define newline
 
 
@@ -39,7 +42,7 @@ endef
 planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --make || echo '@exit 2'))
 
 .PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
-        deploy-gcloud bootstrap rules ttl topics queues guard-project clean
+        deploy-gcloud bootstrap rules ttl topics queues monitoring guard-project clean
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -130,6 +133,11 @@ topics: $(STAMP_PY) guard-project ## Create the triggers' Pub/Sub topics and TOP
 
 queues: $(STAMP_PY) guard-project ## Create the task queue functions' Cloud Tasks queues (existing ones are kept).
 	$(call planned,queues)
+
+# Log-based metrics dedup_dead, dedup_lease_lost, dedup_payload_mismatch, dedup_failed and the
+# alert policy "dedup: dead events" (gcloud alpha); see docs/observability.md.
+monitoring: $(STAMP_PY) guard-project ## Log-based metrics of bad outcomes + an alert on dead (existing ones kept).
+	$(call planned,monitoring)
 
 guard-project:
 	@[ -n "$(PROJECT)" ] || { echo "error: set PROJECT, e.g. make $(MAKECMDGOALS) PROJECT=my-project"; exit 2; }

@@ -35,17 +35,20 @@ from functions.boundary import install_boundary  # noqa: E402
 from functions.create_order import create_order, create_order_callable  # noqa: E402
 from functions.forward_webhook import forward_webhook  # noqa: E402
 from functions.index_post import indexPost  # noqa: E402
+from functions.observability import configure_telemetry  # noqa: E402
 from functions.receive_line_webhook import receive_line_webhook  # noqa: E402
 from functions.relay_outbox import relay_outbox  # noqa: E402
-from functions.runtime import refuse_unsafe_settings  # noqa: E402
+from functions.runtime import check_function_settings, refuse_unsafe_settings  # noqa: E402
 from functions.send_post_notification import send_post_notification  # noqa: E402
 from functions.sync_published_count import sync_published_count  # noqa: E402
 
 configure_logging()
+configure_telemetry()  # DEDUP_OTEL=1: spans to Cloud Trace, metrics to Cloud Monitoring
 install_boundary(functions_framework.errorhandler)
 ensure_firebase_app()  # callables' ID tokens are verified through it before their handler runs
 index_post = indexPost  # its Python name; deployed as indexPost (not in __all__: one function)
 refuse_unsafe_settings(globals())  # on the platform only: lease vs timeout, DEDUP_* names
+check_function_settings()  # the served function's own settings (WEBHOOK_ROUTES, NOTIFY_URL...)
 
 __all__ = [
     "create_order",

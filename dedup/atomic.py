@@ -40,6 +40,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup.claims import Claim, decide, written_by
+from dedup.databases import require_one_database
 from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.flow_io import Invoke
 from dedup.record import Mode, Record, State, error_text
@@ -189,6 +190,7 @@ def _write_marker(
 ) -> None:
     """Add the sent marker (with the handler's result) to a transaction or batch (sync or
     async: their create and update only buffer): a create, or an update of `record`."""
+    require_one_database(writer, ref, run.mode.value)  # the handler's writes, same database
     if record is None:
         fields = new_record(
             event_id=run.event_id,

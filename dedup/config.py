@@ -68,8 +68,13 @@ ENVIRONMENT_VARIABLES = (
     "DEDUP_RPC_TIMEOUT_SECONDS",
     "DEDUP_ON_PAYLOAD_MISMATCH",
     "DEDUP_KEY_LAYOUT",
+    "DEDUP_DATABASE",
+    "DEDUP_OTEL",
 )
 """Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
+
+OTEL_VALUES = {"1": True, "true": True, "0": False, "false": False}
+"""The accepted values of DEDUP_OTEL (case-insensitive; empty or unset: off)."""
 
 
 def utc_now() -> datetime:
@@ -115,8 +120,10 @@ class DedupConfig:
     """Google Cloud project; None lets the client infer it. GOOGLE_CLOUD_PROJECT or
     GCLOUD_PROJECT."""
 
-    database: str = DEFAULT_DATABASE
-    """Firestore database id."""
+    database: str | None = None
+    """Firestore database id of the records; None: the database of the triggering event (a
+    function on a named database keeps its records there, docs/named-databases.md), else
+    `(default)`. DEDUP_DATABASE."""
 
     cache_size: int = DEFAULT_CACHE_SIZE
     """Capacity of the per-instance LRU of keys known sent (0 disables it). DEDUP_CACHE_SIZE."""
@@ -134,6 +141,11 @@ class DedupConfig:
     function_timeout_seconds: int | None = None
     """The timeout of the function this config serves, when known: `lease_seconds` must then be
     at least this plus `rpc_timeout_seconds` (see the module docstring). None: not checked."""
+
+    otel: bool = False
+    """Whether the functions install the OpenTelemetry SDK with the Cloud Trace and Cloud
+    Monitoring exporters at start-up (`functions.observability`, docs/observability.md); the
+    library itself only calls the OpenTelemetry API. DEDUP_OTEL (1 or 0)."""
 
     key_layout: KeyLayout = "plain"
     """Record keys: "plain" (`<event id>-<suffix>`) or "spread" (a 4-hex hash prefix, beyond
@@ -175,8 +187,11 @@ class DedupConfig:
                 f"key_layout (DEDUP_KEY_LAYOUT) must be one of {', '.join(KEY_LAYOUTS)}; "
                 f"got {self.key_layout!r}"
             )
-        if not self.database:
-            raise ConfigError("database must be a Firestore database id such as '(default)'")
+        if self.database is not None and not self.database:
+            raise ConfigError(
+                "database (DEDUP_DATABASE) must be a Firestore database id such as '(default)' "
+                "or 'orders', or unset for the triggering event's database"
+            )
         if self.function_timeout_seconds is not None:
             self._check_lease_covers(self.function_timeout_seconds)
 
@@ -231,6 +246,8 @@ class DedupConfig:
             if age is None
             else _float_var("DEDUP_MAX_EVENT_AGE_SECONDS", age),
             project=get("GOOGLE_CLOUD_PROJECT") or get("GCLOUD_PROJECT"),
+            database=get("DEDUP_DATABASE"),
+            otel=telemetry_enabled(env),
             cache_size=_int_var(get, "DEDUP_CACHE_SIZE", DEFAULT_CACHE_SIZE),
             rpc_timeout_seconds=_int_var(
                 get, "DEDUP_RPC_TIMEOUT_SECONDS", DEFAULT_RPC_TIMEOUT_SECONDS
@@ -239,6 +256,22 @@ class DedupConfig:
             function_timeout_seconds=function_timeout_seconds,
             key_layout="spread" if layout == "spread" else "plain",
         )
+
+
+def telemetry_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether DEDUP_OTEL asks for the OpenTelemetry SDK and Google Cloud exporters
+    (`functions.observability`): "1"/"true" on, "0"/"false"/empty/unset off. Raises
+    `ConfigError` for any other value."""
+    env = os.environ if environ is None else environ
+    raw = env.get("DEDUP_OTEL", "").strip().lower()
+    if not raw:
+        return False
+    if raw not in OTEL_VALUES:
+        raise ConfigError(
+            f"DEDUP_OTEL must be 1 (send traces to Cloud Trace and metrics to Cloud Monitoring) "
+            f"or 0 (off); got {env['DEDUP_OTEL']!r}"
+        )
+    return OTEL_VALUES[raw]
 
 
 def _refuse_unknown_variables(env: Mapping[str, str]) -> None:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from google.cloud import firestore
 
 from dedup.atomic import run_atomic
 from dedup.blocking import BlockingIO
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
-from dedup.config import DedupConfig
+from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook, is_async_handler
 from dedup.errors import ConfigError, StoreUnavailable
 from dedup.flow_io import FlowIO, Invoke, drive
@@ -35,15 +36,21 @@ from dedup.lease import run_lease
 from dedup.record import Mode
 from dedup.runs import Run
 from dedup.store import RecordStore
+from dedup.telemetry import DeliveryTrace, Telemetry
 
 
 class DeduplicatorBase:
     """What the sync and async front doors share: the config, the instance's caches, and the
     checks a delivery passes before any claim (`begin`)."""
 
-    def __init__(self, config: DedupConfig | None = None) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`)."""
+    def __init__(
+        self, config: DedupConfig | None = None, telemetry: Telemetry | None = None
+    ) -> None:
+        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
+        global OpenTelemetry providers)."""
         self.config = config if config is not None else DedupConfig.from_env()
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        """Spans and metrics of the deliveries (`dedup.telemetry`)."""
         self.sent_keys = SentKeys(self.config.cache_size)
         """The LRU of keys known sent (exposed for inspection)."""
         self.live_leases = LiveLeases()
@@ -62,10 +69,14 @@ class DeduplicatorBase:
         event_time: datetime | None,
         document_path: str | None,
         subject: str | None = None,
+        observed: DeliveryTrace | None = None,
+        same_database: bool = True,
     ) -> Run | Outcome:
-        """The delivery's `Run`, or its outcome when it ends before any claim (self-trigger,
-        too old, a duplicate known from the cache). Raises `MissingEventId`/`InvalidSuffix`
-        for a bad key, `PayloadMismatch` for a cached key under that policy."""
+        """The delivery's `Run` (watched by `observed`), or its outcome when it ends before
+        any claim (self-trigger, too old, a duplicate known from the cache). Raises
+        `MissingEventId`/`InvalidSuffix` for a bad key, `PayloadMismatch` for a cached key
+        under that policy. `same_database`: the event came from the records' database (the
+        self-trigger guard applies only then)."""
         key = dedup_key(event_id, suffix, self.config.key_layout)
         assert event_id is not None  # dedup_key rejects a missing id
         fingerprint = None
@@ -85,8 +96,10 @@ class DeduplicatorBase:
             subject=subject if subject is not None else document_path,
             step_hook=self.step_hook,
         )
+        if observed is not None:
+            observed.watch(run)
         run.step(Step.BEFORE_CLAIM)
-        if document_path is not None and self._inside_collection(document_path):
+        if document_path is not None and same_database and self._inside_collection(document_path):
             return run.finish(OutcomeKind.SELF_TRIGGER)
         if self._too_old(event_time):
             return run.finish(OutcomeKind.TOO_OLD)
@@ -141,12 +154,15 @@ class Deduplicator(DeduplicatorBase):
         *,
         client: firestore.Client | None = None,
         client_factory: Callable[[], firestore.Client] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`)."""
-        super().__init__(config)
+        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
+        global OpenTelemetry providers)."""
+        super().__init__(config, telemetry)
         self._client = client
         self._client_factory = client_factory
         self._store: RecordStore | None = None
+        self._stores: dict[str, RecordStore] = {}
         self._io: BlockingIO | None = None
         self._lock = threading.Lock()
         self._turns = KeyTurns()
@@ -178,7 +194,35 @@ class Deduplicator(DeduplicatorBase):
         return self._io
 
     def _default_client(self) -> firestore.Client:
-        return firestore.Client(project=self.config.project, database=self.config.database)
+        database = self.config.database or DEFAULT_DATABASE
+        return firestore.Client(project=self.config.project, database=database)
+
+    def records_database(self, event_database: str | None = None) -> str:
+        """Where the records of an event from `event_database` live: the config's database
+        (DEDUP_DATABASE) when set, else the event's, else the first client's."""
+        return self.config.database or event_database or database_of(self.store.client)
+
+    def store_for(self, event_database: str | None = None) -> RecordStore:
+        """The record store of `records_database(event_database)` (created on first use)."""
+        first = self.store
+        wanted = self.records_database(event_database)
+        if wanted == database_of(first.client):
+            return first
+        with self._lock:
+            found = self._stores.get(wanted)
+            if found is None:
+                client = firestore.Client(
+                    project=first.client.project,
+                    credentials=getattr(first.client, "_credentials", None),
+                    database=wanted,
+                )
+                found = RecordStore(
+                    client,
+                    self.config.collection,
+                    rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+                )
+                self._stores[wanted] = found
+            return found
 
     def run(
         self,
@@ -191,6 +235,7 @@ class Deduplicator(DeduplicatorBase):
         event_time: datetime | None = None,
         document_path: str | None = None,
         subject: str | None = None,
+        database: str | None = None,
     ) -> Outcome:
         """Run `handler` for this event unless its record says it already ran.
 
@@ -198,10 +243,13 @@ class Deduplicator(DeduplicatorBase):
         dead, too_old, self_trigger). Raises `LeaseHeld`, `LeaseLost`, `StoreUnavailable` or
         the handler's own exception when it should retry; `MissingEventId`/`InvalidSuffix`
         for a bad key, `KeyCollision` for a record of another event at this key,
-        `PayloadMismatch` under that policy, `ConfigError` for an `async def` handler.
-        `payload` (canonical bytes or text) is fingerprinted to detect a key reused for a
-        different event; `document_path` enables the self-trigger guard; `subject` (by default
-        `document_path`) is recorded for operators (`dedup list --subject`).
+        `PayloadMismatch` under that policy, `ConfigError` for an `async def` handler,
+        `DatabaseMismatch` when an atomic mode's handler writes to another database than the
+        records'. `payload` (canonical bytes or text) is fingerprinted to detect a key reused
+        for a different event; `document_path` enables the self-trigger guard; `subject` (by
+        default `document_path`) is recorded for operators (`dedup list --subject`);
+        `database` is the database the event came from (see `records_database`). Observed by
+        `telemetry`: one span, one count, one overhead.
         """
         mode = Mode(mode)
         if is_async_handler(handler):
@@ -211,20 +259,30 @@ class Deduplicator(DeduplicatorBase):
                 "awaited); await dedup.aio.AsyncDeduplicator().run(...) instead, or write the "
                 "handler with `def`"
             )
-        io = self.io
-        started = self.begin(
-            io,
-            event_id,
-            suffix,
-            mode=mode,
-            payload=payload,
-            event_time=event_time,
-            document_path=document_path,
-            subject=subject,
-        )
-        if isinstance(started, Outcome):
-            return started
-        return drive(settle(started, io.invoker(started, handler)))
+        with self.telemetry.delivery(suffix, mode) as observed:
+            store = self.store_for(database)
+            io = BlockingIO(store, self._turns)
+            started = self.begin(
+                io,
+                event_id,
+                suffix,
+                mode=mode,
+                payload=payload,
+                event_time=event_time,
+                document_path=document_path,
+                subject=subject,
+                observed=observed,
+                same_database=database is None or database == database_of(store.client),
+            )
+            if isinstance(started, Outcome):
+                return started
+            return drive(settle(started, io.invoker(started, observed.timed(handler))))
+
+
+def database_of(client: firestore.Client | Any) -> str:
+    """The database id a Firestore client (sync or async) talks to (the client keeps it
+    private)."""
+    return str(getattr(client, "_database", None) or DEFAULT_DATABASE)
 
 
 _default_lock = threading.Lock()

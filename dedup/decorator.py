@@ -139,6 +139,7 @@ def trigger_once(
             "event_time": info.event_time,
             "document_path": info.document_path,
             "subject": info.subject,
+            "database": info.database,  # the records follow a named database's events
         }
 
     def runner[D: (Deduplicator, AsyncDeduplicator)](kind: type[D], owner: str) -> D | None:

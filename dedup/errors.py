@@ -16,6 +16,13 @@ class ConfigError(DedupError, ValueError):
     """A configuration value is invalid; the message names the setting and the accepted form."""
 
 
+class DatabaseMismatch(ConfigError):
+    """Transaction or write-only mode: the handler wrote to another Firestore database than
+    the one holding the dedup records, so its writes and the marker cannot commit together.
+    Nothing was committed; keep the records in the handler's database (unset DEDUP_DATABASE, or
+    set it to that database) or use lease mode (docs/named-databases.md)."""
+
+
 class MissingEventId(DedupError, ValueError):
     """The event carries no id, so it cannot be deduplicated; the handler was not run.
 

@@ -56,6 +56,9 @@ class EventInfo:
     """What the event is about, recorded for operators (`dedup list --subject`): the document
     path of a Firestore event, `topics/<topic>/messages/<message id>` of a Pub/Sub message
     (the topic read from the event's `source`), else None."""
+    database: str | None = None
+    """The Firestore database the event came from (its `database` attribute), if any: the
+    records follow it unless DEDUP_DATABASE is set (docs/named-databases.md)."""
 
 
 def describe(event: object) -> EventInfo:
@@ -98,6 +101,7 @@ def _firestore_event(event: firestore_fn.Event[Any]) -> EventInfo:
         event_time=_aware(event.time),
         document_path=event.document,
         subject=event.document,
+        database=getattr(event, "database", None) or None,
     )
 
 
@@ -123,6 +127,7 @@ def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
         event_time=_parse_time(attributes.get("time")),
         document_path=document_path,
         subject=subject,
+        database=_database(attributes),
     )
 
 
@@ -146,6 +151,11 @@ def _document_path(attributes: Mapping[str, Any]) -> str | None:
     if isinstance(subject, str) and subject.startswith("documents/"):
         return subject.removeprefix("documents/")
     return None
+
+
+def _database(attributes: Mapping[str, Any]) -> str | None:
+    database = attributes.get("database")
+    return database if isinstance(database, str) and database else None
 
 
 def _pubsub_payload(data: Any, attributes: Mapping[str, str]) -> bytes:

@@ -85,6 +85,8 @@ class Run:
     started: float = field(default_factory=time.monotonic)
     attempt: int = 0
     mismatch: bool = False
+    outcome: OutcomeKind | None = None
+    """The last outcome `finish` reported (read by `dedup.telemetry`)."""
 
     @property
     def path(self) -> str:
@@ -171,6 +173,7 @@ class Run:
         self, kind: OutcomeKind, *, error: str | None = None, result: HandlerResult = None
     ) -> Outcome:
         """Log the delivery's single line and build its `Outcome`."""
+        self.outcome = kind
         ms = int((time.monotonic() - self.started) * 1000)
         level = _SEVERITY[kind]
         message = f"{kind.value}: {self.path} (attempt {self.attempt})"

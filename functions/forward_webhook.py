@@ -38,6 +38,7 @@ from dedup import Delivery, TerminalError, trigger_once
 from dedup.errors import ConfigError
 from functions.boundary import validated
 from functions.http_delivery import post_once
+from functions.runtime import startup_check
 
 SUFFIX = "forward_webhook"
 TOPIC = "webhooks"
@@ -68,14 +69,11 @@ def parse_routes(raw: str | None) -> Mapping[str, str]:
     return routes
 
 
+@startup_check("forward_webhook")  # a bad setting fails at start-up, not on the first event
 @cache
 def routes() -> Mapping[str, str]:
     """The routes of this instance, read once."""
     return parse_routes(os.environ.get("WEBHOOK_ROUTES"))
-
-
-if os.environ.get("FUNCTION_TARGET") == "forward_webhook":
-    routes()  # fail at start-up, not on the first message
 
 
 def pick_route(attributes: Mapping[str, str]) -> tuple[str, str]:

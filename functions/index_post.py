@@ -41,6 +41,7 @@ from dedup import Delivery, TerminalError
 from dedup.errors import ConfigError
 from dedup.tasks import task_once
 from functions.http_delivery import post_once
+from functions.runtime import startup_check
 from functions.task_boundary import validated_task
 
 SUFFIX = "index_post"
@@ -56,6 +57,7 @@ RATE_LIMITS = options.RateLimits(max_concurrent_dispatches=10, max_dispatches_pe
 """Spare the search service: at most 10 requests in flight, 5 new ones a second."""
 
 
+@startup_check(FUNCTION_ID)  # a bad setting fails at start-up, not on the first event
 @cache
 def search_index_url() -> str:
     """`SEARCH_INDEX_URL`, checked once per instance; `ConfigError` if missing or not http(s)."""
@@ -67,10 +69,6 @@ def search_index_url() -> str:
             "emulator)"
         )
     return url
-
-
-if os.environ.get("FUNCTION_TARGET") == FUNCTION_ID:
-    search_index_url()  # a bad SEARCH_INDEX_URL fails at start-up, not on the first task
 
 
 def post_id_of(data: Any) -> str:

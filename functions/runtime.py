@@ -1,4 +1,10 @@
-"""The start-up check of a deployed instance: refuse to serve with unsafe dedup settings.
+"""The start-up checks of an instance: refuse to serve with settings that would fail every event.
+
+`check_function_settings()`, called by `main.py`, runs the check the served function declared
+with `@startup_check(<function name>)` (WEBHOOK_ROUTES, NOTIFY_URL, SEARCH_INDEX_URL...), for
+the function named by `FUNCTION_TARGET` only, so an instance fails at start-up with the
+`ConfigError` that names the variable, and a sibling's missing setting stops nothing. Importing
+a function module checks nothing (tests, the deploy tool and `bench` import them freely).
 
 `main.py` calls `refuse_unsafe_settings(globals())` after declaring the functions. On the
 platform (Cloud Run sets `K_SERVICE`; the Functions emulator sets `FUNCTIONS_EMULATOR=true` and
@@ -14,9 +20,34 @@ Nothing happens elsewhere: tests and local servers deliberately run with short l
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from dedup.config import DedupConfig
+
+Check = TypeVar("Check", bound=Callable[[], object])
+
+_STARTUP_CHECKS: dict[str, Callable[[], object]] = {}
+
+
+def startup_check(function_name: str) -> Callable[[Check], Check]:
+    """Declare the decorated function (no arguments; raises `ConfigError` on a bad setting) as
+    what an instance serving `function_name` checks when it starts (`check_function_settings`)."""
+
+    def register(check: Check) -> Check:
+        _STARTUP_CHECKS[function_name] = check
+        return check
+
+    return register
+
+
+def check_function_settings(environ: Mapping[str, str] | None = None) -> None:
+    """Run the start-up check the function this instance serves (`FUNCTION_TARGET`) declared,
+    on the platform and in the emulator alike; nothing without a target or a declared check."""
+    env = os.environ if environ is None else environ
+    check = _STARTUP_CHECKS.get(env.get("FUNCTION_TARGET", ""))
+    if check is not None:
+        check()
 
 
 def declared_timeout(function: object) -> int | None:

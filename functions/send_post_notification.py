@@ -19,7 +19,6 @@ Follower entries that are not strings are skipped.
 from __future__ import annotations
 
 import logging
-import os
 from functools import cache
 
 from firebase_functions import firestore_fn
@@ -29,6 +28,7 @@ from dedup import Delivery, TerminalError, trigger_once
 from functions.boundary import validated
 from functions.ids import id_problem
 from functions.notifier import Notification, Notifier, notifier_from_env, unique_tokens
+from functions.runtime import startup_check
 
 SUFFIX = "send_post_notification"
 logger = logging.getLogger(__name__)
@@ -49,14 +49,11 @@ def becomes_published(before: DocumentSnapshot | None, after: DocumentSnapshot |
     return _published(after) and not _published(before)
 
 
+@startup_check("send_post_notification")  # a bad setting fails at start-up, not on the first event
 @cache
 def _notifier() -> Notifier:
     """This instance's notifier, configured once."""
     return notifier_from_env()
-
-
-if os.environ.get("FUNCTION_TARGET") == "send_post_notification":
-    _notifier()  # a bad NOTIFY_URL fails at start-up, not on the first post
 
 
 @trigger_once(SUFFIX, event_id_from=lambda event: f"post-{event.params['postId']}")

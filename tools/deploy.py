@@ -3,13 +3,14 @@
     venv/bin/python -m tools.deploy manifest [OUT] [OPTIONS]   # functions.yaml for firebase
     venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
     venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
-        WHAT: deploy-gcloud | bootstrap | topics | queues
+        WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
     OPTIONS: --project=P --region=R [--firestore-location=L] [--service-account=NAME]
-             [--project-number=N] [--topics="a b"]
+             [--project-number=N] [--topics="a b"] [--alert-channels="c1 c2"]
 
-`make deploy-firebase`, `make deploy-gcloud`, `make bootstrap`, `make topics` and `make queues`
-call these; `make -n TARGET` prints the planned commands (with `--make` the plan is one line
-that the Makefile splits back into recipe lines). See docs/deploy.md for the first deploy.
+`make deploy-firebase`, `make deploy-gcloud`, `make bootstrap`, `make topics`, `make queues` and
+`make monitoring` call these; `make -n TARGET` prints the planned commands (with `--make` the
+plan is one line that the Makefile splits back into recipe lines). See docs/deploy.md for the
+first deploy, docs/observability.md for `make monitoring`.
 
 The manifest is the SDK's own (firebase-functions builds it from `main.py`, runtime shape
 included), completed with what depends on the target project:
@@ -43,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from dedup.config import DedupConfig
+from dedup.config import DedupConfig, telemetry_enabled
 from dedup.errors import ConfigError
 from tools import firebase_dotenv
 from tools.emulators import GENERATED_MANIFEST_MARK
@@ -92,6 +93,26 @@ PUBSUB_AGENT_ROLE = "roles/iam.serviceAccountTokenCreator"
 """What firebase-tools grants the Pub/Sub service agent (authenticated push) and gcloud does not."""
 
 
+TELEMETRY_ROLES = {
+    "roles/cloudtrace.agent": "send spans to Cloud Trace (DEDUP_OTEL=1)",
+    "roles/monitoring.metricWriter": "send metrics to Cloud Monitoring (DEDUP_OTEL=1)",
+}
+"""Granted only when the env files set DEDUP_OTEL=1 (functions.observability)."""
+TELEMETRY_APIS = ("cloudtrace.googleapis.com", "monitoring.googleapis.com")
+"""Enabled by `make bootstrap` only when the env files set DEDUP_OTEL=1."""
+MONITORED_OUTCOMES = {
+    "dead": "gave up after max_attempts, the effect never happened",
+    "lease_lost": "a delivery outlived its lease and another took it over",
+    "payload_mismatch": "an event id was reused for a different payload",
+    "failed": "the handler raised TerminalError (or Firestore refused its data)",
+}
+"""Outcomes (the `outcome` field of dedup's log line) `make monitoring` counts, one log-based
+metric each, named `dedup_<outcome>`."""
+ALERTED_OUTCOME = "dead"
+ALERT_POLICY_NAME = "dedup: dead events"
+"""The alert policy's display name: how `make monitoring` finds an existing one."""
+
+
 class DeployError(Exception):
     """A deploy that must not start; the message says what to change."""
 
@@ -106,6 +127,8 @@ class Target:
     service_account: str = DEFAULT_SERVICE_ACCOUNT
     project_number: str | None = None
     extra_topics: tuple[str, ...] = ()
+    alert_channels: tuple[str, ...] = ()
+    """Notification channels (ids or full names) of the alert policy `make monitoring` creates."""
     source: Path = field(default=ROOT)
 
     @property
@@ -456,7 +479,16 @@ def runtime_roles(manifest: Mapping[str, Any], env: Mapping[str, str]) -> list[s
         roles.append(ENQUEUER_ROLE)
     if not env.get("NOTIFY_URL", "").strip():
         roles.append(FCM_ROLE)
+    if _telemetry_on(env):
+        roles += list(TELEMETRY_ROLES)
     return roles
+
+
+def _telemetry_on(env: Mapping[str, str]) -> bool:
+    try:
+        return telemetry_enabled(env)
+    except ConfigError as exc:
+        raise DeployError(str(exc)) from None
 
 
 def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str, str]) -> list:
@@ -465,6 +497,7 @@ def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str
     account = target.service_account_email
     member = f"--member=serviceAccount:{account}"
     apis = list(APIS) + ([] if env.get("NOTIFY_URL", "").strip() else ["fcm.googleapis.com"])
+    apis += list(TELEMETRY_APIS) if _telemetry_on(env) else []
     plan = [
         shlex.join(["gcloud", "services", "enable", *apis, project]),
         _describe_or_create(
@@ -515,8 +548,65 @@ def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str
     return plan
 
 
+# --- monitoring ---------------------------------------------------------------------------------
+
+
+def outcome_log_filter(outcome: str) -> str:
+    """The Cloud Logging filter of dedup's delivery lines with this outcome (`dedup.logs`:
+    the JSON line lands in `jsonPayload`; every delivery line carries `key` and `suffix`)."""
+    return f'jsonPayload.outcome="{outcome}" AND jsonPayload.key:* AND jsonPayload.suffix:*'
+
+
+def log_metric_name(outcome: str) -> str:
+    """The log-based metric counting the delivery lines of `outcome`."""
+    return f"dedup_{outcome}"
+
+
+def monitoring_plan(target: Target) -> list[str]:
+    """Log-based metrics for `MONITORED_OUTCOMES` and an alert policy on `dead`; existing ones
+    are kept (a metric by its name, the policy by its display name)."""
+    project = f"--project={target.project}"
+    plan = [
+        _describe_or_create(
+            ["gcloud", "logging", "metrics", "describe", log_metric_name(outcome), project],
+            ["gcloud", "logging", "metrics", "create", log_metric_name(outcome), project,
+             f"--description=dedup deliveries whose outcome is {outcome}: {why}",
+             f"--log-filter={outcome_log_filter(outcome)}"],
+        )
+        for outcome, why in MONITORED_OUTCOMES.items()
+    ]  # fmt: skip
+    metric = f"logging.googleapis.com/user/{log_metric_name(ALERTED_OUTCOME)}"
+    aggregation = (
+        '{"alignmentPeriod": "60s", "perSeriesAligner": "ALIGN_SUM", '
+        '"crossSeriesReducer": "REDUCE_SUM"}'
+    )
+    channels = [f"--notification-channels={','.join(target.alert_channels)}"]
+    create = [
+        "gcloud", "alpha", "monitoring", "policies", "create", project,
+        f"--display-name={ALERT_POLICY_NAME}",
+        "--condition-display-name=an event was given up (dedup outcome dead)",
+        f'--condition-filter=metric.type="{metric}" AND resource.type="cloud_run_revision"',
+        f"--aggregation={aggregation}", "--if=> 0", "--duration=0s", "--trigger-count=1",
+        "--combiner=OR",
+        "--documentation=A delivery reached max_attempts and its record is dead: the effect "
+        "of the event never happened. Find it in Logs Explorer with "
+        f"`{outcome_log_filter(ALERTED_OUTCOME)}`, fix the cause, then `dedup revive --state "
+        "dead --suffix SUFFIX` (docs/operations.md).",
+        *(channels if target.alert_channels else []),
+        "--quiet",
+    ]  # fmt: skip
+    listing = [
+        "gcloud", "alpha", "monitoring", "policies", "list", project,
+        f'--filter=displayName="{ALERT_POLICY_NAME}"', "--format=value(name)",
+    ]  # fmt: skip
+    plan.append(f"{shlex.join(listing)} | grep -q . || {shlex.join(create)}")
+    return plan
+
+
 def plan(what: str, target: Target) -> list[str]:
     """The shell commands of `make WHAT`, in order."""
+    if what == "monitoring":
+        return monitoring_plan(target)
     env = deploy_env(target)
     for_deploy = what == "deploy-gcloud"
     manifest = deploy_manifest(sdk_manifest(target.source), target, env, for_deploy=for_deploy)
@@ -528,7 +618,9 @@ def plan(what: str, target: Target) -> list[str]:
         return queues_plan(manifest, target)
     if what == "bootstrap":
         return bootstrap_plan(manifest, target, env)
-    raise DeployError(f"unknown plan {what!r}: deploy-gcloud, bootstrap, topics or queues")
+    raise DeployError(
+        f"unknown plan {what!r}: deploy-gcloud, bootstrap, topics, queues or monitoring"
+    )
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -546,6 +638,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--service-account", default=DEFAULT_SERVICE_ACCOUNT)
     parser.add_argument("--project-number", default="")
     parser.add_argument("--topics", default="", help="extra topics, space-separated")
+    parser.add_argument(
+        "--alert-channels", default="", help="monitoring: notification channels, space-separated"
+    )
     parser.add_argument("--make", action="store_true", help="plan as one line, ' ;; '-separated")
     return parser
 
@@ -560,6 +655,7 @@ def main(argv: Sequence[str]) -> int:
         service_account=args.service_account or DEFAULT_SERVICE_ACCOUNT,
         project_number=args.project_number or None,
         extra_topics=tuple(args.topics.split()),
+        alert_channels=tuple(args.alert_channels.split()),
     )
     try:
         if args.command == "manifest":

@@ -16,14 +16,15 @@ from datetime import datetime
 
 from google.cloud.firestore import AsyncClient
 
-from dedup.aio.delivery import AsyncHandler
+from dedup.aio.delivery import AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
 from dedup.cache import KeyTurns
-from dedup.config import DedupConfig
-from dedup.core import DeduplicatorBase, settle
-from dedup.delivery import Outcome, is_async_handler
+from dedup.config import DEFAULT_DATABASE, DedupConfig
+from dedup.core import DeduplicatorBase, database_of, settle
+from dedup.delivery import HandlerResult, Outcome, is_async_handler
 from dedup.errors import ConfigError
 from dedup.record import Mode
+from dedup.telemetry import DeliveryTrace, Telemetry
 
 
 class AsyncDeduplicator(DeduplicatorBase):
@@ -42,38 +43,63 @@ class AsyncDeduplicator(DeduplicatorBase):
         *,
         client: AsyncClient | None = None,
         client_factory: Callable[[], AsyncClient] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`)."""
-        super().__init__(config)
+        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
+        global OpenTelemetry providers)."""
+        super().__init__(config, telemetry)
         self._client = client
         self._client_factory = client_factory
         self._turns = KeyTurns()
-        self._stores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRecordStore]
-        self._stores = weakref.WeakKeyDictionary()
+        self._stores: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str | None, AsyncRecordStore]
+        ] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     @property
     def store(self) -> AsyncRecordStore:
         """The record store of the running event loop, creating its client on first use."""
+        return self.store_for(None)
+
+    def store_for(self, event_database: str | None) -> AsyncRecordStore:
+        """The running loop's record store for an event from `event_database`: records live
+        in the config's database (DEDUP_DATABASE), else the event's, else the first client's
+        (as `Deduplicator.records_database`); clients are created on first use."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            store = self._stores.get(loop)
-            if store is None:
+            stores = self._stores.setdefault(loop, {})
+            first = stores.get(None)
+            if first is None:
                 client = self._client
                 if client is None:
                     factory = self._client_factory or self._default_client
                     client = factory()
-                store = AsyncRecordStore(
-                    client,
-                    self.config.collection,
-                    turns=self._turns,
-                    rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+                first = stores[None] = self._store_of(client)
+            wanted = self.config.database or event_database or database_of(first.client)
+            if wanted == database_of(first.client):
+                return first
+            found = stores.get(wanted)
+            if found is None:
+                found = stores[wanted] = self._store_of(
+                    AsyncClient(
+                        project=first.client.project,
+                        credentials=getattr(first.client, "_credentials", None),
+                        database=wanted,
+                    )
                 )
-                self._stores[loop] = store
-            return store
+            return found
+
+    def _store_of(self, client: AsyncClient) -> AsyncRecordStore:
+        return AsyncRecordStore(
+            client,
+            self.config.collection,
+            turns=self._turns,
+            rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+        )
 
     def _default_client(self) -> AsyncClient:
-        return AsyncClient(project=self.config.project, database=self.config.database)
+        database = self.config.database or DEFAULT_DATABASE
+        return AsyncClient(project=self.config.project, database=database)
 
     async def run(
         self,
@@ -86,10 +112,12 @@ class AsyncDeduplicator(DeduplicatorBase):
         event_time: datetime | None = None,
         document_path: str | None = None,
         subject: str | None = None,
+        database: str | None = None,
     ) -> Outcome:
         """Await `handler` for this event unless its record says it already ran.
 
-        Returns and raises exactly as `Deduplicator.run`; `ConfigError` for a handler that
+        Returns, raises and is observed exactly as `Deduplicator.run` (`database`: the
+        event's, see `store_for`); `ConfigError` for a handler that
         is not an `async def` (use `Deduplicator` for those). The handler gets an
         `AsyncDelivery` whose client is this instance's `AsyncClient`.
         """
@@ -99,20 +127,34 @@ class AsyncDeduplicator(DeduplicatorBase):
                 "AsyncDeduplicator awaits `async def` handlers; run a `def` handler with "
                 "dedup.Deduplicator"
             )
-        io = self.store
-        started = self.begin(
-            io,
-            event_id,
-            suffix,
-            mode=Mode(mode),
-            payload=payload,
-            event_time=event_time,
-            document_path=document_path,
-            subject=subject,
-        )
-        if isinstance(started, Outcome):
-            return started
-        return await settle(started, io.invoker(started, handler))
+        mode = Mode(mode)
+        with self.telemetry.delivery(suffix, mode) as observed:
+            io = self.store_for(database)
+            started = self.begin(
+                io,
+                event_id,
+                suffix,
+                mode=mode,
+                payload=payload,
+                event_time=event_time,
+                document_path=document_path,
+                subject=subject,
+                observed=observed,
+                same_database=database is None or database == database_of(io.client),
+            )
+            if isinstance(started, Outcome):
+                return started
+            return await settle(started, io.invoker(started, _timed(observed, handler)))
+
+
+def _timed(observed: DeliveryTrace, handler: AsyncHandler) -> AsyncHandler:
+    """`handler`, its awaited time counted as the handler's (`DeliveryTrace.in_handler`)."""
+
+    async def call(delivery: AsyncDelivery) -> HandlerResult:
+        with observed.in_handler():
+            return await handler(delivery)
+
+    return call
 
 
 _default_lock = threading.Lock()

@@ -57,9 +57,7 @@ def _fail_api(exc: Exception, hint: str) -> NoReturn:
 @click.option(
     "--database",
     metavar="DATABASE",
-    default=DEFAULT_DATABASE,
-    show_default=True,
-    help="Firestore database id.",
+    help="Firestore database id. [default: DEDUP_DATABASE or (default)]",
 )
 @click.option(
     "--collection",
@@ -67,7 +65,9 @@ def _fail_api(exc: Exception, hint: str) -> NoReturn:
     help="Collection of the dedup records. [default: DEDUP_COLLECTION or triggerEvents]",
 )
 @click.pass_context
-def cli(ctx: click.Context, project: str | None, database: str, collection: str | None) -> None:
+def cli(
+    ctx: click.Context, project: str | None, database: str | None, collection: str | None
+) -> None:
     """Inspect and repair the dedup records of exactly-once functions.
 
     Uses the Firestore emulator when FIRESTORE_EMULATOR_HOST is set, else the real project
@@ -79,14 +79,14 @@ def cli(ctx: click.Context, project: str | None, database: str, collection: str 
         config = DedupConfig(
             collection=collection or env.collection,
             project=project or env.project,
-            database=database,
+            database=database or env.database or DEFAULT_DATABASE,
             key_layout=env.key_layout,
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     ctx.obj = Target(
         project=config.project,
-        database=config.database,
+        database=config.database or DEFAULT_DATABASE,
         collection=config.collection,
         key_layout=config.key_layout,
     )

@@ -18,7 +18,8 @@ def test_defaults() -> None:
     assert config.max_event_age_seconds is None
     assert config.cache_size == 1000
     assert config.on_payload_mismatch == "log"
-    assert config.database == "(default)"
+    assert config.database is None  # the triggering event's database, else (default)
+    assert config.otel is False
 
 
 def test_environment_overrides() -> None:

@@ -80,6 +80,8 @@ def make_commands(project: Path, target: str, *extra: str) -> list[list[str]]:
     commands = []
     for line in done.stdout.replace("\\\n", " ").splitlines():
         for part in line.replace("||", ";").split(";"):
+            if "gcloud" not in part:
+                continue  # e.g. the install recipe, printed when a stamp is out of date
             words = [w for w in shlex.split(part) if not w.startswith((">", "2>"))]
             if "gcloud" in words:
                 commands.append(words[words.index("gcloud") :])

@@ -33,6 +33,7 @@ def test_every_known_variable_is_accepted() -> None:
         "DEDUP_COLLECTION": "c",
         "DEDUP_ON_PAYLOAD_MISMATCH": "raise",
         "DEDUP_KEY_LAYOUT": "spread",
+        "DEDUP_OTEL": "1",
     }
     for name in ENVIRONMENT_VARIABLES:
         DedupConfig.from_env({name: values.get(name, "100")})

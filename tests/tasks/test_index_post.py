@@ -5,6 +5,7 @@ busy or failed dispatch, 2xx for everything that must stop."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -16,6 +17,8 @@ from google.cloud import firestore
 
 from demo.receiver import Receiver
 from demo.tasks import task_dispatch
+from functions.index_post import FUNCTION_ID
+from tests.functions.conftest import start_instance
 from tests.tasks.conftest import SEARCH_PATH, TaskFunction
 
 
@@ -130,3 +133,16 @@ def test_a_task_that_cannot_succeed_is_recorded_failed_and_acknowledged(
     assert record["state"] == "failed"
     assert why in record["lastError"]
     assert receiver.applied(SEARCH_PATH) == []
+
+
+@pytest.mark.parametrize("url", [None, "ftp://search.example/index", "search.example"])
+def test_instance_refuses_to_start_without_an_http_search_url(url: str | None) -> None:
+    """Serving indexPost with SEARCH_INDEX_URL missing or not http(s) fails at start-up, naming
+    the variable; a sibling function's instance starts without it."""
+    env = {k: v for k, v in os.environ.items() if k != "SEARCH_INDEX_URL"}
+    if url is not None:
+        env["SEARCH_INDEX_URL"] = url
+    result = start_instance(FUNCTION_ID, env)
+    assert result.returncode != 0
+    assert "SEARCH_INDEX_URL must be the search service's http:// or https:// URL" in result.stderr
+    assert start_instance("sync_published_count", env).returncode == 0, "a sibling must start"

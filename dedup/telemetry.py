@@ -1,0 +1,177 @@
+"""OpenTelemetry for deliveries: one span, one count and one overhead measurement each.
+
+The library uses the OpenTelemetry API only: without an SDK every call here is a no-op. The
+functions switch the SDK and the Google Cloud exporters on with DEDUP_OTEL=1
+(`functions.observability`); any application may configure its own SDK instead. Names (exact;
+docs/observability.md):
+
+* span `dedup <suffix>`, one per delivery (kind INTERNAL), attributes `dedup.key`,
+  `dedup.suffix`, `dedup.mode`, `dedup.outcome`, `dedup.attempt`;
+* counter `dedup.deliveries`, one per delivery, attributes `suffix`, `outcome`;
+* histogram `dedup.overhead`, milliseconds spent in dedup with the handler's time taken out,
+  attributes `suffix`, `outcome`.
+
+The span is the current span while the delivery runs, so Firestore calls traced by a gRPC
+instrumentation (google-cloud-firestore emits no spans of its own) and the handler's own spans
+are its children. `dedup.key` is absent when no key could be built (missing event id, bad
+suffix); `dedup.attempt` is the attempt the delivery ran or found (0 when it touched no
+record). The span's status is ERROR when an exception leaves the delivery (recorded on the
+span) and for the outcomes `failed` and `dead`.
+
+Outcomes (`OUTCOMES`): the `OutcomeKind` values, which are also the `outcome` field of the
+delivery's log line (`dedup.logs`), including those that end in an exception (`lease_held`,
+`released` for a handler error, `lease_lost`, `unavailable`, `payload_mismatch`); plus
+`invalid_key` (`MissingEventId`, `InvalidSuffix`: no record was touched) and `error` (any other
+exception, such as `DatabaseMismatch`: a bug or a setting to fix, never an event's fate).
+
+`Telemetry.delivery()` is the one place a delivery is observed; the sync front door
+(`Deduplicator.run`) uses it, and any other flow (async) can use the same context manager.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from dedup.delivery import OutcomeKind
+from dedup.errors import InvalidSuffix, MissingEventId
+from dedup.record import Mode
+
+INSTRUMENTATION_NAME = "dedup"
+"""The instrumentation scope of the tracer and the meter."""
+SPAN_PREFIX = "dedup "
+"""A delivery's span is named `dedup <suffix>`."""
+DELIVERIES = "dedup.deliveries"
+OVERHEAD = "dedup.overhead"
+INVALID_KEY = "invalid_key"
+"""Outcome of a delivery refused for its key (`MissingEventId`, `InvalidSuffix`)."""
+ERROR = "error"
+"""Outcome of a delivery that ended in any other exception outside the flows' outcomes."""
+OUTCOMES = (*(kind.value for kind in OutcomeKind), INVALID_KEY, ERROR)
+"""Every value of `dedup.outcome` and of the metrics' `outcome` attribute."""
+_ERROR_OUTCOMES = frozenset({OutcomeKind.FAILED.value, OutcomeKind.DEAD.value})
+
+R = TypeVar("R")
+
+
+class Observed(Protocol):
+    """What telemetry reads from a delivery's bookkeeping (`dedup.runs.Run`) at its end."""
+
+    key: str
+    attempt: int
+    outcome: OutcomeKind | None
+
+
+@dataclass
+class DeliveryTrace:
+    """One delivery being observed: which run it is, and how long its handler took."""
+
+    run: Observed | None = None
+    """Set by the flow once the delivery's key is known (`watch`)."""
+    handler_seconds: float = 0.0
+    """Time spent inside the handler (every call, when a transaction retries it)."""
+    clock: Callable[[], float] = time.perf_counter
+    """Seconds, monotonic: what the overhead is measured with (injectable for tests)."""
+    _started: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        self._started = self.clock()
+
+    def watch(self, run: Observed) -> None:
+        """Read the key, attempt and outcome from `run` when the delivery ends."""
+        self.run = run
+
+    @contextmanager
+    def in_handler(self) -> Iterator[None]:
+        """Count the time spent in this block as the handler's (sync or around an `await`)."""
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.handler_seconds += self.clock() - started
+
+    def timed(self, handler: Callable[..., R]) -> Callable[..., R]:
+        """`handler`, with its time counted as the handler's (see `in_handler`)."""
+
+        def call(*args: object, **kwargs: object) -> R:
+            with self.in_handler():
+                return handler(*args, **kwargs)
+
+        return call
+
+    def overhead_ms(self) -> float:
+        """Milliseconds since the delivery started, minus the handler's time."""
+        elapsed = self.clock() - self._started
+        return max(0.0, (elapsed - self.handler_seconds) * 1000)
+
+    def outcome(self, error: BaseException | None) -> str:
+        """The delivery's outcome: the run's last `OutcomeKind`, else one for `error`."""
+        if self.run is not None and self.run.outcome is not None:
+            return self.run.outcome.value
+        if isinstance(error, MissingEventId | InvalidSuffix):
+            return INVALID_KEY
+        return ERROR
+
+
+class Telemetry:
+    """The tracer and the two instruments of a `Deduplicator` (OpenTelemetry API only).
+
+    By default they come from the global providers: no-ops until an SDK is installed, and
+    bound to it once it is (whenever that happens). Tests and applications may pass their own
+    providers. Creating one touches no network.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """Use these providers (default: the global ones); `clock` measures the overhead."""
+        self._clock = clock
+        self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=meter_provider)
+        self._deliveries = meter.create_counter(
+            DELIVERIES, unit="{delivery}", description="Deliveries by suffix and outcome"
+        )
+        self._overhead = meter.create_histogram(
+            OVERHEAD,
+            unit="ms",
+            description="Time a delivery spent in dedup (Firestore calls, waits), handler excluded",
+        )
+
+    @contextmanager
+    def delivery(self, suffix: str, mode: Mode) -> Iterator[DeliveryTrace]:
+        """Observe one delivery: its span is current inside the block; on the way out (return
+        or exception) the span gets its outcome and attempt, and the counter and the histogram
+        one measurement each. Exceptions pass through unchanged."""
+        observed = DeliveryTrace(clock=self._clock)
+        attributes = {"dedup.suffix": suffix, "dedup.mode": Mode(mode).value}
+        with self._tracer.start_as_current_span(
+            SPAN_PREFIX + suffix, kind=SpanKind.INTERNAL, attributes=attributes
+        ) as span:
+            try:
+                yield observed
+            except BaseException as exc:
+                self._end(span, suffix, observed, observed.outcome(exc))
+                raise
+            self._end(span, suffix, observed, observed.outcome(None))
+
+    def _end(self, span: trace.Span, suffix: str, observed: DeliveryTrace, outcome: str) -> None:
+        run = observed.run
+        if run is not None:
+            span.set_attribute("dedup.key", run.key)
+        span.set_attribute("dedup.attempt", run.attempt if run is not None else 0)
+        span.set_attribute("dedup.outcome", outcome)
+        if outcome in _ERROR_OUTCOMES:
+            span.set_status(Status(StatusCode.ERROR, f"dedup outcome {outcome}"))
+        labels = {"suffix": suffix, "outcome": outcome}
+        self._deliveries.add(1, labels)
+        self._overhead.record(observed.overhead_ms(), labels)
