@@ -6,7 +6,7 @@ Layers, top to bottom (nothing below imports what is above it):
 * `dedup.core` (this module): `Deduplicator`, `default_deduplicator`, and what the async front
   door (`dedup.aio.AsyncDeduplicator`) shares with it: `DeduplicatorBase` (checks before any
   claim, caches) and `settle` (the flow of a mode);
-* `dedup.blocking`, `dedup.aio.io`: the I/O of the sync and async paths (`dedup.flow_io`);
+* `dedup.blocking`, `dedup.aio.store`: the I/O of the sync and async paths (`dedup.flow_io`);
 * `dedup.lease`, `dedup.atomic`: the flows of lease mode and of the transaction and write-only
   modes, written once as coroutines;
 * `dedup.runs`: the bookkeeping of one delivery (identity, log line, shared checks);

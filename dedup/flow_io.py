@@ -7,7 +7,7 @@ do the I/O and nothing else:
 | implementation              | client                          | awaited how                   |
 |-----------------------------|---------------------------------|-------------------------------|
 | `dedup.blocking.BlockingIO` | `firestore.Client` (sync)       | `drive`: never suspends       |
-| `dedup.aio.io.AsyncIO`      | `firestore.AsyncClient`         | the caller's event loop       |
+| `dedup.aio.store.AsyncRecordStore` | `firestore.AsyncClient`  | the caller's event loop       |
 
 `BlockingIO`'s methods are `async def` but block inside and never await anything that
 suspends, so `drive` runs a flow to its end in one `send`, on the caller's thread, without an
