@@ -354,6 +354,32 @@ def async_markdown(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+SCALE_TARGET_KEYS = (
+    "cold_import_ratio",
+    "cold_first_event_ratio",
+    *(
+        f"throughput_ratio_{mode}_c{c}"
+        for c in (8, 80)
+        for mode in ("lease", "transaction", "write_only")
+    ),
+    "peak_rss_mb_c80",
+)
+"""The production-scale targets the README states (cold start, throughput, memory)."""
+
+
+def targets_markdown(results: dict[str, Any]) -> str:
+    """The README's table: each production-scale target, the figure and the verdict."""
+    by_key = {f["key"]: f for f in results.get("figure_list", [])}
+    lines = ["| figure | key | value | target | verdict |", "|---|---|---:|---|---|"]
+    for key in SCALE_TARGET_KEYS:
+        f = by_key.get(key)
+        if f is not None:
+            value = round(f["value"], 3) if isinstance(f["value"], float) else f["value"]
+            verdict = _verdict(f["met"])
+            lines.append(f"| {f['label']} | `{key}` | {value} | {f['target']} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
 def flat_figures(figs: list[Figure]) -> dict[str, Any]:
     """`{key: value}` for results.json's top level."""
     return {f.key: f.value for f in figs}

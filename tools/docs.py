@@ -98,6 +98,13 @@ def bench_tables() -> str:
     return report.markdown(json.loads(BENCH_RESULTS.read_text()))
 
 
+def bench_targets() -> str:
+    """The production-scale targets of the committed bench/results.json, met or missed."""
+    from bench import report
+
+    return report.targets_markdown(json.loads(BENCH_RESULTS.read_text()))
+
+
 def example(path: str) -> str:
     """The file `path` (relative to the root) as a fenced Python block."""
     return "```python\n" + (ROOT / path).read_text() + "```\n"
@@ -106,6 +113,7 @@ def example(path: str) -> str:
 GENERATORS: dict[str, Callable[..., str]] = {
     "config-table": config_table,
     "bench": bench_tables,
+    "bench-targets": bench_targets,
     "example": example,
 }
 
