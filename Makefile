@@ -65,8 +65,10 @@ $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
 	cd $(FIREBASE_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# The Cloud Tasks emulator starts only beside the Functions emulator (firebase-tools); the demo
+# switches the latter's background triggers off, since it delivers every event itself.
 demo: install ## The main job: the scripted story on the local emulators, checked row by row.
-	$(EMULATORS) exec --only firestore,pubsub,tasks -- $(PY) -m demo
+	$(EMULATORS) exec --only firestore,pubsub,functions,tasks -- $(PY) -m demo
 
 # T= a test file, folder or node id; K= a name expression (pytest -k): `make test T=tests/cli K=purge`
 T ?=
