@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -27,9 +29,22 @@ from google.cloud import firestore
 
 from demo.receiver import Receiver, running_receiver
 from tests import emulator_env
+from tools import firebase_dotenv
 
 PROJECT = emulator_env.PROJECT
-RECEIVER_PORT = 8765
+ENV_LOCAL = Path(__file__).resolve().parent.parent / ".env.local"
+
+
+def receiver_port(env_local: Path = ENV_LOCAL) -> int:
+    """The port `.env.local`'s NOTIFY_URL points the emulator's functions at (8765 as shipped).
+
+    The test receiver listens there, so moving it is one edit of `.env.local`.
+    """
+    url = firebase_dotenv.parse(env_local.read_text())[0].get("NOTIFY_URL", "")
+    return urlsplit(url).port or 8765
+
+
+RECEIVER_PORT = receiver_port()
 """Where `.env.local` points the emulator's functions; the in-process ones are told the same."""
 RECEIVER_URL = f"http://127.0.0.1:{RECEIVER_PORT}"
 FUNCTION_ENV = {

@@ -34,9 +34,12 @@ from tests.http.support import (
 )
 from tests.http.test_create_order import ORDER, orders
 from tests.waiting import eventually
+from tools.emulators import configured_ports
 
 pytestmark = pytest.mark.e2e
-FUNCTIONS = f"http://127.0.0.1:5001/{PROJECT}/us-central1"
+_FUNCTIONS_HOST, _FUNCTIONS_PORT = configured_ports()["functions"]
+FUNCTIONS = f"http://{_FUNCTIONS_HOST}:{_FUNCTIONS_PORT}/{PROJECT}/us-central1"
+"""The Functions emulator, where firebase.json puts it."""
 SERVED = Path(__file__).resolve().parent / "served.py"
 WAIT_SECONDS = 90
 LEASE_SECONDS = 2
