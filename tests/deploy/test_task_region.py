@@ -62,7 +62,7 @@ class FakeCloudTasks(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: FakeCloudTasks
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path == "/token":
             body = {"access_token": "fake", "expires_in": 3600, "token_type": "Bearer"}
