@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dedup.errors import ConfigError
 from functions.asgi import ASGI_ENDPOINT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +68,8 @@ def load_main(source: Path = ROOT) -> Any:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
+    except ConfigError as exc:  # e.g. an asgi_function given a trigger it cannot have
+        raise DeclarationError(f"main.py: {exc}") from None
     finally:
         os.chdir(cwd)
         sys.path.remove(str(source))
