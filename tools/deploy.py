@@ -6,6 +6,7 @@
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
     OPTIONS: --project=P --region=R [--firestore-location=L] [--service-account=NAME]
              [--project-number=N] [--topics="a b"] [--alert-channels="c1 c2"]
+             [--secret-versions="SECRET=3 OTHER=1"]
 
 `make deploy-firebase`, `make deploy-gcloud`, `make bootstrap`, `make topics`, `make queues` and
 `make monitoring` call these; `make -n TARGET` prints the planned commands (with `--make` the
@@ -23,6 +24,12 @@ included), completed with what depends on the target project:
   Firestore trigger (`--firestore-location`, else read with `gcloud firestore databases
   describe`; a multi-region database such as nam5 or eur3 keeps its own name).
 * the runtime service account (`make bootstrap` creates it) on every function.
+
+The functions are the ones main.py exports (`tools.exports`): an export no path can deploy is
+an error naming it, never dropped. An async function (`functions.asgi`) is marked `x-asgi`:
+only `make deploy-gcloud` deploys it, with `FUNCTION_USE_ASGI=true`. A task-queue function
+whose name is no valid queue id is refused by every plan. Secrets are pinned, on both paths,
+to the version that is the latest at deploy time.
 
 Before anything is planned, every function's timeout is checked against the dedup lease of the
 env files both paths deploy (`.env`, then `.env.<project>`, read as Firebase reads them):

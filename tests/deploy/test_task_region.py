@@ -34,6 +34,8 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from dedup.errors import ConfigError
+from functions.region import function_region, task_function_resource
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_deploy import manifest_of
 from tools import firebase_dotenv
@@ -244,3 +246,18 @@ def test_without_a_region_a_deployed_instance_refuses_instead_of_guessing(
     assert done.returncode != 0
     assert "FUNCTION_REGION is not set" in done.stderr
     assert fake.requests == []
+
+
+def test_the_region_is_read_from_function_region_only() -> None:
+    """FUNCTION_REGION wins; locally and in the emulators (which set none) us-central1; a
+    deployed instance without it is refused rather than sent to us-central1."""
+    assert function_region({"FUNCTION_REGION": REGION, "K_SERVICE": "x"}) == REGION
+    assert function_region({}) == "us-central1"
+    assert function_region({"K_SERVICE": "x", "FUNCTIONS_EMULATOR": "true"}) == "us-central1"
+    with pytest.raises(ConfigError, match="FUNCTION_REGION is not set"):
+        function_region({"K_SERVICE": "x"})
+    env = {"FUNCTION_REGION": REGION}
+    assert task_function_resource("indexPost", env) == f"locations/{REGION}/functions/indexPost"
+    for named in ("locations/us-east4/functions/indexPost",
+                  "projects/p/locations/us-east4/functions/indexPost"):  # fmt: skip
+        assert task_function_resource(named, env) == named
