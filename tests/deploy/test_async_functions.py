@@ -21,7 +21,14 @@ from pathlib import Path
 import yaml
 
 from tests.deploy.conftest import add_function
-from tests.deploy.test_deploy import FIRESTORE_PREFIX, LOCATION, REGION, WHERE
+from tests.deploy.test_deploy import (
+    FIRESTORE_PREFIX,
+    LOCATION,
+    MAKE_VARS,
+    REGION,
+    WHERE,
+    function_deploys,
+)
 
 COUNT_ASYNC = '''"""A throwaway async function, declared as docs/async.md says."""
 
@@ -125,6 +132,7 @@ def test_an_async_function_is_deployed_by_gcloud_and_served_by_the_asgi_server(
     ]
     assert others
     assert all("asgi-" not in c for c in others)  # sync functions stay on Flask
+    assert "count_async" in function_deploys(project_copy)  # `make -n deploy-gcloud` too
 
 
 def test_firebase_and_the_emulator_refuse_an_async_function_naming_it(project_copy: Path) -> None:
@@ -136,6 +144,15 @@ def test_firebase_and_the_emulator_refuse_an_async_function_naming_it(project_co
         "error: count_async is an async function: `make deploy-firebase` serves sync functions "
         "only; deploy it with `make deploy-gcloud` (docs/async.md)"
     ]
+    assert not (project_copy / "functions.yaml").exists()
+    make = subprocess.run(
+        ["make", "deploy-firebase", *MAKE_VARS, "-o", "install", "-o", "topics",
+         "EMULATORS=echo firebase-was-run"],
+        cwd=project_copy, capture_output=True, text=True,
+    )  # fmt: skip
+    assert make.returncode != 0
+    assert "error: count_async is an async function" in make.stderr
+    assert "firebase-was-run" not in make.stdout
     assert not (project_copy / "functions.yaml").exists()
     emulator = subprocess.run(
         [sys.executable, "tools/emulators.py", "exec", "--", "true"],

@@ -70,15 +70,17 @@ def manifest_of(project: Path) -> dict[str, Any]:
     return dict(yaml.safe_load(printed))
 
 
+@cache
 def secret_versions(project: Path) -> str:
     """SECRET_VERSIONS pinning every secret main.py's functions declare to version 3, so that
     `make -n deploy-gcloud` needs no Secret Manager to print its plan."""
-    secrets = {
-        s.get("secret") or s["key"]
-        for e in manifest_of(project)["endpoints"].values()
-        for s in e.get("secretEnvironmentVariables") or []
-    }
-    return "SECRET_VERSIONS=" + " ".join(f"{s}=3" for s in sorted(secrets))
+    code = (
+        "from tools.deploy import secret_names, sdk_manifest\nprint(*secret_names(sdk_manifest()))"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, check=True
+    ).stdout
+    return "SECRET_VERSIONS=" + " ".join(f"{s}=3" for s in printed.split())
 
 
 def make_commands(project: Path, target: str, *extra: str) -> list[list[str]]:
