@@ -24,6 +24,7 @@ from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 from google.cloud.firestore_v1.transaction import Transaction
 
+from dedup.databases import require_one_database
 from dedup.errors import StoreUnavailable
 from dedup.record import Record
 from dedup.transitions import Fields
@@ -297,6 +298,36 @@ class RecordStore(StoreBase[firestore.Client]):
             snapshot = self.ref(key).get(retry=_transient_retry(timeout), timeout=timeout)
         return snapshot_of(snapshot)
 
+    def commit_batch(
+        self, key: str, fill: Callable[[Any], tuple[Any, Fields]], guard: datetime | None
+    ) -> Any:
+        """Fill a `WriteBatch`, add the marker (`add_marker`) and commit it once (no retry: a
+        lost response is resolved by reading); what `fill` returned first."""
+        batch = self.client.batch()
+        result, fields = fill(batch)
+        add_marker(batch, self.ref(key), fields, guard, "write_only")
+        batch.commit(retry=None, timeout=self.rpc_timeout_seconds)
+        return result
+
+    def run_transaction(
+        self,
+        key: str,
+        fill: Callable[[Any], tuple[Any, Fields]],
+        guard: datetime | None,
+        *,
+        attempts: int,
+    ) -> Any:
+        """Fill a `BoundedTransaction`, add the marker and commit it, run by
+        `firestore.transactional` (`fill` called again on each of `attempts` on Aborted)."""
+        ref = self.ref(key)
+
+        def body(transaction: firestore.Transaction) -> Any:
+            result, fields = fill(transaction)
+            add_marker(transaction, ref, fields, guard, "transaction")
+            return result
+
+        return firestore.transactional(body)(self.transaction(max_attempts=attempts))
+
     def _conditional(
         self,
         action: str,
@@ -313,6 +344,17 @@ class RecordStore(StoreBase[firestore.Client]):
             if isinstance(pause, Conflict):
                 return pause
             time.sleep(pause)
+
+
+def add_marker(writer: Any, ref: Any, fields: Fields, guard: datetime | None, mode: str) -> None:
+    """Add the marker write to a transaction or batch of either client (their create and
+    update only buffer): a create if `guard` is None, else an update guarded by that update
+    time. Refuses (`DatabaseMismatch`) a writer holding writes outside the records' database."""
+    require_one_database(writer, ref, mode)  # the handler's writes, same database
+    if guard is None:
+        writer.create(ref, fields)
+        return
+    writer.update(ref, fields, option=firestore.Client.write_option(last_update_time=guard))
 
 
 class ConditionalTries:

@@ -27,6 +27,7 @@ _CODES = {
     ),
     Fault.ABORT: (grpc.StatusCode.ABORTED, "injected: Transaction lock timeout"),
     Fault.DEADLINE: (grpc.StatusCode.DEADLINE_EXCEEDED, "injected: deadline exceeded"),
+    Fault.DENY: (grpc.StatusCode.PERMISSION_DENIED, "injected: denied"),
 }
 
 
