@@ -4,7 +4,7 @@ I/O only, the async twin of `dedup.store.RecordStore` (plus the pacing that
 `dedup.blocking.BlockingIO` adds to it): the same record operations, method for method
 (`read`, `create`, `update_if_unchanged`, `commit_batch`, `run_transaction`), bounded the same
 way (`ConditionalTries`, `transient_retry`, the transaction RPCs'
-arguments from `dedup.store`), awaited on the caller's event loop. Per-key turns wait on an
+arguments from `dedup.rpc`), awaited on the caller's event loop. Per-key turns wait on an
 `asyncio.Lock` (the table is `dedup.cache.KeyTurns`'s), pauses are `asyncio.sleep`.
 """
 
@@ -22,18 +22,14 @@ from google.cloud.firestore import AsyncClient, AsyncDocumentReference, AsyncTra
 
 from dedup.cache import KeyTurns
 from dedup.flow_io import Fill
+from dedup.rpc import begin_call, commit_call, committed, rollback_call, transient_retry
 from dedup.store import (
     ConditionalTries,
     Conflict,
     Snapshot,
     StoreBase,
     add_marker,
-    begin_call,
-    commit_call,
-    committed,
-    rollback_call,
     snapshot_of,
-    transient_retry,
     written_time,
 )
 from dedup.transitions import Fields
@@ -41,7 +37,7 @@ from dedup.transitions import Fields
 
 class BoundedAsyncTransaction(AsyncTransaction):
     """An `AsyncTransaction` whose begin, commit and rollback are bounded in time (the library
-    passes no timeout, and retries its commit); see `dedup.store.BoundedTransaction`."""
+    passes no timeout, and retries its commit); see `dedup.rpc.BoundedTransaction`."""
 
     def __init__(self, client: AsyncClient, *, max_attempts: int, timeout: float) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
