@@ -27,7 +27,7 @@ import firebase_admin
 from firebase_admin import exceptions, functions
 from google.cloud import firestore
 
-from dedup import TerminalError
+from dedup import TerminalError, propagation
 from dedup.outbox import FUNCTION_PATTERN, task_id_for
 
 EMULATOR_HOST_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
@@ -61,7 +61,8 @@ def create_task(function_name: str, data: Any, task_id: str) -> bool:
     """Create the task `task_id` carrying `{"data": data}`; True if created now, False if it
     already existed. Raises as the module's table says."""
     queue = functions.task_queue(function_name, app=firebase_app())
-    options = functions.TaskOptions(task_id=task_id)
+    # The task's dispatch continues the relay's trace (`task_once` reads these headers).
+    options = functions.TaskOptions(task_id=task_id, headers=propagation.headers() or None)
     try:
         queue.enqueue({"data": data}, options)
     except (exceptions.AlreadyExistsError, exceptions.ConflictError):
