@@ -25,6 +25,8 @@ SERVICE_ACCOUNT ?= exactly-once-fn
 PROJECT_NUMBER ?=
 # Topics to create besides the triggers' (for example the ones relay_outbox publishes to).
 TOPICS ?=
+# Secret versions deploy-gcloud pins ("NAME=3 OTHER=1"); empty: each secret's latest, read with gcloud.
+SECRET_VERSIONS ?=
 # Notification channels of the alert `make monitoring` creates (ids or full names, space-separated).
 ALERT_CHANNELS ?=
 DEDUP_COLLECTION ?= triggerEvents
@@ -34,7 +36,7 @@ SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and ch
 DEPLOY := $(PY) -m tools.deploy
 DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
   --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)" \
-  --alert-channels="$(ALERT_CHANNELS)"
+  --alert-channels="$(ALERT_CHANNELS)" --secret-versions="$(SECRET_VERSIONS)"
 define newline
 
 
@@ -91,7 +93,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
 	$(VENV)/bin/ruff check --fix .
@@ -135,7 +137,7 @@ ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expir
 topics: $(STAMP_PY) guard-project ## Create the triggers' Pub/Sub topics and TOPICS (existing ones are kept).
 	$(call planned,topics)
 
-queues: $(STAMP_PY) guard-project ## Create the task queue functions' Cloud Tasks queues (existing ones are kept).
+queues: $(STAMP_PY) guard-project ## Create or update the task queue functions' Cloud Tasks queues.
 	$(call planned,queues)
 
 # Log-based metrics dedup_dead, dedup_lease_lost, dedup_payload_mismatch, dedup_failed and the
