@@ -30,6 +30,8 @@ SECRET_VERSIONS ?=
 # Notification channels of the alert `make monitoring` creates (ids or full names, space-separated).
 ALERT_CHANNELS ?=
 DEDUP_COLLECTION ?= triggerEvents
+# The Firestore database of the records, for make ttl; empty: (default).
+DATABASE ?=
 SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and checks
 DEPLOY := $(PY) -m tools.deploy
 DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
@@ -128,9 +130,9 @@ deploy-gcloud: $(STAMP_PY) guard-project topics queues ## Deploy with gcloud (2n
 rules: install guard-project ## Deploy firestore.rules and firestore.indexes.json (gcloud users too).
 	$(EMULATORS) firebase deploy --only firestore --project $(PROJECT)
 
-ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expireAt.
+ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expireAt (DATABASE= a named one).
 	gcloud firestore fields ttls update expireAt --collection-group=$(DEDUP_COLLECTION) \
-	  --enable-ttl --project=$(PROJECT) --quiet
+	  --database='$(or $(DATABASE),(default))' --enable-ttl --project=$(PROJECT) --quiet
 
 topics: $(STAMP_PY) guard-project ## Create the triggers' Pub/Sub topics and TOPICS (existing ones are kept).
 	$(call planned,topics)

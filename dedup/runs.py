@@ -90,6 +90,8 @@ class Run:
     mismatch: bool = False
     outcome: OutcomeKind | None = None
     """The last outcome `finish` reported (read by `dedup.telemetry`)."""
+    found: Record | None = None
+    """The final record a duplicate found (read by `dedup.telemetry`: its trace id)."""
 
     @property
     def path(self) -> str:
@@ -150,6 +152,7 @@ class Run:
         """A final record: report the duplicate, with the stored result (and cache the key
         when it is sent)."""
         self.attempt = record.attempts
+        self.found = record
         if record_sent(record):
             self.sent_keys.add(self.key, record.payload_hash)
         return self.finish(OutcomeKind.DUPLICATE, result=record.result)

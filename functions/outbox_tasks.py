@@ -28,7 +28,7 @@ import firebase_admin
 from firebase_admin import exceptions, functions
 from google.cloud import firestore
 
-from dedup import TerminalError
+from dedup import TerminalError, propagation
 from dedup.outbox import FUNCTION_PATTERN, task_id_for
 from functions.region import task_function_resource
 
@@ -64,7 +64,8 @@ def create_task(function_name: str, data: Any, task_id: str) -> bool:
     already existed. Raises as the module's table says. A bare `function_name` is the
     functions' own region's (`functions.region`), not the Admin SDK's default us-central1."""
     queue = functions.task_queue(task_function_resource(function_name), app=firebase_app())
-    options = functions.TaskOptions(task_id=task_id)
+    # The task's dispatch continues the relay's trace (`task_once` reads these headers).
+    options = functions.TaskOptions(task_id=task_id, headers=propagation.headers() or None)
     try:
         queue.enqueue({"data": data}, options)
     except (exceptions.AlreadyExistsError, exceptions.ConflictError):
