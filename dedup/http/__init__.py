@@ -20,6 +20,9 @@ every refusal is `application/problem+json`, RFC 9457, and names no internal exc
 | JSON endpoint: not a JSON content type / body     | 415 / 400                                |
 | first request with a key                          | handler runs; an answer < 500 is stored  |
 | handler answers 5xx or raises                     | its 5xx (or 500); nothing stored, released |
+| handler fails terminally (`TerminalError`)        | 500 `request-failed`, not a replay         |
+| Firestore refuses the handler's data as invalid   | 422 `request-unprocessable`, not a replay  |
+| same key after a terminal failure                 | that problem + `Idempotent-Replayed: true` |
 | same key and fingerprint, completed               | stored answer + `Idempotent-Replayed: true` |
 | same key, first request still running            | 409 + `Retry-After` (after `wait_seconds`) |
 | same key, other method, path or canonical body    | 422                                      |
@@ -37,8 +40,10 @@ Callables (`idempotent_callable`) take the key from the data field `idempotencyK
 caller from `request.auth` (verified by firebase-functions); refusals are `HttpsError`s, see
 `CALLABLE_CODES`. docs/http.md has the whole story and the conformance table.
 
-Modules: `problems` (refusals as problem documents), `auth` (callers), `replay` (the shared
-flow and replays), `endpoint` (the Flask adapter), `callable` (the callable adapter).
+Modules: `problems` (refusals as problem documents; `problem_response` builds one for a
+handler), `auth` (callers), `replay` (the shared flow and replays), `endpoint` (the Flask
+adapter), `callable` (the callable adapter). The checks made at import (suffix, sync handler,
+deduplicator, registration) are `dedup.entrance`'s, shared with every trigger kind.
 """
 
 from __future__ import annotations
@@ -67,6 +72,8 @@ from dedup.http.problems import (
     PROBLEM_JSON,
     PROBLEM_TYPE,
     Problem,
+    failure_problem,
+    problem_response,
 )
 from dedup.http.replay import (
     WAIT_POLL_SECONDS,
@@ -96,6 +103,7 @@ __all__ = [
     "CALLABLE_CODES",
     "CALLABLE_FIELD",
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_REGISTRY",
     "DEFAULT_RETRY_AFTER_SECONDS",
     "HEADER",
     "PROBLEM_JSON",
@@ -104,6 +112,7 @@ __all__ = [
     "WAIT_POLL_SECONDS",
     "AuthUnavailable",
     "CallableHandler",
+    "HandlerResult",
     "HttpHandler",
     "IdempotentRequest",
     "InvalidKey",
@@ -116,12 +125,14 @@ __all__ = [
     "TokenVerifier",
     "canonical_json",
     "ensure_firebase_app",
+    "failure_problem",
     "fingerprint",
     "firebase_uid",
     "http_deduplicator",
     "idempotent_callable",
     "idempotent_http",
     "parse_key",
+    "problem_response",
     "replay",
     "scoped_event_id",
     "settle",
@@ -133,10 +144,8 @@ _KEPT_IMPORTS = (
     DedupConfig,
     Deduplicator,
     default_deduplicator,
-    DEFAULT_REGISTRY,
     SuffixRegistry,
     Delivery,
-    HandlerResult,
     OutcomeKind,
     ConfigError,
     LeaseHeld,

@@ -14,13 +14,11 @@ from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.decorator import SuffixRegistry
 from dedup.delivery import Delivery, HandlerResult
-from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS
+from dedup.entrance import CALLABLE, Entrance, gate
+from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, failure_problem
 from dedup.http.replay import (
     Settled,
     Settlement,
-    _copy_identity,
-    _register,
-    _runner_for,
     settle,
 )
 from dedup.idempotency import (
@@ -30,7 +28,6 @@ from dedup.idempotency import (
     scoped_event_id,
     validate_key,
 )
-from dedup.keys import validate_suffix
 from dedup.record import Mode
 
 logger = logging.getLogger("dedup.http")
@@ -44,6 +41,8 @@ CALLABLE_CODES: Mapping[str, https_fn.FunctionsErrorCode] = {
     "response-not-stored": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
     "store-unavailable": https_fn.FunctionsErrorCode.UNAVAILABLE,
     "handler-failed": https_fn.FunctionsErrorCode.INTERNAL,
+    "request-unprocessable": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
+    "request-failed": https_fn.FunctionsErrorCode.INTERNAL,
 }
 """The `HttpsError` code of each callable refusal (its `details` carry `{"reason": slug}`)."""
 
@@ -83,64 +82,82 @@ def idempotent_callable(
     an `HttpsError` with a status below 500, is stored and replayed; refusals raise the
     `HttpsError` of `CALLABLE_CODES`.
     """
-    validate_suffix(suffix)
-    mode = Mode(mode)
-    runner = _runner_for(deduplicator, config)
+    entry = gate(
+        CALLABLE, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+    )
 
     def decorate(handler: CallableHandler) -> Callable[[https_fn.CallableRequest[Any]], Any]:
-        _register(registry, suffix, handler)
+        admitted = entry.admit(handler)
 
         def once(request: https_fn.CallableRequest[Any]) -> Any:
-            uid: str | None = None
-            if not anonymous:
-                if request.auth is None or not request.auth.uid:
-                    raise _https_error("unauthenticated", "sign in to call this function")
-                uid = request.auth.uid
-            data = request.data
-            if not isinstance(data, dict) or CALLABLE_FIELD not in data:
-                raise _https_error(
-                    "idempotency-key-invalid",
-                    f"send the data as an object with an `{CALLABLE_FIELD}` field (a new UUID "
-                    "per operation, the same one when retrying it)",
-                )
-            try:
-                key = validate_key(data[CALLABLE_FIELD])
-            except InvalidKey as exc:
-                raise _https_error("idempotency-key-invalid", str(exc)) from None
-            rest = {name: value for name, value in data.items() if name != CALLABLE_FIELD}
-
-            def run_handler(delivery: Delivery) -> HandlerResult:
-                try:
-                    value = handler(request, delivery)
-                except https_fn.HttpsError as error:
-                    if error._http_error_code.status >= 500:
-                        raise _CallableFailed(error) from error
-                    return {"kind": "callable", "error": _error_dict(error)}
-                return {"kind": "callable", "json": json.dumps(value)}
-
-            try:
-                settled = settle(
-                    runner(),
-                    scoped_event_id(uid, key),
-                    suffix,
-                    run_handler,
-                    mode=mode,
-                    payload=canonical_json(rest),
-                    wait_seconds=wait_seconds,
-                )
-            except _CallableFailed as failed:
-                raise failed.error from None
-            except Exception:
-                logger.exception("%s: the handler failed; nothing stored, the key is free", suffix)
-                raise _https_error(
-                    "handler-failed", "the call failed and nothing was stored: retry it"
-                ) from None
+            uid, key, rest = _checked_call(request, anonymous)
+            settled = _settle_call(admitted, request, uid, key, rest, wait_seconds)
             return _callable_answer(settled, retry_after_seconds)
 
-        _copy_identity(once, handler)
-        return once
+        return admitted.identify(once)
 
     return decorate
+
+
+def _checked_call(
+    request: https_fn.CallableRequest[Any], anonymous: bool
+) -> tuple[str | None, str, dict[str, Any]]:
+    """The caller, the key and the data without it; an `HttpsError` refusal otherwise."""
+    uid: str | None = None
+    if not anonymous:
+        if request.auth is None or not request.auth.uid:
+            raise _https_error("unauthenticated", "sign in to call this function")
+        uid = request.auth.uid
+    data = request.data
+    if not isinstance(data, dict) or CALLABLE_FIELD not in data:
+        raise _https_error(
+            "idempotency-key-invalid",
+            f"send the data as an object with an `{CALLABLE_FIELD}` field (a new UUID "
+            "per operation, the same one when retrying it)",
+        )
+    try:
+        key = validate_key(data[CALLABLE_FIELD])
+    except InvalidKey as exc:
+        raise _https_error("idempotency-key-invalid", str(exc)) from None
+    return uid, key, {name: value for name, value in data.items() if name != CALLABLE_FIELD}
+
+
+def _settle_call(
+    admitted: Entrance,
+    request: https_fn.CallableRequest[Any],
+    uid: str | None,
+    key: str,
+    rest: dict[str, Any],
+    wait_seconds: float,
+) -> Settlement:
+    """Run the handler once per (caller, key); a retryable failure raises its `HttpsError`."""
+
+    def run_handler(delivery: Delivery) -> HandlerResult:
+        try:
+            value = admitted.handler(request, delivery)
+        except https_fn.HttpsError as error:
+            if error._http_error_code.status >= 500:
+                raise _CallableFailed(error) from error
+            return {"kind": "callable", "error": _error_dict(error)}
+        return {"kind": "callable", "json": json.dumps(value)}
+
+    try:
+        return settle(
+            admitted.deduplicator(),
+            scoped_event_id(uid, key),
+            admitted.suffix,
+            run_handler,
+            mode=admitted.mode,
+            payload=canonical_json(rest),
+            wait_seconds=wait_seconds,
+        )
+    except _CallableFailed as failed:
+        raise failed.error from None
+    except Exception:
+        logger.exception("%s: the handler failed; nothing stored, the key is free", admitted.suffix)
+        raise _https_error(
+            "handler-failed", "the call failed and nothing was stored: retry it"
+        ) from None
 
 
 def _error_dict(error: https_fn.HttpsError) -> dict[str, Any]:
@@ -165,6 +182,13 @@ def _callable_answer(settled: Settlement, retry_after_seconds: int) -> Any:
         )
     if settled.kind is Settled.UNAVAILABLE:
         raise _https_error("store-unavailable", "retry with the same idempotencyKey")
+    if settled.kind is Settled.FAILED:  # the same refusal for the first call and its retries
+        problem = failure_problem(settled.error)
+        raise _https_error(
+            problem.slug,
+            "the call failed permanently: retrying it with this idempotencyKey returns this "
+            "error again; send a corrected call with a new key",
+        )
     result = settled.result
     if not result or result.get("kind") != "callable":
         raise _https_error(

@@ -1,26 +1,28 @@
 """How a request with an idempotency key ends: `settle` runs the handler once per (event id,
 suffix) or finds how an earlier request with the key ended, and `replay` answers a request
-whose key completed. Shared by the HTTP and the callable adapters."""
+whose key completed. Shared by the HTTP and the callable adapters.
+
+A handler that fails terminally (`TerminalError`, or Firestore refusing its data as invalid)
+leaves a failed record: the request is answered with `failure_problem`, not as a replay, and
+every retry with the key gets that same answer, marked replayed."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import flask
 
-from dedup.config import DedupConfig
-from dedup.core import Deduplicator, default_deduplicator
-from dedup.decorator import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.core import Deduplicator
 from dedup.delivery import Delivery, HandlerResult, OutcomeKind
-from dedup.errors import ConfigError, LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
+from dedup.entrance import HTTP, record_key, shared_deduplicator
+from dedup.errors import LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
 from dedup.http.problems import Problem
 from dedup.idempotency import REPLAYED_HEADER, NotStored, StoredResponse
-from dedup.keys import dedup_key
-from dedup.record import Mode
+from dedup.record import Mode, State, error_text
 
 WAIT_POLL_SECONDS = 0.2
 """How often a request waiting for the first one with its key (`wait_seconds`) looks again."""
@@ -75,6 +77,9 @@ class Settled(StrEnum):
     """The key was used for a request with another fingerprint."""
     UNAVAILABLE = "unavailable"
     """Firestore could not be reached."""
+    FAILED = "failed"
+    """The handler failed terminally, now (`replayed` False) or for an earlier request with
+    the key (`replayed` True); `error` is the record's `lastError`."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,10 @@ class Settlement:
 
     kind: Settled
     result: Mapping[str, Any] | None = None
+    error: str | None = None
+    """`FAILED`: the failure as recorded (`lastError`: the exception's type and message)."""
+    replayed: bool = False
+    """`FAILED`: an earlier request with the key failed (this one did not run)."""
 
 
 def settle(
@@ -98,12 +107,22 @@ def settle(
     """Run `handler` once for (event_id, suffix) or find how an earlier request ended.
 
     The handler's own exceptions propagate (the core has released the lease or counted the
-    attempt first); the dedup errors become a `Settlement`.
+    attempt first), except a terminal failure, which ends the record as failed and becomes a
+    `FAILED` settlement; the dedup errors become a `Settlement`.
     """
     deadline = time.monotonic() + wait_seconds
+    raised: list[Exception] = []
+
+    def watched(delivery: Delivery) -> HandlerResult:
+        try:
+            return handler(delivery)
+        except Exception as exc:
+            raised.append(exc)
+            raise
+
     while True:
         try:
-            outcome = runner.run(event_id, suffix, handler, mode=mode, payload=payload)
+            outcome = runner.run(event_id, suffix, watched, mode=mode, payload=payload)
         except (LeaseHeld, LeaseLost):
             if time.monotonic() + WAIT_POLL_SECONDS > deadline:
                 return Settlement(Settled.IN_PROGRESS)
@@ -115,51 +134,31 @@ def settle(
             return Settlement(Settled.UNAVAILABLE)
         if outcome.kind is OutcomeKind.RAN:
             return Settlement(Settled.RAN, outcome.result)
-        result = outcome.result
-        if outcome.kind is OutcomeKind.DUPLICATE_CACHED:  # a deduplicator with a key cache
-            record = runner.store.read(dedup_key(event_id, suffix)).record
-            result = record.result if record is not None else None
-        return Settlement(Settled.COMPLETED, result)
+        if outcome.kind is OutcomeKind.FAILED:  # this request's handler failed terminally
+            if raised:
+                return Settlement(Settled.FAILED, error=error_text(raised[-1]))
+            return _recorded(runner, event_id, suffix, replayed=False)
+        if outcome.result is None and outcome.kind in _READ_BACK:
+            # The cache keeps no results, and a failed record has none: read the record.
+            return _recorded(runner, event_id, suffix, replayed=True)
+        return Settlement(Settled.COMPLETED, outcome.result)
 
 
-def _http_config() -> DedupConfig:
-    """The environment's config, with what HTTP needs: no key cache (a duplicate must read the
-    stored response) and payload mismatches raised (answered 422)."""
-    return replace(DedupConfig.from_env(), cache_size=0, on_payload_mismatch="raise")
+_READ_BACK = (OutcomeKind.DUPLICATE, OutcomeKind.DUPLICATE_CACHED)
+
+
+def _recorded(runner: Deduplicator, event_id: str, suffix: str, *, replayed: bool) -> Settlement:
+    """How the record of (event_id, suffix), in the deduplicator's key layout, ended."""
+    try:
+        record = runner.store.read(record_key(runner, event_id, suffix)).record
+    except StoreUnavailable:
+        return Settlement(Settled.UNAVAILABLE)
+    if record is not None and record.state is State.FAILED:
+        return Settlement(Settled.FAILED, error=record.last_error, replayed=replayed)
+    return Settlement(Settled.COMPLETED, record.result if record is not None else None)
 
 
 def http_deduplicator() -> Deduplicator:
-    """The process's shared deduplicator for HTTP and callable functions (see `_http_config`)."""
-    return default_deduplicator(_http_config())
-
-
-def _runner_for(
-    deduplicator: Deduplicator | None, config: DedupConfig | None
-) -> Callable[[], Deduplicator]:
-    if config is not None and deduplicator is not None:
-        raise ConfigError("pass either config or deduplicator, not both")
-    if deduplicator is not None:
-        if deduplicator.config.on_payload_mismatch != "raise":
-            raise ConfigError(
-                "an HTTP deduplicator must refuse reused keys: build it with "
-                "DedupConfig(on_payload_mismatch='raise', cache_size=0)"
-            )
-        return lambda: deduplicator
-    if config is not None:
-        fixed = replace(config, cache_size=0, on_payload_mismatch="raise")
-        return lambda: default_deduplicator(fixed)
-    return http_deduplicator
-
-
-def _register(registry: SuffixRegistry | None, suffix: str, handler: Callable[..., Any]) -> None:
-    owner = f"{handler.__module__}.{handler.__qualname__}"
-    (registry if registry is not None else DEFAULT_REGISTRY).register(suffix, owner)
-
-
-_COPIED_ATTRIBUTES = ("__module__", "__name__", "__qualname__", "__doc__")
-
-
-def _copy_identity(target: Any, source: Any) -> None:
-    # Name and doc only, not the signature (frameworks must see the wrapper's).
-    for attribute in _COPIED_ATTRIBUTES:
-        setattr(target, attribute, getattr(source, attribute, None))
+    """The process's shared deduplicator for HTTP and callable functions: the process's
+    configuration (`dedup.entrance.process_config`) with reused keys refused (answered 422)."""
+    return shared_deduplicator(HTTP)
