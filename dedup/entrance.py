@@ -9,8 +9,9 @@ a given deduplicator of the wrong kind is refused, the suffix is registered, and
 `Entrance` copies the handler's name onto the wrapper (`Entrance.identify`) and resolves the
 deduplicator of each delivery (`Entrance.deduplicator`).
 
-The configuration of the process is read from the environment once, by `process_config()`;
-every entrance, the HTTP deduplicator and the start-up checks use that same object.
+The configuration of the process is read from the environment once, by the process's default
+deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
+the start-up checks use it.
 
 The record key of a delivery, in the configured layout, is `record_key(deduplicator, ...)`
 for every trigger kind (the flows compute the same from the same config).
@@ -18,7 +19,6 @@ for every trigger kind (the flows compute the same from the same config).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -81,26 +81,13 @@ CALLABLE = TriggerKind(
 """Callable requests with an `idempotencyKey` (`idempotent_callable`)."""
 
 
-_config_lock = threading.Lock()
-_config: DedupConfig | None = None
-
-
 def process_config() -> DedupConfig:
-    """The process's configuration, read from the environment (`DedupConfig.from_env`) on first
-    use and kept: every entrance without a `config`, the HTTP deduplicator and the start-up
-    checks use this one object. Raises `ConfigError` for a bad DEDUP_* variable."""
-    global _config
-    with _config_lock:
-        if _config is None:
-            _config = DedupConfig.from_env()
-        return _config
-
-
-def forget_process_config() -> None:
-    """Read the environment again on the next `process_config()` (tests that change it)."""
-    global _config
-    with _config_lock:
-        _config = None
+    """The process's configuration: that of its default deduplicator
+    (`dedup.core.default_deduplicator()`), read from the environment (`DedupConfig.from_env`)
+    once, when it is first needed, and kept for the life of the process. Every entrance without
+    a `config`, the HTTP deduplicator and the start-up checks use this one object. Raises
+    `ConfigError` for a bad DEDUP_* variable (and reads again on the next call)."""
+    return default_deduplicator().config
 
 
 def refusing_config(config: DedupConfig) -> DedupConfig:
@@ -109,7 +96,10 @@ def refusing_config(config: DedupConfig) -> DedupConfig:
 
 
 def shared_deduplicator(kind: TriggerKind, config: DedupConfig | None = None) -> Deduplicator:
-    """The process's shared `Deduplicator` of `kind` for `config` (None: `process_config()`)."""
+    """The process's shared `Deduplicator` of `kind` for `config`; None: the process's default
+    deduplicator, or for the HTTP kinds the one built from `process_config()`."""
+    if config is None and not kind.refuses_reused_keys:
+        return default_deduplicator()
     chosen = config if config is not None else process_config()
     if kind.refuses_reused_keys:
         chosen = refusing_config(chosen)

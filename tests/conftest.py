@@ -27,7 +27,6 @@ import pytest
 import requests
 from google.cloud import firestore
 
-from dedup.entrance import forget_process_config
 from demo.receiver import Receiver, running_receiver
 from tests import emulator_env
 from tools import firebase_dotenv
@@ -104,7 +103,6 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith("DEDUP_"):
             monkeypatch.delenv(name)
     monkeypatch.delenv("FUNCTION_TARGET", raising=False)
-    forget_process_config()  # the process's configuration is read from this environment
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,9 @@ read once per process, and the record key in the configured layout."""
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,13 +26,10 @@ from dedup import (
 )
 from dedup.entrance import (
     EVENTS,
-    HTTP,
-    forget_process_config,
     process_config,
     record_key,
-    shared_deduplicator,
 )
-from dedup.http import http_deduplicator, idempotent_callable, idempotent_http
+from dedup.http import idempotent_callable, idempotent_http
 from dedup.tasks import task_once
 
 Factory = Callable[..., Any]
@@ -131,30 +131,53 @@ def test_an_http_deduplicator_must_refuse_reused_keys(name: str, factory: Factor
         factory("logging", deduplicator=Deduplicator(DedupConfig()))
 
 
-def test_the_configuration_is_read_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`process_config()` reads the environment once: every later call, the shared
-    deduplicators of every kind and the HTTP one are built from that one object (a variable
-    changed later is not seen until `forget_process_config()`)."""
-    monkeypatch.setenv("DEDUP_KEY_LAYOUT", "spread")
-    first = process_config()
-    monkeypatch.setenv("DEDUP_KEY_LAYOUT", "plain")
-    assert process_config() is first
-    events = shared_deduplicator(EVENTS)
-    assert events.config is first
-    assert events is shared_deduplicator(EVENTS)
-    http = http_deduplicator()
-    assert http is shared_deduplicator(HTTP)
-    assert http.config.key_layout == "spread"
-    assert (http.config.cache_size, http.config.on_payload_mismatch) == (0, "raise")
-    forget_process_config()
-    assert process_config().key_layout == "plain"
+ONE_READ = """
+import os
+from dedup.core import default_deduplicator
+from dedup.entrance import EVENTS, HTTP, process_config, shared_deduplicator
+from dedup.http import http_deduplicator
+
+first = process_config()
+os.environ["DEDUP_KEY_LAYOUT"] = "plain"
+assert process_config() is first and first.key_layout == "spread"
+assert shared_deduplicator(EVENTS) is default_deduplicator()
+assert default_deduplicator().config is first
+http = http_deduplicator()
+assert http is shared_deduplicator(HTTP)
+assert http.config.key_layout == "spread"
+assert (http.config.cache_size, http.config.on_payload_mismatch) == (0, "raise")
+print("one read")
+"""
 
 
-def test_a_bad_variable_is_refused_by_the_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter (a process of its own: the configuration is per process)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_configuration_is_read_once_per_process() -> None:
+    """In a fresh process, `process_config()` reads the environment once: a variable changed
+    later is not seen, and the default deduplicator, the shared deduplicators of every kind
+    and the HTTP one are all built from that one object."""
+    done = run_python(ONE_READ, DEDUP_KEY_LAYOUT="spread")
+    assert done.stdout.strip() == "one read", done.stderr
+
+
+def test_a_bad_variable_is_refused_by_the_one_read() -> None:
     """A misspelled DEDUP_* variable fails the process's one read with a `ConfigError`."""
-    monkeypatch.setenv("DEDUP_LEASE_SECONDZ", "60")
-    with pytest.raises(ConfigError, match="DEDUP_LEASE_SECONDZ"):
-        process_config()
+    done = run_python(
+        "from dedup.entrance import process_config; process_config()", DEDUP_LEASE_SECONDZ="60"
+    )
+    assert done.returncode != 0
+    assert "ConfigError" in done.stderr
+    assert "DEDUP_LEASE_SECONDZ" in done.stderr
 
 
 def test_the_record_key_follows_the_configured_layout() -> None:
