@@ -18,20 +18,29 @@ function (run by `dedup.aio.AsyncDeduplicator`) for `functions_framework.aio.clo
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, cast, overload
 
-from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
+from dedup.aio.core import AsyncDeduplicator
 from dedup.aio.delivery import AsyncDelivery
 from dedup.config import DedupConfig
-from dedup.core import Deduplicator, default_deduplicator
-from dedup.delivery import Delivery, is_async_handler
-from dedup.errors import ConfigError, DuplicateSuffix
+from dedup.core import Deduplicator
+from dedup.delivery import Delivery
+from dedup.entrance import EVENTS, gate
 from dedup.events import describe
-from dedup.keys import validate_suffix
 from dedup.propagation import continued, from_event
 from dedup.record import Mode
+from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
+
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "AsyncEventFunction",
+    "AsyncEventHandler",
+    "EventHandler",
+    "HandlerDecorator",
+    "SuffixRegistry",
+    "trigger_once",
+]
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
@@ -56,42 +65,6 @@ class HandlerDecorator(Protocol):
     def __call__(self, handler: Any, /) -> Any:
         """Wrap `handler`; the result takes the event only."""
         ...
-
-
-_COPIED_ATTRIBUTES = ("__module__", "__name__", "__qualname__", "__doc__")
-
-
-class SuffixRegistry:
-    """Which handler owns each suffix; a second registration of a suffix fails.
-
-    One process-wide registry (`DEFAULT_REGISTRY`) backs `trigger_once`; tests pass their own
-    instance to stay isolated. Thread-safe.
-    """
-
-    def __init__(self) -> None:
-        """An empty registry."""
-        self._owners: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def register(self, suffix: str, owner: str) -> None:
-        """Record `owner` (module.qualname) for `suffix`; raise `DuplicateSuffix` if taken."""
-        with self._lock:
-            existing = self._owners.get(suffix)
-            if existing is not None:
-                raise DuplicateSuffix(
-                    f"suffix {suffix!r} is used by both {existing} and {owner}: two functions "
-                    "sharing a suffix would skip each other's events; give each its own suffix"
-                )
-            self._owners[suffix] = owner
-
-    def owner(self, suffix: str) -> str | None:
-        """The handler registered for `suffix`, if any."""
-        with self._lock:
-            return self._owners.get(suffix)
-
-
-DEFAULT_REGISTRY = SuffixRegistry()
-"""The process-wide suffix registry used when `trigger_once` gets no `registry`."""
 
 
 def trigger_once(
@@ -123,18 +96,16 @@ def trigger_once(
     notifies once per post, however many writes publish it. It must be deterministic. Events
     sharing a key then differ by design, so their payloads are not compared.
     """
-    validate_suffix(suffix)
-    if config is not None and deduplicator is not None:
-        raise ConfigError("pass either config or deduplicator to trigger_once, not both")
-    mode = Mode(mode)
-    suffixes = registry if registry is not None else DEFAULT_REGISTRY
+    entry = gate(
+        EVENTS, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+    )
 
     def arguments(event: object) -> tuple[str | None, dict[str, Any]]:
         """The event id and the keyword arguments of the deduplicator's `run` for `event`."""
         info = describe(event)
         event_id = info.event_id if event_id_from is None else event_id_from(event)
         return event_id, {
-            "mode": mode,
+            "mode": entry.mode,
             # Under event_id_from, different events share a key by design: no fingerprint.
             "payload": info.payload if event_id_from is None else None,
             "event_time": info.event_time,
@@ -143,35 +114,20 @@ def trigger_once(
             "database": info.database,  # the records follow a named database's events
         }
 
-    def runner[D: (Deduplicator, AsyncDeduplicator)](kind: type[D], owner: str) -> D | None:
-        """The given deduplicator, checked to be of `kind` (None: the default one)."""
-        if deduplicator is not None and not isinstance(deduplicator, kind):
-            raise ConfigError(
-                f"{owner} needs a {kind.__name__}, got a {type(deduplicator).__name__}: pass "
-                "dedup.aio.AsyncDeduplicator for an `async def` handler, dedup.Deduplicator "
-                "for a `def` one"
-            )
-        return deduplicator
-
     def decorate(handler: Any) -> Any:
-        owner = f"{handler.__module__}.{handler.__qualname__}"
-        if is_async_handler(handler):
-            given_async = runner(AsyncDeduplicator, owner)
-            suffixes.register(suffix, owner)
+        admitted = entry.admit(handler)
+        if admitted.is_async:
 
             async def once_async(event: Any) -> None:
-                dedup = given_async or default_async_deduplicator(config)
                 event_id, options = arguments(event)
 
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
 
                 with continued(from_event(event)):
-                    await dedup.run(event_id, suffix, run_async, **options)
+                    await admitted.async_deduplicator().run(event_id, suffix, run_async, **options)
 
-            return _identified(once_async, handler)
-        given = runner(Deduplicator, owner)
-        suffixes.register(suffix, owner)
+            return admitted.identify(once_async)
 
         def once(event: Any) -> None:
             event_id, options = arguments(event)
@@ -179,19 +135,9 @@ def trigger_once(
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)
 
-            runner = given or default_deduplicator(config)
             with continued(from_event(event)):
-                runner.run(event_id, suffix, run_handler, **options)
+                admitted.deduplicator().run(event_id, suffix, run_handler, **options)
 
-        return _identified(once, handler)
+        return admitted.identify(once)
 
     return cast(HandlerDecorator, decorate)
-
-
-def _identified[F](wrapper: F, handler: object) -> F:
-    """Copy the handler's identity (name, doc) onto its wrapper, but not its signature: the
-    wrapper takes one argument, and frameworks that inspect it must not see the handler's
-    (event, delivery)."""
-    for attribute in _COPIED_ATTRIBUTES:
-        setattr(wrapper, attribute, getattr(handler, attribute, None))
-    return wrapper

@@ -34,7 +34,6 @@ wrapped by `functions.task_boundary.validated_task`.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -44,13 +43,32 @@ from typing import Any, Protocol
 from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, HttpsError
 
 from dedup.config import DedupConfig
-from dedup.core import Deduplicator, default_deduplicator
-from dedup.decorator import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.core import Deduplicator
 from dedup.delivery import Delivery
-from dedup.errors import ConfigError, LeaseHeld, StoreUnavailable
-from dedup.keys import validate_suffix
+from dedup.entrance import TASKS, gate
+from dedup.errors import LeaseHeld, StoreUnavailable
 from dedup.propagation import continued, from_headers
 from dedup.record import Mode
+from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
+
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "EXECUTION_COUNT_HEADER",
+    "LEASE_HELD_STATUS",
+    "QUEUE_NAME_HEADER",
+    "RELEASED_STATUS",
+    "RETRY_COUNT_HEADER",
+    "STORE_UNAVAILABLE_STATUS",
+    "TASK_NAME_HEADER",
+    "Headers",
+    "TaskDecorator",
+    "TaskDispatch",
+    "TaskFunction",
+    "TaskHandler",
+    "task_dispatch",
+    "task_once",
+    "task_payload",
+]
 
 TASK_NAME_HEADER = "X-CloudTasks-TaskName"
 """The task's id within its queue: the dedup event id."""
@@ -140,20 +158,12 @@ def task_once(
     status of the module's table. A dispatch without a task name is refused with 400 before
     any record is read or written.
     """
-    validate_suffix(suffix)
-    if config is not None and deduplicator is not None:
-        raise ConfigError("pass either config or deduplicator to task_once, not both")
-    mode = Mode(mode)
-    suffixes = registry if registry is not None else DEFAULT_REGISTRY
+    entry = gate(
+        TASKS, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+    )
 
     def decorate(handler: TaskHandler) -> TaskFunction:
-        owner = f"{handler.__module__}.{handler.__qualname__}"
-        if inspect.iscoroutinefunction(handler):
-            raise ConfigError(
-                f"{owner} is an async function: task_once wraps synchronous handlers only "
-                "(an async handler's coroutine would never be awaited); write it with `def`"
-            )
-        suffixes.register(suffix, owner)
+        admitted = entry.admit(handler)
 
         def once(request: CallableRequest[Any]) -> None:
             dispatch = task_dispatch(request.raw_request.headers)
@@ -170,18 +180,17 @@ def task_once(
                 dispatch.execution_count,
                 extra={"eventId": dispatch.task_name, "suffix": suffix},
             )
-            runner = deduplicator if deduplicator is not None else default_deduplicator(config)
 
             def run_handler(delivery: Delivery) -> None:
                 handler(request, delivery)
 
             try:
                 with continued(from_headers(request.raw_request.headers)):
-                    runner.run(
+                    admitted.deduplicator().run(
                         dispatch.task_name,
                         suffix,
                         run_handler,
-                        mode=mode,
+                        mode=admitted.mode,
                         payload=task_payload(request.data),
                     )
             except LeaseHeld as exc:
@@ -189,10 +198,6 @@ def task_once(
             except StoreUnavailable as exc:
                 raise HttpsError(FunctionsErrorCode.UNAVAILABLE, str(exc)) from exc
 
-        once.__module__ = handler.__module__
-        once.__name__ = handler.__name__
-        once.__qualname__ = handler.__qualname__
-        once.__doc__ = handler.__doc__
-        return once
+        return admitted.identify(once)
 
     return decorate

@@ -26,10 +26,10 @@ from google.cloud import firestore
 
 from dedup import Delivery, Mode
 from dedup.http import (
-    PROBLEM_JSON,
     IdempotentRequest,
     idempotent_callable,
     idempotent_http,
+    problem_response,
 )
 
 SUFFIX = "create_order"
@@ -96,13 +96,7 @@ def create_order(call: IdempotentRequest) -> flask.Response:
     try:
         order = parse_order(call.json)
     except InvalidOrder as invalid:
-        problem = {
-            "type": "urn:exactly-once:problem:invalid-order",
-            "title": "Invalid order",
-            "status": 400,
-            "detail": str(invalid),
-        }
-        return flask.Response(json.dumps(problem), 400, content_type=PROBLEM_JSON)
+        return problem_response(400, "invalid-order", "Invalid order", str(invalid))
     assert call.uid is not None  # the endpoint is not anonymous
     order_id = place_order(call.delivery, call.uid, order)
     return flask.Response(

@@ -41,7 +41,7 @@ import flask
 from firebase_functions import https_fn
 
 from dedup import Delivery, LeaseHeld, LeaseLost, propagation
-from dedup.core import default_deduplicator
+from dedup.entrance import EVENTS, shared_deduplicator
 from dedup.errors import ConfigError
 from dedup.http import DEFAULT_RETRY_AFTER_SECONDS, Problem
 from dedup.idempotency import canonical_json
@@ -196,6 +196,6 @@ def _publish_once(destination: Any, event: dict[str, Any]) -> None:
     def publish(delivery: Delivery) -> None:
         publish_event(destination, event)
 
-    default_deduplicator().run(
+    shared_deduplicator(EVENTS).run(
         event["webhookEventId"], SUFFIX, publish, payload=_fingerprint(event)
     )

@@ -8,8 +8,9 @@ a function module checks nothing (tests, the deploy tool and `bench` import them
 
 `main.py` calls `refuse_unsafe_settings(globals())` after declaring the functions. On the
 platform (Cloud Run sets `K_SERVICE`; the Functions emulator sets `FUNCTIONS_EMULATOR=true` and
-is not the platform), the instance serving `FUNCTION_TARGET` builds its `DedupConfig` from the
-environment with the function's declared timeout, so a misspelled DEDUP_* variable or a lease
+is not the platform), the instance serving `FUNCTION_TARGET` checks the process's `DedupConfig`
+(`dedup.entrance.process_config`, the one object every decorated function uses) against the
+function's declared timeout, so a misspelled DEDUP_* variable or a lease
 shorter than timeout + DEDUP_RPC_TIMEOUT_SECONDS stops the instance at start-up with the
 `ConfigError` that says what to set, instead of failing every event. The deploy tooling
 (`tools/deploy.py`) makes the same check before anything is deployed.
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 from dedup.config import DedupConfig
+from dedup.entrance import process_config
 
 Check = TypeVar("Check", bound=Callable[[], object])
 
@@ -71,4 +74,5 @@ def refuse_unsafe_settings(
     target = env.get("FUNCTION_TARGET", "")
     if not on_the_platform(env) or target not in functions:
         return
-    DedupConfig.from_env(env, function_timeout_seconds=declared_timeout(functions[target]))
+    config = process_config() if environ is None else DedupConfig.from_env(env)
+    replace(config, function_timeout_seconds=declared_timeout(functions[target]))

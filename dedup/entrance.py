@@ -1,0 +1,243 @@
+"""One entrance for every trigger kind: what `trigger_once`, `task_once`, `idempotent_http`
+and `idempotent_callable` do before their first delivery, done in one place.
+
+A decorator factory calls `gate(kind, suffix, ...)` when it is called (at import time): the
+suffix is checked, `config` together with `deduplicator` refused, the mode converted. The
+decorator then calls `Gate.admit(handler)`: the handler is found sync or async and refused
+with a `ConfigError` naming it and what to use instead when its trigger kind cannot serve it,
+a given deduplicator of the wrong kind is refused, the suffix is registered, and the returned
+`Entrance` copies the handler's name onto the wrapper (`Entrance.identify`) and resolves the
+deduplicator of each delivery (`Entrance.deduplicator`).
+
+The configuration of the process is read from the environment once, by the process's default
+deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
+the start-up checks use it.
+
+The record key of a delivery, in the configured layout, is `record_key(deduplicator, ...)`
+for every trigger kind (the flows compute the same from the same config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
+from dedup.config import DedupConfig
+from dedup.core import Deduplicator, default_deduplicator
+from dedup.delivery import is_async_handler
+from dedup.errors import ConfigError
+from dedup.keys import dedup_key, validate_suffix
+from dedup.record import Mode
+from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
+
+type AnyDeduplicator = Deduplicator | AsyncDeduplicator
+"""A front door of either kind."""
+
+
+@dataclass(frozen=True)
+class TriggerKind:
+    """What one kind of delivery can serve; the rest of its adapter is its own module's."""
+
+    decorator: str
+    """The decorator's name, as error messages quote it."""
+    serves_async: bool
+    """An `async def` handler is served (by `AsyncDeduplicator`)."""
+    instead: str
+    """What to do with an `async def` handler when it is not served."""
+    refuses_reused_keys: bool = False
+    """A key reused with another payload is refused (`on_payload_mismatch="raise"`) and the
+    stored result is always read (no key cache): the HTTP kinds, which replay answers."""
+
+
+EVENTS = TriggerKind("trigger_once", serves_async=True, instead="")
+"""CloudEvents (`trigger_once`): `def` and `async def` handlers."""
+
+TASKS = TriggerKind(
+    "task_once",
+    serves_async=False,
+    instead="write it with `def` (firebase-functions calls task handlers synchronously)",
+)
+"""Cloud Tasks dispatches (`task_once`)."""
+
+HTTP = TriggerKind(
+    "idempotent_http",
+    serves_async=False,
+    instead=(
+        "write it with `def` (Flask, under functions_framework.http or https_fn.on_request, "
+        "calls handlers synchronously), or run an async client from it with asyncio.run"
+    ),
+    refuses_reused_keys=True,
+)
+"""HTTP requests with an `Idempotency-Key` (`idempotent_http`)."""
+
+CALLABLE = TriggerKind(
+    "idempotent_callable",
+    serves_async=False,
+    instead="write it with `def` (https_fn.on_call calls handlers synchronously)",
+    refuses_reused_keys=True,
+)
+"""Callable requests with an `idempotencyKey` (`idempotent_callable`)."""
+
+
+def process_config() -> DedupConfig:
+    """The process's configuration: that of its default deduplicator
+    (`dedup.core.default_deduplicator()`), read from the environment (`DedupConfig.from_env`)
+    once, when it is first needed, and kept for the life of the process. Every entrance without
+    a `config`, the HTTP deduplicator and the start-up checks use this one object. Raises
+    `ConfigError` for a bad DEDUP_* variable (and reads again on the next call)."""
+    return default_deduplicator().config
+
+
+def refusing_config(config: DedupConfig) -> DedupConfig:
+    """`config` as the HTTP kinds need it: reused keys refused, no key cache."""
+    return replace(config, cache_size=0, on_payload_mismatch="raise")
+
+
+def shared_deduplicator(kind: TriggerKind, config: DedupConfig | None = None) -> Deduplicator:
+    """The process's shared `Deduplicator` of `kind` for `config`; None: the process's default
+    deduplicator, or for the HTTP kinds the one built from `process_config()`."""
+    if config is None and not kind.refuses_reused_keys:
+        return default_deduplicator()
+    chosen = config if config is not None else process_config()
+    if kind.refuses_reused_keys:
+        chosen = refusing_config(chosen)
+    return default_deduplicator(chosen)
+
+
+def record_key(deduplicator: AnyDeduplicator, event_id: str, suffix: str) -> str:
+    """The document id of the record of (event_id, suffix) in the deduplicator's key layout:
+    the one place every trigger kind computes it."""
+    return dedup_key(event_id, suffix, deduplicator.config.key_layout)
+
+
+def owner_of(handler: Callable[..., Any]) -> str:
+    """`module.qualname` of a handler, as registries and error messages name it."""
+    name = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", repr(handler))
+    return f"{getattr(handler, '__module__', '?')}.{name}"
+
+
+_COPIED_ATTRIBUTES = ("__module__", "__name__", "__qualname__", "__doc__")
+
+
+@dataclass(frozen=True)
+class Entrance:
+    """An admitted handler: what each delivery of its trigger kind needs from the entrance."""
+
+    gate: Gate
+    """The decorator's checked arguments."""
+    owner: str
+    """`module.qualname` of the handler."""
+    is_async: bool
+    """The handler is an `async def` (served by `AsyncDeduplicator`)."""
+    handler: Callable[..., Any]
+
+    @property
+    def suffix(self) -> str:
+        """The function's suffix (registered)."""
+        return self.gate.suffix
+
+    @property
+    def mode(self) -> Mode:
+        """The dedup mode of every delivery."""
+        return self.gate.mode
+
+    def deduplicator(self) -> Deduplicator:
+        """The deduplicator of a sync handler's delivery: the given one, else the shared one
+        (created on the first delivery, not at import)."""
+        given = self.gate.given
+        if given is not None:
+            assert isinstance(given, Deduplicator)
+            return given
+        return shared_deduplicator(self.gate.kind, self.gate.config)
+
+    def async_deduplicator(self) -> AsyncDeduplicator:
+        """The deduplicator of an async handler's delivery (see `deduplicator`)."""
+        given = self.gate.given
+        if given is not None:
+            assert isinstance(given, AsyncDeduplicator)
+            return given
+        chosen = self.gate.config if self.gate.config is not None else process_config()
+        return default_async_deduplicator(chosen)
+
+    def identify[F](self, wrapper: F) -> F:
+        """Copy the handler's identity (module, name, qualname, doc) onto its wrapper, but not
+        its signature: frameworks that inspect the wrapper must see the wrapper's."""
+        for attribute in _COPIED_ATTRIBUTES:
+            setattr(wrapper, attribute, getattr(self.handler, attribute, None))
+        return wrapper
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A decorator factory's checked arguments, waiting for the handler (`admit`)."""
+
+    kind: TriggerKind
+    suffix: str
+    mode: Mode
+    given: AnyDeduplicator | None
+    config: DedupConfig | None
+    registry: SuffixRegistry
+
+    def admit(self, handler: Callable[..., Any]) -> Entrance:
+        """Check `handler` against the trigger kind and register its suffix.
+
+        Raises `ConfigError` for an `async def` handler the kind cannot serve, or a given
+        deduplicator of the other kind; `DuplicateSuffix` for a suffix already taken.
+        """
+        owner = owner_of(handler)
+        is_async = is_async_handler(handler)
+        if is_async and not self.kind.serves_async:
+            raise ConfigError(
+                f"{owner} is an async function: {self.kind.decorator} serves synchronous "
+                f"handlers only (its coroutine would never be awaited); {self.kind.instead}"
+            )
+        wanted: type[AnyDeduplicator] = AsyncDeduplicator if is_async else Deduplicator
+        if self.given is not None and not isinstance(self.given, wanted):
+            raise ConfigError(
+                f"{owner} needs a {wanted.__name__}, got a {type(self.given).__name__}: pass "
+                "dedup.aio.AsyncDeduplicator for an `async def` handler, dedup.Deduplicator "
+                "for a `def` one"
+            )
+        self.registry.register(self.suffix, owner)
+        return Entrance(gate=self, owner=owner, is_async=is_async, handler=handler)
+
+
+def gate(
+    kind: TriggerKind,
+    suffix: str,
+    *,
+    mode: Mode | str,
+    config: DedupConfig | None,
+    deduplicator: AnyDeduplicator | None,
+    registry: SuffixRegistry | None,
+) -> Gate:
+    """Check a decorator factory's arguments at import time: `InvalidSuffix` for a bad suffix,
+    `ConfigError` for both `config` and `deduplicator`, for an unknown mode, or (HTTP kinds)
+    for a deduplicator that would not refuse a reused key."""
+    validate_suffix(suffix)
+    if config is not None and deduplicator is not None:
+        raise ConfigError(f"pass either config or deduplicator to {kind.decorator}, not both")
+    try:
+        chosen_mode = Mode(mode)
+    except ValueError:
+        modes = ", ".join(m.value for m in Mode)
+        raise ConfigError(f"{kind.decorator}: mode {mode!r} is not one of {modes}") from None
+    if (
+        kind.refuses_reused_keys
+        and deduplicator is not None
+        and deduplicator.config.on_payload_mismatch != "raise"
+    ):
+        raise ConfigError(
+            f"a deduplicator for {kind.decorator} must refuse reused keys: build it with "
+            "DedupConfig(on_payload_mismatch='raise', cache_size=0)"
+        )
+    return Gate(
+        kind=kind,
+        suffix=suffix,
+        mode=chosen_mode,
+        given=deduplicator,
+        config=config,
+        registry=registry if registry is not None else DEFAULT_REGISTRY,
+    )

@@ -1,0 +1,158 @@
+"""Exactly-once HTTP requests: `idempotent_http` for handlers served by
+`functions_framework.http` or firebase-functions `https_fn.on_request` (both hand a Flask
+request), `idempotent_callable` for `https_fn.on_call`. One flow behind both, over
+`Deduplicator.run` and the records every trigger uses.
+
+    @https_fn.on_request()
+    @idempotent_http("create_order", mode=Mode.TRANSACTION)
+    def create_order(call: IdempotentRequest) -> flask.Response:
+        ...
+
+How a request is answered (draft-ietf-httpapi-idempotency-key-header-07, Stripe's practice;
+every refusal is `application/problem+json`, RFC 9457, and names no internal exception):
+
+| request                                           | answer                                   |
+|---------------------------------------------------|------------------------------------------|
+| method not in `methods` (default POST)            | 405 + `Allow`                            |
+| body larger than `max_body_bytes`                 | 413                                      |
+| no valid Firebase ID token (unless `anonymous`)   | 401 + `WWW-Authenticate`                 |
+| no `Idempotency-Key`, or not 1-255 printable ASCII | 400                                     |
+| JSON endpoint: not a JSON content type / body     | 415 / 400                                |
+| first request with a key                          | handler runs; an answer < 500 is stored  |
+| handler answers 5xx or raises                     | its 5xx (or 500); nothing stored, released |
+| handler fails terminally (`TerminalError`)        | 500 `request-failed`, not a replay         |
+| Firestore refuses the handler's data as invalid   | 422 `request-unprocessable`, not a replay  |
+| same key after a terminal failure                 | that problem + `Idempotent-Replayed: true` |
+| same key and fingerprint, completed               | stored answer + `Idempotent-Replayed: true` |
+| same key, first request still running            | 409 + `Retry-After` (after `wait_seconds`) |
+| same key, other method, path or canonical body    | 422                                      |
+| same key, another caller                          | independent request (keys are scoped)    |
+| completed, answer too large to store              | 410 `response-not-stored` (+ status, sha256) |
+| record ended without an answer (dead)             | 410 `response-not-stored`                |
+| Firestore unavailable                             | 503 + `Retry-After`                      |
+
+The first seven rows are refusals made before any record is touched. A stored answer keeps
+status, body, `Content-Type` and `Location`; in transaction mode it commits with the handler's
+writes and the marker. "Too large" means larger than `dedup.transitions.MAX_RESULT_BYTES` as
+stored: the record then keeps a stub (status, size, sha256) and the first answer is sent whole.
+
+Callables (`idempotent_callable`) take the key from the data field `idempotencyKey` and the
+caller from `request.auth` (verified by firebase-functions); refusals are `HttpsError`s, see
+`CALLABLE_CODES`. docs/http.md has the whole story and the conformance table.
+
+Modules: `problems` (refusals as problem documents; `problem_response` builds one for a
+handler), `auth` (callers), `replay` (the shared flow and replays), `endpoint` (the Flask
+adapter), `callable` (the callable adapter). The checks made at import (suffix, sync handler,
+deduplicator, registration) are `dedup.entrance`'s, shared with every trigger kind.
+"""
+
+from __future__ import annotations
+
+from dedup.config import DedupConfig
+from dedup.core import Deduplicator, default_deduplicator
+from dedup.decorator import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.delivery import Delivery, HandlerResult, OutcomeKind
+from dedup.errors import ConfigError, LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
+from dedup.http.auth import (
+    AuthUnavailable,
+    InvalidToken,
+    TokenVerifier,
+    ensure_firebase_app,
+    firebase_uid,
+)
+from dedup.http.callable import CALLABLE_CODES, CallableHandler, idempotent_callable
+from dedup.http.endpoint import (
+    DEFAULT_MAX_BODY_BYTES,
+    HttpHandler,
+    IdempotentRequest,
+    idempotent_http,
+)
+from dedup.http.problems import (
+    DEFAULT_RETRY_AFTER_SECONDS,
+    PROBLEM_JSON,
+    PROBLEM_TYPE,
+    Problem,
+    failure_problem,
+    problem_response,
+)
+from dedup.http.replay import (
+    WAIT_POLL_SECONDS,
+    Settled,
+    Settlement,
+    http_deduplicator,
+    replay,
+    settle,
+)
+from dedup.idempotency import (
+    CALLABLE_FIELD,
+    HEADER,
+    REPLAYED_HEADER,
+    InvalidKey,
+    NotStored,
+    StoredResponse,
+    canonical_json,
+    fingerprint,
+    parse_key,
+    scoped_event_id,
+    validate_key,
+)
+from dedup.keys import dedup_key, validate_suffix
+from dedup.record import Mode
+
+__all__ = [
+    "CALLABLE_CODES",
+    "CALLABLE_FIELD",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_REGISTRY",
+    "DEFAULT_RETRY_AFTER_SECONDS",
+    "HEADER",
+    "PROBLEM_JSON",
+    "PROBLEM_TYPE",
+    "REPLAYED_HEADER",
+    "WAIT_POLL_SECONDS",
+    "AuthUnavailable",
+    "CallableHandler",
+    "HandlerResult",
+    "HttpHandler",
+    "IdempotentRequest",
+    "InvalidKey",
+    "InvalidToken",
+    "NotStored",
+    "Problem",
+    "Settled",
+    "Settlement",
+    "StoredResponse",
+    "TokenVerifier",
+    "canonical_json",
+    "ensure_firebase_app",
+    "failure_problem",
+    "fingerprint",
+    "firebase_uid",
+    "http_deduplicator",
+    "idempotent_callable",
+    "idempotent_http",
+    "parse_key",
+    "problem_response",
+    "replay",
+    "scoped_event_id",
+    "settle",
+    "validate_key",
+]
+
+# Names the single-module `dedup.http` held as imports: still importable from here.
+_KEPT_IMPORTS = (
+    DedupConfig,
+    Deduplicator,
+    default_deduplicator,
+    SuffixRegistry,
+    Delivery,
+    OutcomeKind,
+    ConfigError,
+    LeaseHeld,
+    LeaseLost,
+    PayloadMismatch,
+    StoreUnavailable,
+    dedup_key,
+    validate_suffix,
+    Mode,
+)

@@ -1,0 +1,205 @@
+"""`idempotent_callable`: the callable adapter (firebase-functions `https_fn.on_call`); refusals
+are `HttpsError`s with the codes of `CALLABLE_CODES`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from firebase_functions import https_fn
+
+from dedup.config import DedupConfig
+from dedup.core import Deduplicator
+from dedup.decorator import SuffixRegistry
+from dedup.delivery import Delivery, HandlerResult
+from dedup.entrance import CALLABLE, Entrance, gate
+from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, failure_problem
+from dedup.http.replay import (
+    Settled,
+    Settlement,
+    settle,
+)
+from dedup.idempotency import (
+    CALLABLE_FIELD,
+    InvalidKey,
+    canonical_json,
+    scoped_event_id,
+    validate_key,
+)
+from dedup.record import Mode
+
+logger = logging.getLogger("dedup.http")
+
+
+CALLABLE_CODES: Mapping[str, https_fn.FunctionsErrorCode] = {
+    "unauthenticated": https_fn.FunctionsErrorCode.UNAUTHENTICATED,
+    "idempotency-key-invalid": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
+    "request-in-progress": https_fn.FunctionsErrorCode.ABORTED,
+    "idempotency-key-reused": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
+    "response-not-stored": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
+    "store-unavailable": https_fn.FunctionsErrorCode.UNAVAILABLE,
+    "handler-failed": https_fn.FunctionsErrorCode.INTERNAL,
+    "request-unprocessable": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
+    "request-failed": https_fn.FunctionsErrorCode.INTERNAL,
+}
+"""The `HttpsError` code of each callable refusal (its `details` carry `{"reason": slug}`)."""
+
+CallableHandler = Callable[[https_fn.CallableRequest[Any], Delivery], Any]
+"""An idempotent callable handler: `handler(request, delivery) -> JSON value`; it may raise
+`HttpsError` (stored and replayed when its HTTP status is below 500)."""
+
+
+def _https_error(slug: str, message: str, **details: Any) -> https_fn.HttpsError:
+    return https_fn.HttpsError(CALLABLE_CODES[slug], message, {"reason": slug, **details})
+
+
+class _CallableFailed(Exception):
+    """The handler raised a retryable `HttpsError` (status 500 and above): not stored."""
+
+    def __init__(self, error: https_fn.HttpsError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def idempotent_callable(
+    suffix: str,
+    *,
+    mode: Mode = Mode.LEASE,
+    anonymous: bool = False,
+    wait_seconds: float = 0.0,
+    retry_after_seconds: int = DEFAULT_RETRY_AFTER_SECONDS,
+    deduplicator: Deduplicator | None = None,
+    config: DedupConfig | None = None,
+    registry: SuffixRegistry | None = None,
+) -> Callable[[CallableHandler], Callable[[https_fn.CallableRequest[Any]], Any]]:
+    """The callable variant of `idempotent_http`, under `https_fn.on_call()`.
+
+    The key is the data field `idempotencyKey` (a dict's), scoped by `request.auth.uid`
+    (firebase-functions verified the token; call `ensure_firebase_app()` at import so it can).
+    The fingerprint is the canonical JSON of the data without the key. The returned value, or
+    an `HttpsError` with a status below 500, is stored and replayed; refusals raise the
+    `HttpsError` of `CALLABLE_CODES`.
+    """
+    entry = gate(
+        CALLABLE, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+    )
+
+    def decorate(handler: CallableHandler) -> Callable[[https_fn.CallableRequest[Any]], Any]:
+        admitted = entry.admit(handler)
+
+        def once(request: https_fn.CallableRequest[Any]) -> Any:
+            uid, key, rest = _checked_call(request, anonymous)
+            settled = _settle_call(admitted, request, uid, key, rest, wait_seconds)
+            return _callable_answer(settled, retry_after_seconds)
+
+        return admitted.identify(once)
+
+    return decorate
+
+
+def _checked_call(
+    request: https_fn.CallableRequest[Any], anonymous: bool
+) -> tuple[str | None, str, dict[str, Any]]:
+    """The caller, the key and the data without it; an `HttpsError` refusal otherwise."""
+    uid: str | None = None
+    if not anonymous:
+        if request.auth is None or not request.auth.uid:
+            raise _https_error("unauthenticated", "sign in to call this function")
+        uid = request.auth.uid
+    data = request.data
+    if not isinstance(data, dict) or CALLABLE_FIELD not in data:
+        raise _https_error(
+            "idempotency-key-invalid",
+            f"send the data as an object with an `{CALLABLE_FIELD}` field (a new UUID "
+            "per operation, the same one when retrying it)",
+        )
+    try:
+        key = validate_key(data[CALLABLE_FIELD])
+    except InvalidKey as exc:
+        raise _https_error("idempotency-key-invalid", str(exc)) from None
+    return uid, key, {name: value for name, value in data.items() if name != CALLABLE_FIELD}
+
+
+def _settle_call(
+    admitted: Entrance,
+    request: https_fn.CallableRequest[Any],
+    uid: str | None,
+    key: str,
+    rest: dict[str, Any],
+    wait_seconds: float,
+) -> Settlement:
+    """Run the handler once per (caller, key); a retryable failure raises its `HttpsError`."""
+
+    def run_handler(delivery: Delivery) -> HandlerResult:
+        try:
+            value = admitted.handler(request, delivery)
+        except https_fn.HttpsError as error:
+            if error._http_error_code.status >= 500:
+                raise _CallableFailed(error) from error
+            return {"kind": "callable", "error": _error_dict(error)}
+        return {"kind": "callable", "json": json.dumps(value)}
+
+    try:
+        return settle(
+            admitted.deduplicator(),
+            scoped_event_id(uid, key),
+            admitted.suffix,
+            run_handler,
+            mode=admitted.mode,
+            payload=canonical_json(rest),
+            wait_seconds=wait_seconds,
+        )
+    except _CallableFailed as failed:
+        raise failed.error from None
+    except Exception:
+        logger.exception("%s: the handler failed; nothing stored, the key is free", admitted.suffix)
+        raise _https_error(
+            "handler-failed", "the call failed and nothing was stored: retry it"
+        ) from None
+
+
+def _error_dict(error: https_fn.HttpsError) -> dict[str, Any]:
+    return {
+        "code": error.code.value,
+        "message": error.message,
+        "details": json.dumps(error.details),
+    }
+
+
+def _callable_answer(settled: Settlement, retry_after_seconds: int) -> Any:
+    if settled.kind is Settled.IN_PROGRESS:
+        raise _https_error(
+            "request-in-progress",
+            "a call with this idempotencyKey is still running: retry shortly",
+            retryAfterSeconds=retry_after_seconds,
+        )
+    if settled.kind is Settled.MISMATCH:
+        raise _https_error(
+            "idempotency-key-reused",
+            "this idempotencyKey was already used with different data: use a new key",
+        )
+    if settled.kind is Settled.UNAVAILABLE:
+        raise _https_error("store-unavailable", "retry with the same idempotencyKey")
+    if settled.kind is Settled.FAILED:  # the same refusal for the first call and its retries
+        problem = failure_problem(settled.error)
+        raise _https_error(
+            problem.slug,
+            "the call failed permanently: retrying it with this idempotencyKey returns this "
+            "error again; send a corrected call with a new key",
+        )
+    result = settled.result
+    if not result or result.get("kind") != "callable":
+        raise _https_error(
+            "response-not-stored",
+            "the call with this idempotencyKey ended without a result to replay: use a new key",
+        )
+    if "error" in result:
+        error = result["error"]
+        raise https_fn.HttpsError(
+            https_fn.FunctionsErrorCode(error["code"]),
+            error["message"],
+            json.loads(error["details"]),
+        )
+    return json.loads(result["json"])

@@ -1,0 +1,303 @@
+"""`idempotent_http`: the Flask adapter (`functions_framework.http`, firebase-functions
+`https_fn.on_request`). The answers are listed in `dedup.http`'s docstring and docs/http.md."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import flask
+
+from dedup.config import DedupConfig
+from dedup.core import Deduplicator
+from dedup.delivery import Delivery, HandlerResult
+from dedup.entrance import HTTP, Entrance, gate
+from dedup.errors import ConfigError
+from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
+from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, Problem, failure_problem, retry_after
+from dedup.http.replay import Settled, Settlement, replay, settle, stored_answer
+from dedup.idempotency import (
+    HEADER,
+    REPLAYED_HEADER,
+    InvalidKey,
+    StoredResponse,
+    fingerprint,
+    parse_key,
+    scoped_event_id,
+)
+from dedup.record import Mode
+from dedup.registry import SuffixRegistry
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""Largest request body accepted by default (a stored fingerprint covers the whole body)."""
+
+logger = logging.getLogger("dedup.http")
+
+
+@dataclass(frozen=True)
+class IdempotentRequest:
+    """What an idempotent HTTP handler is called with."""
+
+    request: flask.Request
+    delivery: Delivery
+    """The dedup delivery: `delivery.transaction` in transaction mode (write through it: the
+    writes commit with the stored response), `delivery.key` to pass downstream."""
+    uid: str | None
+    """The verified caller (None on an anonymous endpoint)."""
+    key: str
+    """The request's Idempotency-Key, decoded."""
+    json: Any
+    """The parsed JSON body (None for a non-JSON endpoint)."""
+
+
+HttpHandler = Callable[[IdempotentRequest], Any]
+"""An idempotent HTTP handler: returns what a Flask view may return (a `flask.Response`, a
+(body, status, headers) tuple, a dict...)."""
+
+
+class _ServerError(Exception):
+    """The handler answered 5xx: carried out of the dedup run so the lease is released."""
+
+    def __init__(self, response: flask.Response) -> None:
+        super().__init__(f"the handler answered {response.status_code}")
+        self.response = response
+
+
+def idempotent_http(
+    suffix: str,
+    *,
+    mode: Mode = Mode.LEASE,
+    anonymous: bool = False,
+    methods: tuple[str, ...] = ("POST",),
+    json_body: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    wait_seconds: float = 0.0,
+    retry_after_seconds: int = DEFAULT_RETRY_AFTER_SECONDS,
+    verify_token: TokenVerifier | None = None,
+    deduplicator: Deduplicator | None = None,
+    config: DedupConfig | None = None,
+    registry: SuffixRegistry | None = None,
+) -> Callable[[HttpHandler], Callable[[flask.Request], flask.Response]]:
+    """Make an HTTP handler run once per (caller, Idempotency-Key); see the module docstring.
+
+    `suffix` names the function (as for `trigger_once`, unique in the process); `mode` is the
+    dedup mode (TRANSACTION: the handler writes through `delivery.transaction`, and its writes,
+    its stored response and the marker commit together). `anonymous` endpoints (webhooks with
+    a signature of their own) scope keys by the key alone; the others require a Firebase ID
+    token (`verify_token`, default `firebase_uid`). `methods`: the others are refused with 405.
+    `json_body`: the body must be JSON (415,
+    400 otherwise) and is fingerprinted canonically. `wait_seconds`: how long a request whose
+    key is running waits for the first to finish before answering 409.
+    """
+    entry = gate(
+        HTTP, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+    )
+    if max_body_bytes < 1 or wait_seconds < 0 or retry_after_seconds < 0:
+        raise ConfigError(
+            "max_body_bytes must be positive, wait_seconds and retry_after_seconds not negative"
+        )
+    rules = _Rules(
+        allowed=tuple(method.upper() for method in methods),
+        max_body_bytes=max_body_bytes,
+        anonymous=anonymous,
+        verify=verify_token if verify_token is not None else firebase_uid,
+        json_body=json_body,
+        wait_seconds=wait_seconds,
+        retry_after_seconds=retry_after_seconds,
+    )
+
+    def decorate(handler: HttpHandler) -> Callable[[flask.Request], flask.Response]:
+        admitted = entry.admit(handler)
+
+        def once(request: flask.Request) -> flask.Response:
+            return _serve(admitted, rules, request)
+
+        return admitted.identify(once)
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What `idempotent_http` was told about the requests it accepts and how it answers."""
+
+    allowed: tuple[str, ...]
+    max_body_bytes: int
+    anonymous: bool
+    verify: TokenVerifier
+    json_body: bool
+    wait_seconds: float
+    retry_after_seconds: int
+
+
+def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.Response:
+    """Answer one request: check it, run the handler once per key, answer the outcome."""
+    suffix = admitted.suffix
+    try:
+        checked = _checked_request(request, rules)
+    except Exception:  # a verifier or the framework failing: never a 4xx by mistake
+        logger.exception("%s: the request could not be checked", suffix)
+        return _failed().response()
+    if isinstance(checked, Problem):
+        return checked.response()
+    uid, key, body, parsed = checked
+    fresh: list[StoredResponse] = []
+
+    def run_handler(delivery: Delivery) -> HandlerResult:
+        answer = flask.make_response(
+            admitted.handler(IdempotentRequest(request, delivery, uid, key, parsed))
+        )
+        if answer.status_code >= 500:
+            raise _ServerError(answer)
+        stored = StoredResponse(
+            answer.status_code,
+            answer.get_data(),
+            answer.headers.get("Content-Type"),
+            answer.headers.get("Location"),
+        )
+        fresh.append(stored)
+        return stored.to_result()
+
+    payload = fingerprint(request.method, request.path, body, json_body=rules.json_body)
+    try:
+        settled = settle(
+            admitted.deduplicator(),
+            scoped_event_id(uid, key),
+            suffix,
+            run_handler,
+            mode=admitted.mode,
+            payload=payload,
+            wait_seconds=rules.wait_seconds,
+        )
+    except _ServerError as error:
+        return error.response
+    except Exception:
+        logger.exception("%s: the handler failed; nothing stored, the key is free", suffix)
+        return _failed().response()
+    return _answer(settled, fresh, rules.retry_after_seconds)
+
+
+def _checked_request(
+    request: flask.Request, rules: _Rules
+) -> Problem | tuple[str | None, str, bytes, Any]:
+    """Everything checked before a record is touched, in the documented order."""
+    allowed, max_body_bytes = rules.allowed, rules.max_body_bytes
+    if request.method not in allowed:
+        return Problem(
+            405,
+            "method-not-allowed",
+            "Method not allowed",
+            f"this endpoint accepts {', '.join(allowed)} only",
+            headers={"Allow": ", ".join(allowed)},
+        )
+    length = request.content_length
+    if length is not None and length > max_body_bytes:
+        return _too_large(max_body_bytes)
+    body = request.get_data(cache=True)  # bounded by the length checked above
+    if len(body) > max_body_bytes:
+        return _too_large(max_body_bytes)
+    uid: str | None = None
+    if not rules.anonymous:
+        try:
+            uid = rules.verify(bearer_token(request))
+        except InvalidToken as exc:
+            return Problem(
+                401,
+                "unauthenticated",
+                "Unauthenticated",
+                f"{exc}: send `Authorization: Bearer <Firebase ID token>`",
+                headers={"WWW-Authenticate": 'Bearer realm="firebase"'},
+            )
+        except AuthUnavailable as exc:
+            return Problem(
+                503,
+                "auth-unavailable",
+                "Authentication unavailable",
+                f"{exc}; retry later",
+                headers=retry_after(rules.retry_after_seconds),
+            )
+    raw_key = request.headers.get(HEADER)
+    if raw_key is None:
+        return Problem(
+            400,
+            "idempotency-key-missing",
+            "Idempotency-Key missing",
+            f"this endpoint requires the {HEADER} header: send a new UUID per "
+            "operation, and the same one when retrying it",
+        )
+    try:
+        key = parse_key(raw_key)
+    except InvalidKey as exc:
+        return Problem(400, "idempotency-key-invalid", "Invalid Idempotency-Key", str(exc))
+    parsed: Any = None
+    if rules.json_body:
+        if not request.is_json:
+            return Problem(
+                415,
+                "unsupported-media-type",
+                "Unsupported media type",
+                "send the body as JSON with `Content-Type: application/json`",
+            )
+        try:
+            parsed = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return Problem(400, "malformed-json", "Malformed JSON", "the body is not JSON")
+    return uid, key, body, parsed
+
+
+def _failed() -> Problem:
+    return Problem(
+        500,
+        "handler-failed",
+        "Internal error",
+        "the request failed and nothing was stored: retry it with the same key",
+    )
+
+
+def _too_large(limit: int) -> Problem:
+    return Problem(
+        413, "body-too-large", "Body too large", f"the body is larger than {limit} bytes"
+    )
+
+
+def _answer(
+    settled: Settlement, fresh: list[StoredResponse], retry_after_seconds: int
+) -> flask.Response:
+    if settled.kind is Settled.RAN:
+        if fresh:  # the full response, even when only a stub of it could be stored
+            return stored_answer(fresh[-1])
+        return replay(StoredResponse.from_result(settled.result))
+    if settled.kind is Settled.COMPLETED:
+        return replay(StoredResponse.from_result(settled.result))
+    if settled.kind is Settled.FAILED:  # never a replay unless an earlier request failed
+        response = failure_problem(settled.error).response()
+        if settled.replayed:
+            response.headers[REPLAYED_HEADER] = "true"
+        return response
+    if settled.kind is Settled.IN_PROGRESS:
+        return Problem(
+            409,
+            "request-in-progress",
+            "Request in progress",
+            "a request with this Idempotency-Key is still being processed: retry after the "
+            "Retry-After delay to get its response",
+            headers=retry_after(retry_after_seconds),
+        ).response()
+    if settled.kind is Settled.MISMATCH:
+        return Problem(
+            422,
+            "idempotency-key-reused",
+            "Idempotency-Key reused",
+            "this Idempotency-Key was already used for a different request (method, path or "
+            "body): use a new key for a new request",
+        ).response()
+    return Problem(
+        503,
+        "store-unavailable",
+        "Service unavailable",
+        "the idempotency records could not be reached: retry with the same key",
+        headers=retry_after(retry_after_seconds),
+    ).response()
