@@ -177,6 +177,12 @@ class Deduplicator(DeduplicatorBase):
         return self._store
 
     @property
+    def records(self) -> Records:
+        """Where this instance keeps its records: the `records` it was given, else the
+        Firestore record store (`store`). Read a record through this, never `store`."""
+        return self._records if self._records is not None else self.store
+
+    @property
     def io(self) -> BlockingIO:
         """The flows' I/O on this instance's store (creating the client on first use)."""
         self.store  # noqa: B018 - creates the store and its I/O

@@ -152,7 +152,7 @@ _READ_BACK = (OutcomeKind.DUPLICATE, OutcomeKind.DUPLICATE_CACHED)
 def _recorded(runner: Deduplicator, event_id: str, suffix: str, *, replayed: bool) -> Settlement:
     """How the record of (event_id, suffix), in the deduplicator's key layout, ended."""
     try:
-        record = runner.store.read(record_key(runner, event_id, suffix)).record
+        record = runner.records.read(record_key(runner, event_id, suffix)).record
     except StoreUnavailable:
         return Settlement(Settled.UNAVAILABLE)
     if record is not None and record.state is State.FAILED:

@@ -9,7 +9,7 @@ does next:
 | `event`    | `trigger_once` on a `def`        | raises                              |
 | `async`    | `trigger_once` on an `async def` | raises                              |
 | `http`     | `dedup.http.idempotent_http`     | 409, 503, a 500 "handler-failed"    |
-| `callable` | `dedup.http.idempotent_callable` | ABORTED, UNAVAILABLE, INTERNAL...   |
+| `callable` | `dedup.http.idempotent_callable` | ABORTED, UNAVAILABLE, an INTERNAL "handler-failed" |
 | `task`     | `dedup.tasks.task_once`          | raises                              |
 | `run`      | `Deduplicator.run`               | raises                              |
 
@@ -227,6 +227,9 @@ def _callable(function: Any, event_id: str, payload: dict[str, Any], event_time:
         try:
             function(request)
         except https_fn.HttpsError as error:
+            if error.code is https_fn.FunctionsErrorCode.INTERNAL:  # as the HTTP kind's 500s
+                reason = (error.details or {}).get("reason", "")
+                return RETRY if reason in ("", "handler-failed") else STOP
             return RETRY if error.code in _RETRIED_CODES else STOP
     return STOP
 
