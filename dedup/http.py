@@ -56,7 +56,14 @@ from dedup.config import DedupConfig
 from dedup.core import Deduplicator, default_deduplicator
 from dedup.decorator import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery, HandlerResult, OutcomeKind
-from dedup.errors import ConfigError, LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
+from dedup.errors import (
+    ConfigError,
+    LeaseHeld,
+    LeaseLost,
+    PayloadMismatch,
+    StoreUnavailable,
+    TerminalError,
+)
 from dedup.idempotency import (
     CALLABLE_FIELD,
     HEADER,
@@ -72,6 +79,8 @@ from dedup.idempotency import (
 )
 from dedup.keys import dedup_key, validate_suffix
 from dedup.record import Mode
+from dedup.strict_json import InvalidJSON, check_value
+from dedup.strict_json import loads as strict_loads
 
 PROBLEM_JSON = "application/problem+json"
 """Content type of every refusal (RFC 9457)."""
@@ -406,9 +415,11 @@ def idempotent_http(
             fresh: list[StoredResponse] = []
 
             def run_handler(delivery: Delivery) -> HandlerResult:
-                answer = flask.make_response(
-                    handler(IdempotentRequest(request, delivery, uid, key, parsed))
-                )
+                value = handler(IdempotentRequest(request, delivery, uid, key, parsed))
+                try:
+                    answer = flask.make_response(value)
+                except Exception as exc:  # after the effect: a retry must not repeat it
+                    raise TerminalError(f"{suffix}: the handler's answer is no response") from exc
                 if answer.status_code >= 500:
                     raise _ServerError(answer)
                 stored = StoredResponse(
@@ -420,7 +431,7 @@ def idempotent_http(
                 fresh.append(stored)
                 return stored.to_result()
 
-            payload = fingerprint(request.method, request.path, body, json_body=json_body)
+            payload = fingerprint(request.method, _target(request), body, json_body=json_body)
             try:
                 settled = settle(
                     runner(),
@@ -499,15 +510,22 @@ def idempotent_http(
                         "send the body as JSON with `Content-Type: application/json`",
                     )
                 try:
-                    parsed = json.loads(body)
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    return Problem(400, "malformed-json", "Malformed JSON", "the body is not JSON")
+                    parsed = strict_loads(body)
+                except InvalidJSON as exc:
+                    return Problem(400, "malformed-json", "Malformed JSON", exc.detail)
             return uid, key, body, parsed
 
         _copy_identity(once, handler)
         return once
 
     return decorate
+
+
+def _target(request: flask.Request) -> str:
+    """The path and, when there is one, the query string: both are fingerprinted, so a
+    handler reading `request.args` never replays the answer to another query."""
+    query = request.query_string.decode("latin-1")
+    return f"{request.path}?{query}" if query else request.path
 
 
 def _failed() -> Problem:
@@ -565,6 +583,7 @@ def _answer(
 CALLABLE_CODES: Mapping[str, https_fn.FunctionsErrorCode] = {
     "unauthenticated": https_fn.FunctionsErrorCode.UNAUTHENTICATED,
     "idempotency-key-invalid": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
+    "malformed-json": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
     "request-in-progress": https_fn.FunctionsErrorCode.ABORTED,
     "idempotency-key-reused": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
     "response-not-stored": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
@@ -634,6 +653,10 @@ def idempotent_callable(
             except InvalidKey as exc:
                 raise _https_error("idempotency-key-invalid", str(exc)) from None
             rest = {name: value for name, value in data.items() if name != CALLABLE_FIELD}
+            try:
+                check_value(rest, what="the data")
+            except InvalidJSON as exc:
+                raise _https_error("malformed-json", exc.detail) from None
 
             def run_handler(delivery: Delivery) -> HandlerResult:
                 try:
@@ -642,7 +665,11 @@ def idempotent_callable(
                     if error._http_error_code.status >= 500:
                         raise _CallableFailed(error) from error
                     return {"kind": "callable", "error": _error_dict(error)}
-                return {"kind": "callable", "json": json.dumps(value)}
+                try:
+                    text = json.dumps(value, allow_nan=False)
+                except (TypeError, ValueError, RecursionError) as exc:  # after the effect
+                    raise TerminalError(f"{suffix}: the result is not JSON") from exc
+                return {"kind": "callable", "json": text}
 
             try:
                 settled = settle(
