@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import flask
+import functions_framework
 import pytest
 from flask.testing import FlaskClient
 from google.api_core.exceptions import InvalidArgument
@@ -20,6 +22,7 @@ from google.pubsub_v1 import PubsubMessage
 import functions.receive_line_webhook as line_module
 from dedup.strict_json import MAX_DEPTH, MAX_INTEGER_DIGITS
 from demo.pubsub import ensure_topic, pull_all
+from functions.create_order import create_order_callable
 from tests.conftest import PROJECT
 from tests.http.conftest import SERVED
 from tests.http.support import User, line_headers, new_key, order_headers, problem
@@ -143,21 +146,14 @@ def test_callable_data_that_another_parser_let_through_is_invalid_argument(
 ) -> None:
     """Without `strict_callable` (firebase-functions alone parses the body), `NaN` and lone
     surrogates reach `idempotent_callable`: it refuses them with INVALID_ARGUMENT too."""
-    import functions_framework
-
-    from functions.create_order import create_order_callable
-
-    unwrapped: Any = create_order_callable.__wrapped__  # the bare https_fn.on_call function
+    served: Any = create_order_callable
+    bare = served.__wrapped__  # https_fn.on_call's function, without strict_callable
     app = functions_framework.create_app(target="create_order_callable", source=SERVED)
     headers = {"Content-Type": "application/json", **user.bearer}
     for data in (b'{"item": "\\ud800", "quantity": 1', b'{"item": "x", "quantity": NaN'):
-        body = data + b', "idempotencyKey": "' + new_key().encode() + b'"}}'
-        with app.test_request_context(
-            "/", method="POST", data=b'{"data": ' + body, headers=headers
-        ):
-            import flask
-
-            response = unwrapped(flask.request)
+        body = b'{"data": ' + data + b', "idempotencyKey": "' + new_key().encode() + b'"}}'
+        with app.test_request_context("/", method="POST", data=body, headers=headers):
+            response = bare(flask.request)
         assert response.status_code == 400
         assert response.get_json()["error"]["status"] == "INVALID_ARGUMENT"
     assert records(firestore_client) == []

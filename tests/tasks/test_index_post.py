@@ -164,5 +164,5 @@ def test_a_dispatch_under_a_fresh_task_name_indexes_again(
     names = [f"task-{unique()}", f"forged-{unique()}"]
     for name in names:
         assert index_post.dispatch(task_dispatch(name, {"postId": post_id})) == 200
-    keys = sorted(request.idempotency_key for request in receiver.applied(SEARCH_PATH))
+    keys = sorted(str(request.idempotency_key) for request in receiver.applied(SEARCH_PATH))
     assert keys == sorted(f"{name}-index_post" for name in names)
