@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import flask
@@ -16,14 +16,11 @@ import pytest
 from flask.testing import FlaskClient
 from google.api_core.exceptions import InvalidArgument
 from google.cloud import firestore
-from google.cloud.pubsub_v1 import SubscriberClient
 from google.pubsub_v1 import PubsubMessage
 
 import functions.receive_line_webhook as line_module
 from dedup.strict_json import MAX_DEPTH, MAX_INTEGER_DIGITS
-from demo.pubsub import ensure_topic, pull_all
 from functions.create_order import create_order_callable
-from tests.conftest import PROJECT
 from tests.http.conftest import SERVED
 from tests.http.support import User, line_headers, new_key, order_headers, problem
 from tests.http.test_create_order import orders, records
@@ -182,20 +179,6 @@ def test_a_callable_result_that_is_not_json_never_runs_the_effect_twice(
 
 
 # --- LINE ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def line(http_function: Serve) -> FlaskClient:
-    return http_function("receive_line_webhook")
-
-
-@pytest.fixture
-def published(firestore_host: str) -> Iterator[Callable[[], list[PubsubMessage]]]:
-    name = f"line-{uuid.uuid4().hex[:8]}"
-    ensure_topic(PROJECT, "webhooks", subscription=name)
-    path = SubscriberClient().subscription_path(PROJECT, name)
-    yield lambda: pull_all(path)
-    SubscriberClient().delete_subscription(subscription=path)
 
 
 def surrogate_body(event_id: str, *, redelivery: bool = False) -> bytes:
