@@ -27,10 +27,8 @@ import json
 import os
 import re
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import functions_framework
@@ -49,6 +47,7 @@ from demo.tasks import task_dispatch
 from functions.index_post import FUNCTION_ID, search_index_url
 from tests.conftest import PROJECT, RECEIVER_URL
 from tests.functions.conftest import MAIN
+from tests.fuzz.test_fuzz_boundary import Stats, stuck_records
 from tests.http.support import AUTH_ENV, LINE_SECRET, User, line_body, sign_up, signature
 
 EXAMPLES = int(os.environ.get("FUZZ_HTTP_EXAMPLES", "200"))
@@ -56,7 +55,6 @@ SEED = int(os.environ.get("FUZZ_SEED", "2026"))
 CONTROL_EVERY = 10
 ECHO_BYTES = 200
 EXCEPTION_NAME = re.compile(r"\b[A-Z][A-Za-z]+(?:Error|Exception)\b")
-RESULTS = Path(__file__).resolve().parents[2] / ".cache" / "fuzz"
 SEARCH_PATH = "/fuzz-search"
 
 RAW_TOKENS = [
@@ -183,26 +181,6 @@ def mutations(target: Target) -> st.SearchStrategy[list[Labelled]]:
 
     one = st.one_of(header(), raw_bytes(), member(), member())
     return st.lists(one, min_size=1, max_size=3)
-
-
-@dataclass
-class Stats:
-    requests: int = 0
-    controls: int = 0
-    statuses: Counter[int] = field(default_factory=Counter)
-
-    def write(self, function: str) -> None:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        summary = {
-            "function": function,
-            "examples_setting": EXAMPLES,
-            "seed": SEED,
-            "requests": self.requests,
-            "controls": self.controls,
-            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
-            "status_5xx": sum(v for k, v in self.statuses.items() if k >= 500),
-        }
-        (RESULTS / f"{function}.json").write_text(json.dumps(summary, indent=2) + "\n")
 
 
 def echoes(text: str, event: HttpEvent) -> bool:
@@ -404,6 +382,7 @@ def test_fuzzed_requests_get_no_5xx_and_leave_no_trace(
         assert not EXCEPTION_NAME.search(text), f"{labels}: {text[:300]}"
         if status >= 400:  # a refusal (an accepted order's answer holds its item, by design)
             assert not echoes(text, bad), f"{labels}: the refusal echoes the request"
+            stats.refused_by.update(m.label.split(" = ")[0] for m in chain)
             assert target.effects() == effects, f"{labels}: refused but took effect"
             if not target.stored_refusal(response):
                 assert count_records(db) == records, f"{labels}: refused but left a record"
@@ -419,10 +398,5 @@ def test_fuzzed_requests_get_no_5xx_and_leave_no_trace(
     try:
         one_request()
     finally:
-        stats.write(function)
-    stuck = [
-        (d.id, (d.to_dict() or {}).get("state"))
-        for d in db.collection("triggerEvents").stream()
-        if (d.to_dict() or {}).get("state") in ("in_progress", "dead")
-    ]
-    assert stuck == [], "records that a client or the platform would retry until it gives up"
+        stats.write(function, examples=EXAMPLES, seed=SEED)
+    assert stuck_records(db) == [], "records a client or the platform would retry until it gives up"
