@@ -157,7 +157,8 @@ def mutations(target: Target) -> st.SearchStrategy[list[Labelled]]:
             if kind == "append":
                 return HttpEvent(e.id, e.headers, e.body + b" \x00garbage")
             flipped = bytearray(e.body)
-            flipped[min(at, len(flipped) - 1)] ^= 0xFF
+            if flipped:  # an earlier cut may have left nothing to flip
+                flipped[min(at, len(flipped) - 1)] ^= 0xFF
             return HttpEvent(e.id, e.headers, bytes(flipped))
 
         return Labelled(f"{kind} body", apply)
