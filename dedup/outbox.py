@@ -19,6 +19,9 @@ Pub/Sub destination, document schema (`outbox/{id}`):
 | `publishedAt` | timestamp        | set by `relay_outbox` once published                |
 | `messageId`   | string           | the Pub/Sub message id, set with `publishedAt`      |
 
+Attribute names in `RESERVED_ATTRIBUTES` (and any starting with `goog`) are refused by
+`enqueue`; a document that holds one anyway is a terminal failure of the relay.
+
 Every published message carries the attribute `outboxId`: consumers that must not see a
 message twice deduplicate on it (the one at-least-once window is a relay that crashed after
 publishing and before recording it).
@@ -62,6 +65,24 @@ FUNCTION_PATTERN = re.compile(
 """A task-queue function as `firebase_admin.functions.task_queue` takes it. Its name is also
 its queue's id, which Cloud Tasks limits to letters, digits and hyphens (no "_")."""
 
+RESERVED_ATTRIBUTES = frozenset(
+    {OUTBOX_ID_ATTRIBUTE, "topic", "data", "ordering_key", "retry", "timeout"}
+)
+"""Attribute names a message may not carry: `outboxId` is set by the relay, the others are
+parameters of `PublisherClient.publish`, which takes attributes as keywords (a clash would
+make every relay fail). Names starting with `goog` are reserved by Pub/Sub itself."""
+
+
+def attribute_problem(name: object) -> str | None:
+    """Why `name` cannot be an outbox message's attribute name, or None when it can."""
+    if not isinstance(name, str) or not name:
+        return "attribute names are non-empty strings"
+    if name in RESERVED_ATTRIBUTES:
+        return f"the attribute name {name!r} is reserved (set by the relay or by Pub/Sub)"
+    if name.lower().startswith("goog"):
+        return "attribute names starting with 'goog' are reserved by Pub/Sub"
+    return None
+
 
 def enqueue(
     transaction: firestore.Transaction,
@@ -77,6 +98,7 @@ def enqueue(
     `data` is the message body (a str is encoded as UTF-8). Raises `ValueError` for a topic
     that Pub/Sub would refuse or attributes that are not strings, before anything is written.
     Returns the outbox document's reference (its id becomes the `outboxId` attribute).
+    Reserved attribute names (`RESERVED_ATTRIBUTES`, a `goog` prefix) raise `ValueError` too.
     """
     if not TOPIC_PATTERN.fullmatch(topic):
         raise ValueError(
@@ -87,8 +109,10 @@ def enqueue(
     for key, value in attributes.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ValueError(f"attribute {key!r}: Pub/Sub attributes are strings, got {value!r}")
-    if OUTBOX_ID_ATTRIBUTE in attributes:
-        raise ValueError(f"the attribute {OUTBOX_ID_ATTRIBUTE!r} is set by the relay")
+    for key in attributes:
+        problem = attribute_problem(key)
+        if problem is not None:
+            raise ValueError(problem)
     body = data.encode() if isinstance(data, str) else bytes(data)
     db = client or transaction._client  # a Transaction has no public accessor for its client
     ref = db.collection(collection).document()

@@ -137,7 +137,7 @@ def task_dispatch(headers: Headers | Mapping[str, str]) -> TaskDispatch:
 def task_payload(data: Any) -> bytes:
     """The canonical rendering of a task's `data` (sorted-key JSON) that is fingerprinted."""
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8")
+    return text.encode("utf-8", "surrogatepass")  # any text, lone surrogates included
 
 
 def task_once(

@@ -10,7 +10,8 @@ window in which an order exists without its response or the other way round.
   `{"orderId", "item", "quantity"}` with `Location: /orders/<orderId>`; 400 problem+json for an
   invalid order (stored: a replay gives the same 400); everything else as `dedup.http` says.
 * `create_order_callable` (`https_fn.on_call`, key in the data field `idempotencyKey`): the
-  same map; `HttpsError` invalid-argument for an invalid order (stored and replayed); the
+  same map; `HttpsError` invalid-argument for an invalid order (stored and replayed); a
+  malformed request body invalid-argument before any record (`dedup.callable_body`); the
   other refusals as `dedup.http.CALLABLE_CODES` says.
 """
 
@@ -25,6 +26,7 @@ from firebase_functions import https_fn
 from google.cloud import firestore
 
 from dedup import Delivery, Mode
+from dedup.callable_body import strict_callable
 from dedup.http import (
     IdempotentRequest,
     idempotent_callable,
@@ -107,6 +109,7 @@ def create_order(call: IdempotentRequest) -> flask.Response:
     )
 
 
+@strict_callable  # a malformed body is invalid-argument, not firebase-functions' 500 INTERNAL
 @https_fn.on_call(invoker="public")
 @idempotent_callable(CALLABLE_SUFFIX, mode=Mode.TRANSACTION)
 def create_order_callable(

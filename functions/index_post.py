@@ -18,7 +18,8 @@ Tasks after the lease with the same `Idempotency-Key`. Answers: see `dedup.tasks
 503 are retried by Cloud Tasks; 200 stops it) and `functions.task_boundary` (4xx refusals).
 
 Bad input, terminal (recorded `failed`, answered 200, not retried): task data that is not
-`{"postId": "<non-empty id without '/'>"}`, or a post that does not exist. The search
+`{"postId": "<a Firestore document id>"}` (`functions.ids.id_problem`: not empty, no `/`,
+not `.`/`..`/`__x__`, valid Unicode, at most 1,500 bytes), or a post that does not exist. The search
 service's answers are classified by `functions.http_delivery` (4xx terminal, 5xx retried).
 
 Name: the Python name is `index_post`, but the deployed function is `indexPost`
@@ -41,6 +42,7 @@ from dedup import Delivery, TerminalError
 from dedup.errors import ConfigError
 from dedup.tasks import task_once
 from functions.http_delivery import post_once
+from functions.ids import id_problem
 from functions.runtime import startup_check
 from functions.task_boundary import validated_task
 
@@ -74,8 +76,9 @@ def search_index_url() -> str:
 def post_id_of(data: Any) -> str:
     """The task's post id; `TerminalError` unless data is `{"postId": "<id>"}`."""
     post_id = data.get("postId") if isinstance(data, dict) else None
-    if not isinstance(post_id, str) or not post_id or "/" in post_id:
-        raise TerminalError('the task data must be {"postId": "<post id without />"}')
+    if id_problem(post_id) is not None:
+        raise TerminalError('the task data must be {"postId": "<a Firestore document id>"}')
+    assert isinstance(post_id, str)
     return post_id
 
 

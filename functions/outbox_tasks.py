@@ -13,6 +13,9 @@ region (`functions.region.task_function_resource`). How each answer is treated:
 | 400 (the request can never be valid)            | `TerminalError`: recorded failed       |
 | anything else (404 queue missing, 5xx, network) | raised: lease released, event retried  |
 
+Once the task exists, a document deleted before it is marked is logged and the relay ends
+`sent` (a retry would only meet the existing task).
+
 A document that is not a valid task (`function` or `taskData` malformed) is a terminal
 failure, as a malformed message is.
 """
@@ -20,12 +23,14 @@ failure, as a malformed message is.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from typing import Any
 
 import firebase_admin
 from firebase_admin import exceptions, functions
+from google.api_core.exceptions import NotFound
 from google.cloud import firestore
 
 from dedup import TerminalError, propagation
@@ -35,6 +40,7 @@ from functions.region import task_function_resource
 EMULATOR_HOST_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
 """Set (by `firebase emulators:exec`): the Admin SDK sends tasks to the Cloud Tasks emulator."""
 _app_lock = threading.Lock()
+logger = logging.getLogger(__name__)
 
 
 def firebase_app() -> firebase_admin.App:
@@ -89,10 +95,21 @@ def create_task(function_name: str, data: Any, task_id: str) -> bool:
 
 
 def relay_task(snapshot: firestore.DocumentSnapshot, client: firestore.Client) -> None:
-    """Create the Cloud Task that the outbox document `snapshot` holds, then mark it."""
+    """Create the Cloud Task that the outbox document `snapshot` holds, then mark it.
+
+    A document deleted before it is marked is logged (WARNING) and the relay still succeeds:
+    the task exists, as `relay_outbox.mark_published` does for a message.
+    """
     function_name, data = outbox_task(snapshot.to_dict() or {})
     task_id = task_id_for(snapshot.reference.path)
     create_task(function_name, data, task_id)
-    client.document(snapshot.reference.path).update(
-        {"enqueuedAt": firestore.SERVER_TIMESTAMP, "taskId": task_id}
-    )
+    try:
+        client.document(snapshot.reference.path).update(
+            {"enqueuedAt": firestore.SERVER_TIMESTAMP, "taskId": task_id}
+        )
+    except NotFound:
+        logger.warning(
+            "%s was deleted before it was marked: its task %s exists",
+            snapshot.reference.path,
+            task_id,
+        )

@@ -9,10 +9,14 @@ LINE -> this function -> Pub/Sub `webhooks` -> `forward_webhook` -> receiver, ex
 | `events` empty (LINE's "Verify" request)                    | 200                       |
 | every event published once (see below)                     | 200                       |
 | another delivery of one of its events is running           | 409 + `Retry-After`       |
+| an event Pub/Sub refuses as such (attribute, size)         | 200, recorded `failed`, ERROR |
 | Firestore or Pub/Sub failed for one of its events           | 500 (LINE redelivers)     |
 
-The first three rows touch no record. The signature is the base64 HMAC-SHA256 of the raw body
-with the channel secret `LINE_CHANNEL_SECRET`, compared in constant time.
+The first three rows touch no record. A signed body is read with `dedup.strict_json` (its
+nesting and number limits, no `NaN`) but keeps any text: an event whose strings hold lone
+surrogates is fingerprinted and published like any other. The signature is the base64
+HMAC-SHA256 of the raw body with the channel secret `LINE_CHANNEL_SECRET`, compared in
+constant time.
 
 Each event is deduplicated on its `webhookEventId` (a LINE redelivery,
 `deliveryContext.isRedelivery: true`, carries the same id), lease mode, and published to the
@@ -39,12 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 import flask
 from firebase_functions import https_fn
+from google.api_core.exceptions import InvalidArgument
 
-from dedup import Delivery, LeaseHeld, LeaseLost, propagation
+from dedup import Delivery, LeaseHeld, LeaseLost, TerminalError, propagation, strict_json
+from dedup.delivery import OutcomeKind
 from dedup.entrance import EVENTS, shared_deduplicator
 from dedup.errors import ConfigError
 from dedup.http import DEFAULT_RETRY_AFTER_SECONDS, Problem
-from dedup.idempotency import canonical_json
+from dedup.keys import storable_event_id
 
 if TYPE_CHECKING:
     from google.cloud.pubsub_v1 import PublisherClient
@@ -85,10 +91,10 @@ def signed(body: bytes, header: str | None, secret: str) -> bool:
 
 def webhook_events(body: bytes) -> tuple[Any, list[dict[str, Any]]]:
     """(destination, events) of a signed body; `ValueError` says what is malformed."""
-    try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError("the body is not JSON") from None
+    try:  # RFC 8259 within dedup.strict_json's limits; any text, lone surrogates included
+        payload = strict_json.loads(body, lone_surrogates=True)
+    except strict_json.InvalidJSON as malformed:
+        raise ValueError(malformed.detail) from None
     if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
         raise ValueError("the body has no `events` list")
     events = payload["events"]
@@ -122,20 +128,32 @@ def _project() -> str:
 
 
 def publish_event(destination: Any, event: dict[str, Any]) -> str:
-    """Publish one event as a one-event LINE webhook body; returns the message id."""
+    """Publish one event as a one-event LINE webhook body; returns the message id.
+
+    The body is ASCII JSON (a lone surrogate travels as its `\\ud800` escape, as LINE sent it);
+    `eventKey` is the id as `dedup.keys.storable_event_id` writes it (UTF-8 text whatever the
+    id holds). `TerminalError` when Pub/Sub refuses the message as such (an attribute too
+    long, a message too large): no retry could publish it.
+    """
     body = json.dumps({"destination": destination, "events": [event]}).encode()
     attributes = {
         **propagation.message_attributes(),  # forward_webhook continues this trace
         "route": ROUTE,
-        "eventKey": event["webhookEventId"],
+        "eventKey": storable_event_id(event["webhookEventId"]),
     }
-    future = _publisher().publish(f"projects/{_project()}/topics/{TOPIC}", body, **attributes)
-    return str(future.result(timeout=PUBLISH_TIMEOUT_SECONDS))
+    try:
+        future = _publisher().publish(f"projects/{_project()}/topics/{TOPIC}", body, **attributes)
+        return str(future.result(timeout=PUBLISH_TIMEOUT_SECONDS))
+    except (InvalidArgument, TypeError, ValueError) as refused:
+        raise TerminalError(f"Pub/Sub refused the event: {type(refused).__name__}") from refused
 
 
 def _fingerprint(event: dict[str, Any]) -> bytes:
-    """The event without its delivery context, which a redelivery changes."""
-    return canonical_json({k: v for k, v in event.items() if k != "deliveryContext"})
+    """The event without its delivery context, which a redelivery changes (canonical JSON;
+    a lone surrogate is kept as such, so no text can make the fingerprint fail)."""
+    rest = {k: v for k, v in event.items() if k != "deliveryContext"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _problem(status: int, slug: str, title: str, detail: str, **headers: str) -> flask.Response:
@@ -196,6 +214,14 @@ def _publish_once(destination: Any, event: dict[str, Any]) -> None:
     def publish(delivery: Delivery) -> None:
         publish_event(destination, event)
 
-    shared_deduplicator(EVENTS).run(
-        event["webhookEventId"], SUFFIX, publish, payload=_fingerprint(event)
+    event_id = event["webhookEventId"]
+    outcome = shared_deduplicator(EVENTS).run(
+        event_id, SUFFIX, publish, payload=_fingerprint(event)
     )
+    if outcome.kind is OutcomeKind.FAILED:
+        logger.error(
+            "event %s cannot be forwarded (Pub/Sub refuses it): recorded failed and "
+            "acknowledged, LINE will not redeliver it",
+            storable_event_id(event_id),
+            extra={"webhookEventId": storable_event_id(event_id)},
+        )

@@ -11,6 +11,9 @@ Exactly once, lease mode: a publish cannot join a Firestore transaction. A relay
 after publishing and before recording it publishes again on retry, with the same `outboxId`
 attribute for consumers to drop the copy.
 
+The same holds for a task: a task document deleted before it is marked ends `sent` too
+(`functions.outbox_tasks.relay_task`).
+
 A failure after the publish never repeats it: marking the document is retried a few times
 within the delivery (`MARK_ATTEMPTS`); a document deleted before it is marked, or a mark that
 keeps failing, is logged (WARNING, ERROR) and the delivery still ends `sent`, because a retry
@@ -18,8 +21,9 @@ of the delivery would publish again. The dedup record, not `publishedAt`, is wha
 message went out.
 
 Bad input: a document without a valid `topic`, or with `data` that is not bytes or a string,
-or attributes that are not a map of strings, is a terminal failure: recorded, not retried. A
-topic that does not exist is retried (create it with `make topics`).
+or attributes that are not a map of strings or use a reserved name (`outboxId`, a parameter
+of `publish()`, a `goog` prefix: `dedup.outbox.attribute_problem`), is a terminal failure:
+recorded, not retried. A topic that does not exist is retried (create it with `make topics`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from google.api_core.exceptions import NotFound
 from google.cloud import firestore
 
 from dedup import Delivery, TerminalError, propagation, trigger_once
-from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN
+from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN, attribute_problem
 from functions.boundary import validated
 from functions.outbox_tasks import relay_task
 
@@ -79,6 +83,10 @@ def outbox_message(fields: dict[str, Any]) -> tuple[str, bytes, dict[str, str]]:
         isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
     ):
         raise TerminalError("outbox attributes must be a map of strings")
+    for name in attributes:
+        problem = attribute_problem(name)
+        if problem is not None:
+            raise TerminalError(f"outbox attributes: {problem}")
     return topic, data, attributes
 
 

@@ -15,9 +15,13 @@ firebase-functions alone would answer a body that is not JSON with a 500, which 
 | body larger than a task can be (1 MiB)               | 413    |
 | content type other than `application/json`           | 415    |
 | body not JSON, or not an object with exactly `data`  | 400    |
+| body deeper or with longer integers than `dedup.strict_json` allows, or `NaN` | 400    |
 | no (or an empty) `X-CloudTasks-TaskName` header      | 400    |
 
-Cloud Tasks retries a 4xx too: these answers are for callers that are not Cloud Tasks.
+Cloud Tasks retries a 4xx too: these answers are for callers that are not Cloud Tasks, or for
+tasks `dedup.outbox.enqueue_task` cannot create (it writes `allow_nan=False` JSON, and a value
+nested too deep or too large fails there first). A dispatch that passes but cannot succeed
+(bad `data`, a missing post) is the handler's `TerminalError`: 200, recorded `failed`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, cast
 
 import flask
 
+from dedup import strict_json
 from dedup.logs import log_delivery
 from dedup.tasks import TASK_NAME_HEADER
 from functions.boundary import is_health_probe
@@ -45,14 +50,14 @@ def dispatch_problem(request: flask.Request) -> tuple[int, str] | None:
     if (request.content_length or 0) > MAX_TASK_BODY:
         return 413, f"the body is larger than {MAX_TASK_BODY} bytes"
     if request.mimetype != "application/json":
-        return 415, f"content type {request.content_type or 'none'} is not application/json"
+        return 415, "the content type is not application/json"
     body = request.get_data(cache=True)
     if len(body) > MAX_TASK_BODY:
         return 413, f"the body is larger than {MAX_TASK_BODY} bytes"
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return 400, "the body is not JSON"
+    try:  # RFC 8259 within dedup.strict_json's limits (text kept as sent)
+        parsed = strict_json.loads(body, lone_surrogates=True)
+    except strict_json.InvalidJSON as malformed:
+        return 400, malformed.detail
     if not isinstance(parsed, dict) or set(parsed) != {"data"}:
         return 400, 'the body is not a task: expected a JSON object {"data": ...}'
     if not (request.headers.get(TASK_NAME_HEADER) or "").strip():

@@ -17,7 +17,7 @@ every refusal is `application/problem+json`, RFC 9457, and names no internal exc
 | body larger than `max_body_bytes`                 | 413                                      |
 | no valid Firebase ID token (unless `anonymous`)   | 401 + `WWW-Authenticate`                 |
 | no `Idempotency-Key`, or not 1-255 printable ASCII | 400                                     |
-| JSON endpoint: not a JSON content type / body     | 415 / 400                                |
+| JSON endpoint: not a JSON content type / body not strict JSON (`dedup.strict_json`) | 415 / 400 |
 | first request with a key                          | handler runs; an answer < 500 is stored  |
 | handler answers 5xx or raises                     | its 5xx (or 500); nothing stored, released |
 | handler fails terminally (`TerminalError`)        | 500 `request-failed`, not a replay         |

@@ -15,6 +15,7 @@ from dedup.core import Deduplicator
 from dedup.decorator import SuffixRegistry
 from dedup.delivery import Delivery, HandlerResult
 from dedup.entrance import CALLABLE, Entrance, gate
+from dedup.errors import TerminalError
 from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, failure_problem
 from dedup.http.replay import (
     Settled,
@@ -29,6 +30,7 @@ from dedup.idempotency import (
     validate_key,
 )
 from dedup.record import Mode
+from dedup.strict_json import InvalidJSON, check_value
 
 logger = logging.getLogger("dedup.http")
 
@@ -36,6 +38,7 @@ logger = logging.getLogger("dedup.http")
 CALLABLE_CODES: Mapping[str, https_fn.FunctionsErrorCode] = {
     "unauthenticated": https_fn.FunctionsErrorCode.UNAUTHENTICATED,
     "idempotency-key-invalid": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
+    "malformed-json": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
     "request-in-progress": https_fn.FunctionsErrorCode.ABORTED,
     "idempotency-key-reused": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
     "response-not-stored": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
@@ -119,7 +122,12 @@ def _checked_call(
         key = validate_key(data[CALLABLE_FIELD])
     except InvalidKey as exc:
         raise _https_error("idempotency-key-invalid", str(exc)) from None
-    return uid, key, {name: value for name, value in data.items() if name != CALLABLE_FIELD}
+    rest = {name: value for name, value in data.items() if name != CALLABLE_FIELD}
+    try:
+        check_value(rest, what="the data")
+    except InvalidJSON as exc:
+        raise _https_error("malformed-json", exc.detail) from None
+    return uid, key, rest
 
 
 def _settle_call(
@@ -139,7 +147,11 @@ def _settle_call(
             if error._http_error_code.status >= 500:
                 raise _CallableFailed(error) from error
             return {"kind": "callable", "error": _error_dict(error)}
-        return {"kind": "callable", "json": json.dumps(value)}
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:  # after the effect
+            raise TerminalError(f"{admitted.suffix}: the result is not JSON") from exc
+        return {"kind": "callable", "json": text}
 
     try:
         return settle(

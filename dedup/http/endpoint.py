@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.delivery import Delivery, HandlerResult
 from dedup.entrance import HTTP, Entrance, gate
-from dedup.errors import ConfigError
+from dedup.errors import ConfigError, TerminalError
 from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
 from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, Problem, failure_problem, retry_after
 from dedup.http.replay import Settled, Settlement, replay, settle, stored_answer
@@ -30,6 +29,8 @@ from dedup.idempotency import (
 )
 from dedup.record import Mode
 from dedup.registry import SuffixRegistry
+from dedup.strict_json import InvalidJSON
+from dedup.strict_json import loads as strict_loads
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest request body accepted by default (a stored fingerprint covers the whole body)."""
@@ -147,9 +148,11 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
     fresh: list[StoredResponse] = []
 
     def run_handler(delivery: Delivery) -> HandlerResult:
-        answer = flask.make_response(
-            admitted.handler(IdempotentRequest(request, delivery, uid, key, parsed))
-        )
+        value = admitted.handler(IdempotentRequest(request, delivery, uid, key, parsed))
+        try:
+            answer = flask.make_response(value)
+        except Exception as exc:  # after the effect: a retry must not repeat it
+            raise TerminalError(f"{suffix}: the handler's answer is no response") from exc
         if answer.status_code >= 500:
             raise _ServerError(answer)
         stored = StoredResponse(
@@ -161,7 +164,7 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
         fresh.append(stored)
         return stored.to_result()
 
-    payload = fingerprint(request.method, request.path, body, json_body=rules.json_body)
+    payload = fingerprint(request.method, _target(request), body, json_body=rules.json_body)
     try:
         settled = settle(
             admitted.deduplicator(),
@@ -242,10 +245,17 @@ def _checked_request(
                 "send the body as JSON with `Content-Type: application/json`",
             )
         try:
-            parsed = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return Problem(400, "malformed-json", "Malformed JSON", "the body is not JSON")
+            parsed = strict_loads(body)
+        except InvalidJSON as exc:
+            return Problem(400, "malformed-json", "Malformed JSON", exc.detail)
     return uid, key, body, parsed
+
+
+def _target(request: flask.Request) -> str:
+    """The path and, when there is one, the query string: both are fingerprinted, so a
+    handler reading `request.args` never replays the answer to another query."""
+    query = request.query_string.decode("latin-1")
+    return f"{request.path}?{query}" if query else request.path
 
 
 def _failed() -> Problem:

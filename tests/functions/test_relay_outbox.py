@@ -137,6 +137,32 @@ def test_enqueue_refuses_bad_input_before_writing(firestore_client: firestore.Cl
         enqueue(transaction, "orders", b"x", {"n": 1})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="set by the relay"):
         enqueue(transaction, "orders", b"x", {"outboxId": "forged"})
+    for name in ("topic", "data", "ordering_key", "retry", "timeout", "googRoute", ""):
+        with pytest.raises(ValueError, match=r"reserved|non-empty"):
+            enqueue(transaction, "orders", b"x", {name: "v"})
+    assert list(firestore_client.collection("outbox").stream()) == []
+
+
+@pytest.mark.parametrize("name", ["outboxId", "retry", "timeout", "ordering_key", "googX"])
+def test_a_document_with_a_reserved_attribute_is_a_terminal_failure(
+    name: str,
+    firestore_client: firestore.Client,
+    relay: InProcessFunction,
+    topic: tuple[str, str],
+) -> None:
+    """A document written without `enqueue` whose attributes use a reserved name (it would
+    clash with a keyword of `publish()`, or with the relay's own `outboxId`): recorded failed
+    on the first delivery, acknowledged, nothing published, every redelivery 200."""
+    topic_name, subscription = topic
+    ref = firestore_client.collection("outbox").document(f"reserved-{uuid.uuid4().hex[:8]}")
+    ref.set({"topic": topic_name, "data": b"x", "attributes": {name: "v", "kind": "order"}})
+    event = firestore_event(ref.path, None, ref.get(), project=PROJECT, change="created")
+    assert [relay.deliver(event) for _ in range(3)] == [200, 200, 200]
+    assert pull_all(subscription) == []
+    records = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
+    assert [r["state"] for r in records] == ["failed"]
+    assert records[0]["attempts"] == 1
+    assert "reserved" in records[0]["lastError"]
 
 
 def test_document_deleted_before_it_is_marked_is_published_once(

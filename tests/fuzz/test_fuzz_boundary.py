@@ -95,11 +95,13 @@ class Stats:
     statuses: Counter[int] = field(default_factory=Counter)
     refused_by: Counter[str] = field(default_factory=Counter)
 
-    def write(self, function: str) -> None:
+    def write(self, function: str, examples: int = EXAMPLES, **settings: int) -> None:
+        """The figures of `function`'s campaign, to `.cache/fuzz/<function>.json`."""
         RESULTS.mkdir(parents=True, exist_ok=True)
         summary = {
             "function": function,
-            "examples_setting": EXAMPLES,
+            "examples_setting": examples,
+            **settings,
             "requests": self.requests,
             "controls": self.controls,
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
@@ -174,9 +176,12 @@ def test_fuzzed_requests_are_refused_without_trace_or_retry(
         one_request()
     finally:
         stats.write(function)
-    stuck = [
-        (d.id, (d.to_dict() or {}).get("state"))
-        for d in db.collection("triggerEvents").stream()
-        if (d.to_dict() or {}).get("state") in ("in_progress", "dead")
-    ]
-    assert stuck == [], "records that the platform would retry until it gives up"
+    assert stuck_records(db) == [], "records that the platform would retry until it gives up"
+
+
+def stuck_records(db: firestore.Client) -> list[tuple[str, str]]:
+    """(id, state) of every record left `in_progress` or `dead`."""
+    states = (
+        (d.id, (d.to_dict() or {}).get("state")) for d in db.collection("triggerEvents").stream()
+    )
+    return [(key, str(state)) for key, state in states if state in ("in_progress", "dead")]

@@ -4,13 +4,18 @@ process (functions-framework's test client, signature type http) over the emulat
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import functions_framework
 import pytest
 from flask.testing import FlaskClient
+from google.cloud.pubsub_v1 import SubscriberClient
+from google.pubsub_v1 import PubsubMessage
 
+from demo.pubsub import ensure_topic, pull_all
+from tests.conftest import PROJECT
 from tests.http.support import AUTH_ENV, LINE_SECRET, User, sign_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,3 +64,19 @@ def http_function(firestore_host: str) -> Callable[..., FlaskClient]:
         return app.test_client()
 
     return make
+
+
+@pytest.fixture
+def line(http_function: Callable[..., FlaskClient]) -> FlaskClient:
+    """`receive_line_webhook`, served (the LINE tests)."""
+    return http_function("receive_line_webhook")
+
+
+@pytest.fixture
+def published(firestore_host: str) -> Iterator[Callable[[], list[PubsubMessage]]]:
+    """published() -> the messages published to `webhooks` since the test began."""
+    name = f"line-{uuid.uuid4().hex[:8]}"
+    ensure_topic(PROJECT, "webhooks", subscription=name)
+    path = SubscriberClient().subscription_path(PROJECT, name)
+    yield lambda: pull_all(path)
+    SubscriberClient().delete_subscription(subscription=path)

@@ -6,7 +6,7 @@ The request body says what to do: `{"sleep": seconds, "fail": n, "how": "status"
 "size": bytes}`: the first `n` runs of a key fail (503, or an exception), a run sleeps
 `sleep` seconds, and answers 200 with `size` bytes of "x" (or `{"run": n}`). Every run of a key
 is counted in `runs/<record key>` (outside any transaction), so tests count handler runs.
-Served through `tests/http/served.py`.
+`bad_result` is a callable whose result is not JSON. Served through `tests/http/served.py`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ import time
 from typing import Any
 
 import flask
+from firebase_functions import https_fn
 from google.cloud import firestore
 
-from dedup.http import IdempotentRequest, idempotent_http
+from dedup import Delivery
+from dedup.http import IdempotentRequest, idempotent_callable, idempotent_http
 
 
 def count_run(call: IdempotentRequest) -> int:
@@ -52,3 +54,13 @@ def echo(call: IdempotentRequest) -> flask.Response:
 def echo_wait(call: IdempotentRequest) -> flask.Response:
     """The same, waiting up to 20 s for the first request to finish before a 409."""
     return work(call)
+
+
+@https_fn.on_call()
+@idempotent_callable("test_bad_result", anonymous=True)
+def bad_result(request: https_fn.CallableRequest[Any], delivery: Delivery) -> Any:
+    """Lease mode: counts its run in `runs/<record key>` (its effect), then returns a result
+    JSON cannot carry (`NaN`)."""
+    ref = delivery.client.collection("runs").document(delivery.key)
+    ref.set({"count": firestore.Increment(1)}, merge=True)
+    return {"amount": float("nan")}

@@ -38,6 +38,13 @@ if os.environ.get("CRASH_AT"):
     _before(tests.http.endpoints, "count_run", "in_handler")
 
 from main import create_order, create_order_callable, receive_line_webhook  # noqa: E402
-from tests.http.endpoints import echo, echo_wait  # noqa: E402
+from tests.http.endpoints import bad_result, echo, echo_wait  # noqa: E402
 
-__all__ = ["create_order", "create_order_callable", "echo", "echo_wait", "receive_line_webhook"]
+__all__ = [
+    "bad_result",
+    "create_order",
+    "create_order_callable",
+    "echo",
+    "echo_wait",
+    "receive_line_webhook",
+]

@@ -5,36 +5,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
-from google.cloud.pubsub_v1 import SubscriberClient
 from google.pubsub_v1 import PubsubMessage
 
-from demo.pubsub import ensure_topic, pull_all
-from tests.conftest import PROJECT
 from tests.http.support import line_body, line_headers, problem
 from tests.http.test_create_order import records
 
 Serve = Callable[..., FlaskClient]
-
-
-@pytest.fixture
-def line(http_function: Serve) -> FlaskClient:
-    """`receive_line_webhook`, served."""
-    return http_function("receive_line_webhook")
-
-
-@pytest.fixture
-def published(firestore_host: str) -> Iterator[Callable[[], list[PubsubMessage]]]:
-    """published() -> the messages published to `webhooks` since the test began."""
-    name = f"line-{uuid.uuid4().hex[:8]}"
-    ensure_topic(PROJECT, "webhooks", subscription=name)
-    path = SubscriberClient().subscription_path(PROJECT, name)
-    yield lambda: pull_all(path)
-    SubscriberClient().delete_subscription(subscription=path)
 
 
 def ids(count: int) -> list[str]:

@@ -4,14 +4,14 @@ An `Entrance` is one instance's decorated function of one kind: `deliver(event_i
 hands it one delivery as the platform would, and normalises the answer to what the platform
 does next:
 
-| kind       | entrance                         | "retry" (else "stop")               |
-|------------|----------------------------------|-------------------------------------|
-| `event`    | `trigger_once` on a `def`        | raises                              |
-| `async`    | `trigger_once` on an `async def` | raises                              |
-| `http`     | `dedup.http.idempotent_http`     | 409, 503, a 500 "handler-failed"    |
-| `callable` | `dedup.http.idempotent_callable` | ABORTED, UNAVAILABLE, an INTERNAL "handler-failed" |
-| `task`     | `dedup.tasks.task_once`          | raises                              |
-| `run`      | `Deduplicator.run`               | raises                              |
+| kind       | entrance                         | "retry" (else "stop")                           |
+|------------|----------------------------------|-------------------------------------------------|
+| `event`    | `trigger_once` on a `def`        | raises                                          |
+| `async`    | `trigger_once` on an `async def` | raises                                          |
+| `http`     | `dedup.http.idempotent_http`     | 409, 503, a 500 "handler-failed"                |
+| `callable` | `dedup.http.idempotent_callable` | ABORTED, UNAVAILABLE, INTERNAL "handler-failed" |
+| `task`     | `dedup.tasks.task_once`          | raises                                          |
+| `run`      | `Deduplicator.run`               | raises                                          |
 
 A handler that dies (`Crash`, not an `Exception`: it escapes every handler of the library,
 as a killed process would leave its record) is answered "crash".

@@ -49,6 +49,13 @@ BAD_REQUESTS = {
     "no content type": (request(drop="Content-Type"), 415),
     "GET": (request(method="GET"), 405),
     "2 MB body": (request(body=b'{"data": "' + b"x" * 2_000_000 + b'"}'), 413),
+    "100,000 levels": (request(body=b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), 400),
+    "5,000-digit integer": (request(body=b'{"data": 1' + b"0" * 5000 + b"}"), 400),
+    "NaN": (request(body=b'{"data": {"postId": NaN}}'), 400),
+    "1e999": (request(body=b'{"data": 1e999}'), 400),
+    "not UTF-8": (request(body=b'{"data": "\xff"}'), 400),
+    "trailing bytes": (request(body=b'{"data": {"postId": "p1"}} x'), 400),
+    "long content type": (request(headers={"Content-Type": "text/" + "x" * 100_000}), 415),
 }
 
 

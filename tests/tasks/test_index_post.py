@@ -113,6 +113,10 @@ def test_a_failing_search_service_releases_the_lease_and_the_retry_sends(
         ({"postId": "missing-post"}, "does not exist"),
         ({"postId": ""}, "postId"),
         ({"postId": "a/b"}, "postId"),
+        ({"postId": ".."}, "postId"),
+        ({"postId": "__x__"}, "postId"),
+        ({"postId": "p\ud800"}, "postId"),
+        ({"postId": "p" * 1501}, "postId"),
         (["postId"], "postId"),
         (None, "postId"),
     ],
@@ -146,3 +150,19 @@ def test_instance_refuses_to_start_without_an_http_search_url(url: str | None) -
     assert result.returncode != 0
     assert "SEARCH_INDEX_URL must be the search service's http:// or https:// URL" in result.stderr
     assert start_instance("sync_published_count", env).returncode == 0, "a sibling must start"
+
+
+def test_a_dispatch_under_a_fresh_task_name_indexes_again(
+    firestore_client: firestore.Client, index_post: TaskFunction, receiver: Receiver
+) -> None:
+    """The documented trust boundary (docs/tasks.md): deduplication is per task name, which
+    `indexPost` takes from `X-CloudTasks-TaskName`. A caller holding `run.invoker` on the
+    function who sends the same data under a new name is another task: a second request,
+    under its own Idempotency-Key. The search service must tolerate a post indexed twice."""
+    post_id = unique()
+    save_post(firestore_client, post_id)
+    names = [f"task-{unique()}", f"forged-{unique()}"]
+    for name in names:
+        assert index_post.dispatch(task_dispatch(name, {"postId": post_id})) == 200
+    keys = sorted(str(request.idempotency_key) for request in receiver.applied(SEARCH_PATH))
+    assert keys == sorted(f"{name}-index_post" for name in names)

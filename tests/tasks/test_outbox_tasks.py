@@ -96,6 +96,30 @@ def test_a_rolled_back_save_enqueues_nothing(
     assert committed in indexed.body.decode()
 
 
+def test_a_task_document_deleted_before_it_is_marked_ends_sent_with_one_task(
+    firestore_client: firestore.Client, relay: InProcessFunction, receiver: Receiver
+) -> None:
+    """The task is created, then its outbox document is found deleted when the relay marks
+    it: the delivery still ends `sent` (as for a message), every redelivery is 200 and no
+    second task exists; the search service gets the post once."""
+    post_id = uuid.uuid4().hex[:12]
+    outbox = save_post(firestore_client, post_id)
+    event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
+    outbox.delete()
+    assert [relay.deliver(event) for _ in range(3)] == [200, 200, 200]
+    records = [
+        d.to_dict() or {}
+        for d in firestore_client.collection("triggerEvents").stream()
+        if d.id.endswith("-relay_outbox")
+    ]
+    assert [r["state"] for r in records] == ["sent"]
+    assert not outbox.get().exists, "the mark must not resurrect a deleted outbox document"
+    assert not create_task(FUNCTION_ID, {"postId": post_id}, task_id_for(outbox.path))
+    eventually(lambda: receiver.applied(SEARCH_PATH), "the task reached the search service")
+    [indexed] = receiver.applied(SEARCH_PATH)
+    assert post_id in indexed.body.decode()
+
+
 def test_enqueue_task_refuses_bad_input_before_writing(firestore_client: firestore.Client) -> None:
     """Names Cloud Tasks would refuse as a queue and data that is not JSON raise ValueError;
     nothing is written."""
