@@ -111,10 +111,13 @@ bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service 
 
 # The manifest (functions.yaml) lives only while firebase deploys: removed on exit, Ctrl-C,
 # SIGTERM or SIGHUP; tools/emulators.py removes a leftover one (the emulator would read it).
+# --non-interactive --force: no prompt waits for a person (CI, scripts, no TTY); what --force
+# answers for each prompt of a deploy is listed in docs/deploy.md.
 deploy-firebase: install guard-project topics ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
 	@trap 'rm -f functions.yaml' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; \
 	  set -e; set -x; $(DEPLOY) manifest functions.yaml $(DEPLOY_ARGS); \
-	  $(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT)
+	  $(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT) \
+	    --non-interactive --force
 
 # gcloud deploys the same main.py: one `gcloud functions deploy` per function of the manifest.
 # Event functions are served as CloudEvent functions (FUNCTION_SIGNATURE_TYPE) with --retry: a
