@@ -76,10 +76,11 @@ K ?=
 test: install ## All tests on the emulators; one file or test: make test T=tests/dedup/test_lease.py K=expired
 	$(EMULATORS) exec -- $(PY) -m pytest $(T) $(if $(K),-k '$(K)')
 
-# The wheel test (marker `packaging`, about a minute) needs no emulator either; `make test` runs it.
+# The wheel test (marker `packaging`, about a minute) and the deploy harness (marker
+# `deploy_harness`, a few minutes) need no emulator either; `make test` runs them.
 unit: $(STAMP_PY) ## The tests that need no emulator (no Java, no Node), in seconds.
 	env -u FIRESTORE_EMULATOR_HOST -u PUBSUB_EMULATOR_HOST -u FIREBASE_EMULATOR_HUB \
-	  $(PY) -m pytest -m 'not needs_emulators and not packaging' $(T) $(if $(K),-k '$(K)')
+	  $(PY) -m pytest -m 'not needs_emulators and not packaging and not deploy_harness' $(T) $(if $(K),-k '$(K)')
 
 docs: $(STAMP_PY) ## Regenerate the generated parts of README.md and docs/ (tests check they are current).
 	$(PY) -m tools.docs

@@ -13,8 +13,8 @@ Registry, billing, rules, the OAuth token endpoint), as a generic resource store
   database's location) have fixed answers.
 
 It records every request (`requests`) and every uploaded archive (`uploads`). A request it
-does not know is answered 400 (never retried) with a message naming it, and kept in `unknown`, so a test fails
-clearly when a tool starts calling something new. Nothing here talks to Google.
+does not know is answered 400 (never retried) with a message naming it, and kept in `unknown`,
+so a test fails clearly when a tool starts calling something new. Nothing here talks to Google.
 """
 
 from __future__ import annotations
@@ -29,8 +29,16 @@ from urllib.parse import parse_qs, unquote, urlsplit
 PROJECT_NUMBER = "123456789012"
 FIRESTORE_LOCATION = "nam5"
 """What the fake says of the project's Firestore database."""
-DIRECT = {"topics", "queues", "secrets", "versions", "rulesets", "releases", "serviceAccounts",
-          "subscriptions"}
+DIRECT = {
+    "topics",
+    "queues",
+    "secrets",
+    "versions",
+    "rulesets",
+    "releases",
+    "serviceAccounts",
+    "subscriptions",
+}
 """Collections whose create/update answers with the resource itself, not an operation."""
 
 
@@ -154,12 +162,13 @@ class FakeGoogle:
                                        "stage": "GA", "environment": "GEN_2"}]}  # fmt: skip
         if resource.endswith("/defaultServiceAccount"):  # Cloud Build's
             email = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
-            return 200, {"name": resource, "serviceAccountEmail": f"projects/-/serviceAccounts/{email}"}
+            return 200, {"name": resource,
+                         "serviceAccountEmail": f"projects/-/serviceAccounts/{email}"}  # fmt: skip
         if resource.endswith("/billingInfo"):
             return 200, {"name": resource, "billingEnabled": True}
         if len(parts) == 2 and parts[0] == "projects":
-            return 200, {"projectId": parts[1], "projectNumber": PROJECT_NUMBER,
-                         "name": resource, "lifecycleState": "ACTIVE", "state": "ACTIVE"}  # fmt: skip
+            return 200, {"projectId": parts[1], "projectNumber": PROJECT_NUMBER, "name": resource,
+                         "lifecycleState": "ACTIVE", "state": "ACTIVE"}  # fmt: skip
         if len(parts) == 4 and parts[2] == "databases":
             return 200, {"name": resource, "locationId": FIRESTORE_LOCATION,
                          "type": "FIRESTORE_NATIVE"}  # fmt: skip
@@ -239,7 +248,7 @@ def _handler(fake: FakeGoogle) -> type[BaseHTTPRequestHandler]:
                 out += self.rfile.read(size)
                 self.rfile.readline()
 
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 (http.server's names)
 
     return Handler
 

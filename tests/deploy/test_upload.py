@@ -125,7 +125,8 @@ def test_gcloud_archive_holds_the_code_and_only_it(
     assert {"dedup/__init__.py", "dedup/cli/__init__.py", "functions/__init__.py"} <= set(files)
     with zipfile.ZipFile(archive) as opened:
         for name in opened.namelist():
-            assert "__pycache__" not in name and not name.startswith("."), name
+            assert "__pycache__" not in name, name
+            assert not name.startswith("."), name
 
 
 @pytest.mark.parametrize("where", ["project", "copy with secrets"])
@@ -140,9 +141,7 @@ def test_firebase_archive_holds_the_code_and_only_it(
 
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="the Google Cloud CLI is not installed")
 @pytest.mark.parametrize("where", ["project", "copy with secrets"])
-def test_both_archives_hold_the_same_files(
-    where: str, project_copy: Path, tmp_path: Path
-) -> None:
+def test_both_archives_hold_the_same_files(where: str, project_copy: Path, tmp_path: Path) -> None:
     """The zip gcloud builds holds exactly the files of the zip firebase builds."""
     project = source(where, project_copy)
     gcloud = zip_files(gcloud_archive(project, tmp_path / "gcloud.zip"))
