@@ -183,6 +183,12 @@ class FakeGoogle:
         """Create (POST to a collection) or update (PATCH, or POST to a name) a resource."""
         body = body if isinstance(body, dict) else {}
         parts = resource.split("/")
+        if method == "POST" and resource.endswith("/tasks"):  # Cloud Tasks: create a task
+            task = dict(body.get("task") or {})
+            name = task.get("name") or f"{resource}/fake-{len(self.resources)}"
+            with self.lock:
+                self.resources[name] = {**task, "name": name}
+            return 200, {**task, "name": name, "task": {"name": "/" + name}}  # both answers' forms
         if method == "PUT":
             name, stored = resource, {**body, "name": resource}
         elif method == "POST" and len(parts) % 2 == 1:
