@@ -27,6 +27,7 @@ from dedup.delivery import (
 )
 from dedup.errors import (
     ConfigError,
+    DatabaseMismatch,
     DedupError,
     DuplicateSuffix,
     InvalidSuffix,
@@ -47,6 +48,7 @@ __all__ = [
     "AsyncTransactionDelivery",
     "AsyncWriteOnlyDelivery",
     "ConfigError",
+    "DatabaseMismatch",
     "DedupConfig",
     "DedupError",
     "Deduplicator",
