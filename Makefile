@@ -80,10 +80,12 @@ K ?=
 test: install ## All tests on the emulators; one file or test: make test T=tests/dedup/test_lease.py K=expired
 	$(EMULATORS) exec -- $(PY) -m pytest $(T) $(if $(K),-k '$(K)')
 
-# The wheel test (marker `packaging`, about a minute) needs no emulator either; `make test` runs it.
+# The wheel test (marker `packaging`, about a minute) and the deploy harness (marker
+# `deploy_harness`, a few minutes) need no emulator either; `make test` runs them.
 unit: $(STAMP_PY) ## The tests that need no emulator (no Java, no Node), in seconds.
 	env -u FIRESTORE_EMULATOR_HOST -u PUBSUB_EMULATOR_HOST -u FIREBASE_EMULATOR_HUB \
-	  $(PY) -m pytest -m 'not needs_emulators and not packaging and not subprocesses' $(T) $(if $(K),-k '$(K)')
+	  $(PY) -m pytest -m 'not needs_emulators and not packaging and not subprocesses and not deploy_harness' \
+	  $(T) $(if $(K),-k '$(K)')
 
 docs: $(STAMP_PY) ## Regenerate the generated parts of README.md and docs/ (tests check they are current).
 	$(PY) -m tools.docs
@@ -115,10 +117,13 @@ bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service 
 
 # The manifest (functions.yaml) lives only while firebase deploys: removed on exit, Ctrl-C,
 # SIGTERM or SIGHUP; tools/emulators.py removes a leftover one (the emulator would read it).
+# --non-interactive --force: no prompt waits for a person (CI, scripts, no TTY); what --force
+# answers for each prompt of a deploy is listed in docs/deploy.md.
 deploy-firebase: install guard-project topics ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
 	@trap 'rm -f functions.yaml' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; \
 	  set -e; set -x; $(DEPLOY) manifest functions.yaml $(DEPLOY_ARGS); \
-	  $(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT)
+	  $(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT) \
+	    --non-interactive --force
 
 # gcloud deploys the same main.py: one `gcloud functions deploy` per function of the manifest.
 # Event functions are served as CloudEvent functions (FUNCTION_SIGNATURE_TYPE) with --retry: a

@@ -1,9 +1,17 @@
-"""What each deploy path uploads: the functions' code and nothing else.
+"""What each deploy path uploads: the functions' code and nothing else, the same on both paths.
 
-`.gcloudignore` is an allow-list, checked with gcloud's own listing
-(`gcloud meta list-files-for-upload`); firebase.json's `ignore` is a deny-list, checked with
-firebase-tools' own listing code (`fsAsync.readdirRecursive` with the patterns its packager
-adds). Both run on the project and on a copy holding what must never leave the machine.
+Both archives are built by the tools' own archive code, not by a listing that may walk the tree
+another way:
+
+* gcloud: `source_util.CreateSourcesZipFile` (the `.gcloudignore` chooser and
+  `archive.MakeZipFromDir`, exactly what `gcloud functions deploy --source=.` zips), run with
+  gcloud's own Python and its library path, in a subprocess. `gcloud meta
+  list-files-for-upload` walks files only and tests directories differently, so it once listed
+  the right files while the real archive held no main.py.
+* firebase: `prepareFunctionsUpload` of the pinned firebase-tools with firebase.json's `ignore`.
+
+Both run on the project and on a copy holding what must never leave the machine. The deploy
+harness (`test_real_deploy.py`) checks the archives the tools really upload the same way.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,12 +28,20 @@ from tests.deploy.conftest import ROOT
 
 ALLOWED_TOP = {"main.py", "requirements.txt", "dedup", "functions"}
 SECRETS = [
-    ".env", ".env.my-project", ".env.local", ".env.example", "functions.yaml", "README.md",
-    "Makefile", "docs/deploy.md", "dedup/__pycache__/core.cpython-312.pyc",
+    ".env", ".env.my-project", ".env.local", ".env.example", ".secret.local", "functions.yaml",
+    "README.md", "Makefile", "docs/deploy.md", "dedup/__pycache__/core.cpython-312.pyc",
     "functions/__pycache__/x.cpython-312.pyc", ".cache/deploy/p/cloudevent.env.yaml",
-    "firebase-debug.log", "tests/test_x.py",
+    ".mypy_cache/x.json", ".pytest_cache/v/x", "firebase-debug.log", "tests/test_x.py",
+    "dedup/.env", "functions/.secret.local",
 ]  # fmt: skip
-FS_ASYNC = ROOT / "tools" / "firebase" / "node_modules" / "firebase-tools" / "lib" / "fsAsync.js"
+FIREBASE_TOOLS = ROOT / "tools" / "firebase" / "node_modules" / "firebase-tools"
+PREPARE_UPLOAD = FIREBASE_TOOLS / "lib" / "deploy" / "functions" / "prepareFunctionsUpload.js"
+GCLOUD_ZIP = """
+import shutil, sys
+from googlecloudsdk.command_lib.functions import source_util
+shutil.move(source_util.CreateSourcesZipFile(sys.argv[2], sys.argv[1]), sys.argv[3])
+"""
+"""Run by gcloud's Python: the zip `gcloud functions deploy --source=SOURCE` uploads."""
 
 
 def with_secrets(project: Path) -> Path:
@@ -42,38 +59,92 @@ def check_only_code(files: list[str]) -> None:
         assert name.split("/")[0] in ALLOWED_TOP, name
         assert "__pycache__" not in name, name
         assert not name.endswith(".pyc"), name
+        assert not Path(name).name.startswith("."), name
 
 
-def gcloud_upload(project: Path) -> list[str]:
-    """What `gcloud functions deploy --source=PROJECT` would upload."""
-    done = subprocess.run(
-        ["gcloud", "meta", "list-files-for-upload", str(project)],
+def zip_files(archive: Path) -> list[str]:
+    """The files (not the directory entries) of a zip archive, sorted."""
+    with zipfile.ZipFile(archive) as opened:
+        return sorted(n for n in opened.namelist() if not n.endswith("/"))
+
+
+def gcloud_sdk_python() -> tuple[str, str]:
+    """gcloud's own Python interpreter and the PYTHONPATH of its libraries."""
+    root = subprocess.run(
+        ["gcloud", "info", "--format=value(installation.sdk_root)"],
         capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.strip()  # fmt: skip
+    bundled = Path(root) / "platform" / "bundledpythonunix" / "bin" / "python3"
+    python = str(bundled) if bundled.exists() else (shutil.which("python3") or "python3")
+    return python, f"{root}/lib:{root}/lib/third_party"
+
+
+def gcloud_archive(project: Path, out: Path) -> Path:
+    """The zip `gcloud functions deploy --source=PROJECT` builds, built by gcloud's own code."""
+    python, path = gcloud_sdk_python()
+    work = out.parent / "gcloud-zip"
+    work.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [python, "-c", GCLOUD_ZIP, str(project), str(work), str(out)],
+        env={"PYTHONPATH": path, "PATH": "/usr/bin:/bin"}, check=True, timeout=120,
     )  # fmt: skip
-    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return out
 
 
-def firebase_upload(project: Path) -> list[str]:
-    """What `firebase deploy` would archive from PROJECT, by firebase-tools' own listing."""
-    ignore = json.loads((project / "firebase.json").read_text())["functions"][0]["ignore"]
-    ignore = [*ignore, "firebase-debug.log", "firebase-debug.*.log", ".runtimeconfig.json"]
+def firebase_archive(project: Path, out: Path) -> Path:
+    """The zip `firebase deploy` builds from PROJECT, by firebase-tools' own packaging code."""
+    config = json.loads((project / "firebase.json").read_text())["functions"][0]
     script = (
-        f"require({json.dumps(str(FS_ASYNC))}).readdirRecursive("
-        f"{{path: {json.dumps(str(project))}, ignoreStrings: {json.dumps(ignore)}}})"
-        ".then(files => console.log(JSON.stringify(files.map(f => f.name))))"
+        f"require({json.dumps(str(PREPARE_UPLOAD))}).prepareFunctionsUpload("
+        f"{json.dumps(str(project))}, {json.dumps(str(project))}, "
+        f"{{ignore: {json.dumps(config['ignore'])}}}, [], undefined)"
+        ".then(r => console.log(JSON.stringify(r.pathToSource)))"
     )
-    done = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True)
-    return [str(Path(name).relative_to(project)) for name in json.loads(done.stdout)]
+    done = subprocess.run(
+        ["node", "-e", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    shutil.move(json.loads(done.stdout.strip().splitlines()[-1]), out)
+    return out
+
+
+def source(where: str, project_copy: Path) -> Path:
+    """The project itself, or a copy of it holding secrets and caches."""
+    return ROOT if where == "project" else with_secrets(project_copy)
 
 
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="the Google Cloud CLI is not installed")
 @pytest.mark.parametrize("where", ["project", "copy with secrets"])
-def test_gcloud_uploads_only_the_allow_list(where: str, project_copy: Path) -> None:
-    """`.gcloudignore` lets through main.py, requirements.txt, dedup/ and functions/ only."""
-    check_only_code(gcloud_upload(ROOT if where == "project" else with_secrets(project_copy)))
+def test_gcloud_archive_holds_the_code_and_only_it(
+    where: str, project_copy: Path, tmp_path: Path
+) -> None:
+    """gcloud's own zip of the source holds main.py, requirements.txt, dedup/ and functions/
+    (every file of them), and no directory entry of a cache either."""
+    archive = gcloud_archive(source(where, project_copy), tmp_path / "gcloud.zip")
+    files = zip_files(archive)
+    check_only_code(files)
+    assert {"dedup/__init__.py", "dedup/cli/__init__.py", "functions/__init__.py"} <= set(files)
+    with zipfile.ZipFile(archive) as opened:
+        for name in opened.namelist():
+            assert "__pycache__" not in name, name
+            assert not name.startswith("."), name
 
 
 @pytest.mark.parametrize("where", ["project", "copy with secrets"])
-def test_firebase_uploads_only_the_functions_code(where: str, project_copy: Path) -> None:
+def test_firebase_archive_holds_the_code_and_only_it(
+    where: str, project_copy: Path, tmp_path: Path
+) -> None:
     """firebase.json's ignore list leaves out env files, caches, docs, tools and tests."""
-    check_only_code(firebase_upload(ROOT if where == "project" else with_secrets(project_copy)))
+    check_only_code(
+        zip_files(firebase_archive(source(where, project_copy), tmp_path / "firebase.zip"))
+    )
+
+
+@pytest.mark.skipif(shutil.which("gcloud") is None, reason="the Google Cloud CLI is not installed")
+@pytest.mark.parametrize("where", ["project", "copy with secrets"])
+def test_both_archives_hold_the_same_files(where: str, project_copy: Path, tmp_path: Path) -> None:
+    """The zip gcloud builds holds exactly the files of the zip firebase builds."""
+    project = source(where, project_copy)
+    gcloud = zip_files(gcloud_archive(project, tmp_path / "gcloud.zip"))
+    firebase = zip_files(firebase_archive(project, tmp_path / "firebase.zip"))
+    assert gcloud == firebase
+    assert len(gcloud) > 50
