@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
-from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
-from dedup.aio.delivery import AsyncDelivery
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator, default_deduplicator
 from dedup.delivery import Delivery, is_async_handler
@@ -31,6 +29,10 @@ from dedup.errors import ConfigError, DuplicateSuffix
 from dedup.events import describe
 from dedup.keys import validate_suffix
 from dedup.record import Mode
+
+if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
+    from dedup.aio.core import AsyncDeduplicator
+    from dedup.aio.delivery import AsyncDelivery
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
@@ -155,6 +157,8 @@ def trigger_once(
     def decorate(handler: Any) -> Any:
         owner = f"{handler.__module__}.{handler.__qualname__}"
         if is_async_handler(handler):
+            from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
+
             given_async = runner(AsyncDeduplicator, owner)
             suffixes.register(suffix, owner)
 

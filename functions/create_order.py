@@ -28,6 +28,7 @@ from dedup import Delivery, Mode
 from dedup.http import (
     PROBLEM_JSON,
     IdempotentRequest,
+    ensure_firebase_app,
     idempotent_callable,
     idempotent_http,
 )
@@ -111,6 +112,11 @@ def create_order(call: IdempotentRequest) -> flask.Response:
         content_type="application/json",
         headers={"Location": f"/{ORDERS}/{order_id}"},
     )
+
+
+# firebase-functions verifies a callable's ID token through the default firebase_admin app
+# before the handler runs: it exists from the moment this module is loaded (no network call).
+ensure_firebase_app()
 
 
 @https_fn.on_call(invoker="public")
