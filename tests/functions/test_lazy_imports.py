@@ -27,10 +27,17 @@ LOADED_ON_USE = (
     "dedup.outbox",
     "dedup.tasks",
     "opentelemetry.sdk",
-    "click",
 )
 """What `import dedup` and an event function leave unloaded until it is used: the async
-client's runner, the HTTP and task wrappers, the outbox, the telemetry SDK and the CLI."""
+client's runner, the HTTP and task wrappers, the outbox, the telemetry SDK and the CLI (click
+and rich come with firebase-functions, which every function imports)."""
+
+SETTINGS = {
+    "WEBHOOK_ROUTES": '{"default": "http://127.0.0.1:9/webhooks"}',
+    "NOTIFY_URL": "http://127.0.0.1:9/notify",
+    "SEARCH_INDEX_URL": "http://127.0.0.1:9/search",
+}
+"""Valid settings for every function's start-up check (which runs: the target is served)."""
 
 EVENT_FUNCTIONS = ("forward_webhook", "send_post_notification", "sync_published_count")
 """Functions that use none of `LOADED_ON_USE`."""
@@ -53,7 +60,7 @@ def _declared_functions() -> dict[str, str]:
 
 def _load_main(target: str | None) -> dict[str, Any]:
     """Load main.py in a fresh interpreter serving `target`: its modules and `FUNCTIONS`."""
-    env = {k: v for k, v in os.environ.items() if k != "FUNCTION_TARGET"}
+    env = {k: v for k, v in os.environ.items() if k != "FUNCTION_TARGET"} | SETTINGS
     if target is not None:
         env["FUNCTION_TARGET"] = target
     done = subprocess.run(
@@ -146,3 +153,16 @@ def test_every_function_is_listed_and_found_by_both_lookups() -> None:
     assert found["found"] == sorted(FUNCTIONS)
     assert found["endpoints"] == {name: name for name in FUNCTIONS}
     assert found["alias"] is True
+
+
+def test_the_served_functions_start_up_check_still_runs() -> None:
+    """The check is declared in the function's module, which main.py loads for its target: a
+    bad setting of the served function stops the instance at start-up."""
+    env = {k: v for k, v in os.environ.items() if k != "FUNCTION_TARGET"} | SETTINGS
+    env |= {"FUNCTION_TARGET": "indexPost", "SEARCH_INDEX_URL": "not a url"}
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_MAIN, str(ROOT), str(MAIN)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "ConfigError: SEARCH_INDEX_URL" in done.stderr
