@@ -41,11 +41,12 @@ FUNCTION = "sync_published_count"
 """The function of the import and first-event ratios (it has no start-up setting to give)."""
 
 PER_FUNCTION_RUNS = 3
-"""Imports per exported function for `cold_import_s_<function>` (a median)."""
+"""Imports per exported function for `cold_import_s_<function>`, and of main.py with every
+function resolved (medians; fewer when `runs` is smaller)."""
 
 _IMPORT = (
     "import importlib.util, sys, time\n"
-    "t = time.perf_counter()\n"
+    "t, c = time.perf_counter(), time.process_time()\n"
     "sys.path.insert(0, sys.argv[1])\n"
     "spec = importlib.util.spec_from_file_location('main', sys.argv[2])\n"
     "module = importlib.util.module_from_spec(spec)\n"
@@ -53,7 +54,7 @@ _IMPORT = (
     "spec.loader.exec_module(module)\n"
     "for name in sys.argv[3:]:\n"
     "    getattr(module, name)\n"
-    "print(time.perf_counter() - t)\n"
+    "print(time.perf_counter() - t, time.process_time() - c)\n"
 )
 
 
@@ -82,6 +83,13 @@ def import_seconds(
 ) -> float:
     """Seconds to import `source` as `main` and resolve `functions` in a fresh interpreter;
     `target` is the instance's FUNCTION_TARGET (None: no function's start-up checks)."""
+    return import_times(source, functions, target)[0]
+
+
+def import_times(
+    source: Path, functions: tuple[str, ...] = (), target: str | None = None
+) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the interpreter) of `import_seconds`'s import."""
     env = _environment() if target is None else {**_environment(), "FUNCTION_TARGET": target}
     done = subprocess.run(
         [sys.executable, "-c", _IMPORT, str(ROOT), str(source), *functions],
@@ -94,7 +102,8 @@ def import_seconds(
     )
     if done.returncode != 0:
         raise RuntimeError(f"importing {source} failed: {done.stderr[-2000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    wall, cpu = done.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
 
 
 def first_event_seconds(source: Path, client: firestore.Client) -> float:
@@ -151,15 +160,18 @@ def measure(client: firestore.Client, runs: int = 7) -> dict[str, Any]:
     functions = exported_functions()
     imports: dict[str, list[float]] = {"bare": [], "main": [], "main_every_function": []}
     firsts: dict[str, list[float]] = {"bare": [], "main": []}
+    cpu: dict[str, list[float]] = {"bare": [], "main": []}
     for _ in range(runs):
-        imports["bare"].append(import_seconds(BARE, (FUNCTION,), FUNCTION))
-        imports["main"].append(import_seconds(MAIN, (FUNCTION,), FUNCTION))
-        imports["main_every_function"].append(import_seconds(MAIN, tuple(functions)))
+        for name, source in (("bare", BARE), ("main", MAIN)):
+            wall, used = import_times(source, (FUNCTION,), FUNCTION)
+            imports[name].append(wall)
+            cpu[name].append(used)
     for _ in range(runs):
         firsts["bare"].append(first_event_seconds(BARE, client))
         firsts["main"].append(first_event_seconds(MAIN, client))
     per_function: dict[str, list[float]] = {name: [] for name in functions}
-    for _ in range(PER_FUNCTION_RUNS):
+    for _ in range(min(runs, PER_FUNCTION_RUNS)):
+        imports["main_every_function"].append(import_seconds(MAIN, tuple(functions)))
         for name in functions:
             per_function[name].append(import_seconds(MAIN, (name,)))
     med = {k: statistics.median(v) for k, v in imports.items()}
@@ -172,6 +184,10 @@ def measure(client: firestore.Client, runs: int = 7) -> dict[str, Any]:
         "first_event_s": {k: round(v, 4) for k, v in first.items()},
         "first_event_runs_s": {k: [round(x, 4) for x in v] for k, v in firsts.items()},
         "cold_import_ratio": round(med["main"] / med["bare"], 3),
+        "import_cpu_s": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
+        "cold_import_cpu_ratio": round(
+            statistics.median(cpu["main"]) / statistics.median(cpu["bare"]), 3
+        ),
         "cold_first_event_ratio": round(first["main"] / first["bare"], 3),
         "lazy_import_saving_s": round(med["main_every_function"] - med["main"], 4),
         "per_function_import_s": {

@@ -168,7 +168,8 @@ def figures(results: dict[str, Any]) -> list[Figure]:
             target = name != "naive"
             add(
                 f"storm_{where}_{name}_effects_per_event_max",
-                f"{label}: most effects of one event (20 events x 50 copies)",
+                f"{label}: most effects of one event ({found['events']} events x {found['copies']} "
+                "copies)",
                 found["effects_per_event_max"],
                 "== 1" if target else "(comparison)",
                 _equals(1) if target else None,
@@ -273,6 +274,15 @@ def _scale_figures(results: dict[str, Any], add: Add) -> None:
         f"<= {COLD_RATIO_TARGET:.2f}",
         _at_most(COLD_RATIO_TARGET),
     )
+    if "cold_import_cpu_ratio" in cold:
+        add(
+            "cold_import_cpu_ratio",
+            "cold start: CPU time of the import, main.py / bare (median; steadier than the "
+            "wall time on a loaded machine)",
+            cold["cold_import_cpu_ratio"],
+            "-",
+            None,
+        )
     add(
         "cold_lazy_import_saving_s",
         "cold start: import time saved by loading the served function only, not all (s)",
@@ -596,17 +606,24 @@ def cost_markdown(results: dict[str, Any]) -> list[str]:
         f"| $ per million events ({prices['location']}, records kept "
         f"{prices['retention_days']}+{prices['ttl_lag_days']} days) | reads | writes | "
         "deletes | bytes stored | operations $ | storage $ | fresh event $ | "
-        "duplicate $ (cold cache) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "instance CPU $ (fresh) | duplicate $ (cold cache) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["cost"]["per_million"]:
         kept = " (never deleted)" if row["kept_forever"] else ""
         lines.append(
             f"| {row['impl']}{kept} | {row['reads']:g} | {row['writes']:g} | {row['deletes']} | "
             f"{row['bytes_per_event']} | {row['operations_usd']:.2f} | "
-            f"{row['storage_usd']:.3f} | {row['fresh_usd']:.2f} | {row['duplicate_usd']:.2f} |"
+            f"{row['storage_usd']:.3f} | {row['fresh_usd']:.2f} | {_usd(row)} | "
+            f"{row['duplicate_usd']:.2f} |"
         )
     return lines
+
+
+def _usd(row: dict[str, Any]) -> str:
+    """The instance CPU dollars of a cost row, "-" where the run did not measure them."""
+    value = row.get("instance_cpu_usd")
+    return "-" if value is None else f"{value:.3f}"
 
 
 def plot_throughput(results: dict[str, Any], path: Path) -> None:

@@ -21,6 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,12 @@ GIVE_UP_SECONDS = 150.0
 """A copy still not acknowledged after this is counted unfinished instead of stalling the
 benchmark."""
 NAIVE_GIVE_UP_SECONDS = 20.0
-"""The naive pattern's bound (`--naive-storm-seconds`): its copies keep running into each
-other's 60-second leases, so run to the end its storm takes minutes; within this bound it
-shows the same thing (effects per event, copies left unacknowledged, errors, RPCs)."""
+NAIVE_COPIES = 10
+"""The naive pattern's bounds (`--naive-storm-seconds`, `--naive-storm-copies`): its copies
+keep running into each other's 60-second leases and its transactions into each other's locks,
+so with 50 copies run to the end its storm takes minutes (and a copy inside a transaction
+ends only when the transaction does); bounded, it shows the same thing (effects per event,
+copies left unacknowledged, errors, RPCs per delivery)."""
 
 EXPECTED_ERRORS: dict[str, frozenset[str]] = {
     "lease": frozenset({"LeaseHeld"}),
@@ -162,31 +166,42 @@ def storm(
     }
 
 
-def give_up_seconds(impl: str, naive_seconds: float = NAIVE_GIVE_UP_SECONDS) -> float:
-    """How long `impl`'s storm runs at most: `naive_seconds` for the naive pattern."""
-    return naive_seconds if impl == "naive" else GIVE_UP_SECONDS
+@dataclass(frozen=True)
+class NaiveBounds:
+    """How far the naive pattern's storms go: seconds before a copy gives up, copies per event."""
+
+    seconds: float = NAIVE_GIVE_UP_SECONDS
+    copies: int = NAIVE_COPIES
+
+    def for_storm(self, impl: str) -> dict[str, Any]:
+        """`storm`'s keyword arguments for `impl`: these bounds for naive, the defaults else."""
+        return {"give_up_s": self.seconds, "copies": self.copies} if impl == "naive" else {}
 
 
-def warm_storm(impl: str, naive_seconds: float = NAIVE_GIVE_UP_SECONDS) -> dict[str, Any]:
+DEFAULT_NAIVE_BOUNDS = NaiveBounds()
+
+
+def warm_storm(impl: str, naive: NaiveBounds = DEFAULT_NAIVE_BOUNDS) -> dict[str, Any]:
     """The storm on the shared emulator (FIRESTORE_EMULATOR_HOST)."""
     counter = RpcCounter()
-    bound = give_up_seconds(impl, naive_seconds)
-    result = storm(impl, lambda: counting_client(counter), counter, give_up_s=bound)
+    result = storm(impl, lambda: counting_client(counter), counter, **naive.for_storm(impl))
     return {"where": "warm", **result}
 
 
 def cold_storm(
-    impl: str, workdir: Path, naive_seconds: float = NAIVE_GIVE_UP_SECONDS
+    impl: str, workdir: Path, naive: NaiveBounds = DEFAULT_NAIVE_BOUNDS
 ) -> dict[str, Any]:
     """The storm on a Firestore emulator started right before it; the emulator's start-up time
     is reported apart."""
     counter = RpcCounter()
     workdir.mkdir(parents=True, exist_ok=True)
-    bound = give_up_seconds(impl, naive_seconds)
     started = time.perf_counter()
     with own_firestore(workdir) as emulator:
         ready = time.perf_counter() - started
         result = storm(
-            impl, lambda: counting_client(counter, host=emulator.host), counter, give_up_s=bound
+            impl,
+            lambda: counting_client(counter, host=emulator.host),
+            counter,
+            **naive.for_storm(impl),
         )
     return {"where": "cold", "emulator_start_s": round(ready, 1), **result}
