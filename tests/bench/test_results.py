@@ -40,7 +40,8 @@ def test_results_hold_the_cold_start_and_client_cpu_keys() -> None:
     missing = (keys | {"duration_s"}) - results.keys()
     assert not missing, f"bench/results.json lacks {sorted(missing)}: run `make bench`"
     for key in keys:
-        assert isinstance(results[key], int | float) and results[key] > 0, key
+        assert isinstance(results[key], int | float), key
+        assert results[key] > 0, key
     assert results["cold"]["runs"] >= 7
 
 
