@@ -25,14 +25,18 @@ SERVICE_ACCOUNT ?= exactly-once-fn
 PROJECT_NUMBER ?=
 # Topics to create besides the triggers' (for example the ones relay_outbox publishes to).
 TOPICS ?=
+# Secret versions deploy-gcloud pins ("NAME=3 OTHER=1"); empty: each secret's latest, read with gcloud.
+SECRET_VERSIONS ?=
 # Notification channels of the alert `make monitoring` creates (ids or full names, space-separated).
 ALERT_CHANNELS ?=
 DEDUP_COLLECTION ?= triggerEvents
+# The Firestore database of the records, for make ttl; empty: (default).
+DATABASE ?=
 SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and checks
 DEPLOY := $(PY) -m tools.deploy
 DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
   --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)" \
-  --alert-channels="$(ALERT_CHANNELS)"
+  --alert-channels="$(ALERT_CHANNELS)" --secret-versions="$(SECRET_VERSIONS)"
 define newline
 
 
@@ -79,7 +83,7 @@ test: install ## All tests on the emulators; one file or test: make test T=tests
 # The wheel test (marker `packaging`, about a minute) needs no emulator either; `make test` runs it.
 unit: $(STAMP_PY) ## The tests that need no emulator (no Java, no Node), in seconds.
 	env -u FIRESTORE_EMULATOR_HOST -u PUBSUB_EMULATOR_HOST -u FIREBASE_EMULATOR_HUB \
-	  $(PY) -m pytest -m 'not needs_emulators and not packaging' $(T) $(if $(K),-k '$(K)')
+	  $(PY) -m pytest -m 'not needs_emulators and not packaging and not subprocesses' $(T) $(if $(K),-k '$(K)')
 
 docs: $(STAMP_PY) ## Regenerate the generated parts of README.md and docs/ (tests check they are current).
 	$(PY) -m tools.docs
@@ -89,7 +93,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
 	$(VENV)/bin/ruff check --fix .
@@ -126,14 +130,14 @@ deploy-gcloud: $(STAMP_PY) guard-project topics queues ## Deploy with gcloud (2n
 rules: install guard-project ## Deploy firestore.rules and firestore.indexes.json (gcloud users too).
 	$(EMULATORS) firebase deploy --only firestore --project $(PROJECT)
 
-ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expireAt.
+ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expireAt (DATABASE= a named one).
 	gcloud firestore fields ttls update expireAt --collection-group=$(DEDUP_COLLECTION) \
-	  --enable-ttl --project=$(PROJECT) --quiet
+	  --database='$(or $(DATABASE),(default))' --enable-ttl --project=$(PROJECT) --quiet
 
 topics: $(STAMP_PY) guard-project ## Create the triggers' Pub/Sub topics and TOPICS (existing ones are kept).
 	$(call planned,topics)
 
-queues: $(STAMP_PY) guard-project ## Create the task queue functions' Cloud Tasks queues (existing ones are kept).
+queues: $(STAMP_PY) guard-project ## Create or update the task queue functions' Cloud Tasks queues.
 	$(call planned,queues)
 
 # Log-based metrics dedup_dead, dedup_lease_lost, dedup_payload_mismatch, dedup_failed and the

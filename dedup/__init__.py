@@ -28,6 +28,7 @@ from dedup.delivery import (
 )
 from dedup.errors import (
     ConfigError,
+    DatabaseMismatch,
     DedupError,
     DuplicateSuffix,
     InvalidSuffix,
@@ -78,6 +79,7 @@ __all__ = [
     "AsyncTransactionDelivery",
     "AsyncWriteOnlyDelivery",
     "ConfigError",
+    "DatabaseMismatch",
     "DedupConfig",
     "DedupError",
     "Deduplicator",

@@ -25,28 +25,39 @@ counted when they fail with an exception; an attempt whose process dies leaves n
 (its writes never commit), so it is not counted and `max_attempts` cannot stop an event that
 kills the process in these modes: set `max_event_age_seconds` for that.
 
-The flow is written once, as coroutines over `Run.io` (`dedup.flow_io`); opening and committing
-the transaction or batch is the one step each `FlowIO` does its own way (`FlowIO.commit`).
+The two modes are two flows, `run_transaction` and `run_write_only`, that differ in two
+things: whether the record is read first, and whether the writes go into a transaction
+(`RecordIO.run_transaction`) or a batch (`RecordIO.commit_batch`). Every decision is
+`dedup.claims`': the claim (`decide`), what a failed commit means (`after_commit_failure`) and
+what a failed handler leaves behind (`after_failure`). Written once, as coroutines over
+`Run.io` (`dedup.flow_io`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
-from google.cloud import firestore
 
-from dedup.claims import Claim, decide, written_by
-from dedup.databases import require_one_database
+from dedup.claims import (
+    AfterCommit,
+    Claim,
+    CommitFailed,
+    after_commit_failure,
+    after_failure,
+    after_state,
+    decide,
+    written_by,
+)
 from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
-from dedup.flow_io import Invoke
-from dedup.record import Mode, Record, State, error_text
-from dedup.runs import Run, bury, is_terminal, precondition
+from dedup.flow_io import Fill, FlowIO, Invoke
+from dedup.record import Record, State, error_text
+from dedup.runs import Run, bury, precondition
 from dedup.store import CommitFailure, Snapshot, backoff, commit_failure
-from dedup.transitions import attempt_finished, new_record, storable_result
+from dedup.transitions import Fields, attempt_finished, new_record, storable_result
 
 TRANSACTION_ROUNDS = 12
 """Commits tried (each transaction retried by the client up to `TRANSACTION_ATTEMPTS`) before
@@ -67,11 +78,39 @@ class _HandlerFailed(Exception):
         self.error = error
 
 
-async def run_atomic(run: Run, invoke: Invoke) -> Outcome:
-    """Run the handler (`invoke`) into a transaction (or batch) that commits with the sent
-    marker."""
+Commit = Callable[[FlowIO, str, Fill, datetime | None], Coroutine[Any, Any, Any]]
+"""How an atomic flow commits: `await commit(io, key, fill, guard)`."""
+
+
+async def run_transaction(run: Run, invoke: Invoke) -> Outcome:
+    """Transaction mode: read the record, then run the handler (`invoke`) into a transaction
+    that commits with the sent marker. One commit per key at a time on this instance."""
+    async with run.io.turn(run.key):
+        first = await run.io.read(run.key)
+        return await _run_atomic(run, invoke, first, _in_transaction)
+
+
+async def run_write_only(run: Run, invoke: Invoke) -> Outcome:
+    """Write-only mode: assume no record (the common case) and run the handler (`invoke`) into
+    a batch that commits with the marker's create, in one round trip for a fresh event."""
+    async with run.io.turn(run.key):
+        return await _run_atomic(run, invoke, None, _in_batch)
+
+
+async def _in_transaction(io: FlowIO, key: str, fill: Fill, guard: datetime | None) -> Any:
+    return await io.run_transaction(key, fill, guard, attempts=TRANSACTION_ATTEMPTS)
+
+
+async def _in_batch(io: FlowIO, key: str, fill: Fill, guard: datetime | None) -> Any:
+    return await io.commit_batch(key, fill, guard)
+
+
+async def _run_atomic(
+    run: Run, invoke: Invoke, snapshot: Snapshot | None, commit: Commit
+) -> Outcome:
+    """Run the handler into a transaction or batch (`commit`) that commits with the marker;
+    `snapshot`: the record as read first (None: assumed absent)."""
     store = run.io
-    snapshot = await store.read(run.key) if run.mode is Mode.TRANSACTION else None
     last: BaseException | None = None
     retried_invalid = False  # an expired transaction is refused as InvalidArgument too
     for round_ in range(TRANSACTION_ROUNDS):
@@ -95,45 +134,46 @@ async def run_atomic(run: Run, invoke: Invoke) -> Outcome:
         token = uuid.uuid4().hex
         run.step(Step.AFTER_CLAIM)
         try:
-            result = await _commit(run, invoke, record, guard, token)
+            result = await _commit(run, invoke, commit, record, guard, token)
         except Exception as exc:
             failure = _failure_in_chain(exc)
             if failure is None:
                 raise
-            kind, cause = failure
+            failed, cause = failure
+            ours = moved = False
             if isinstance(cause, _HandlerFailed):
-                if _invalid(cause.error) and not retried_invalid:
-                    retried_invalid = True  # maybe the transaction expired: once more, fresh
+                cause = cause.error  # the handler's own error: nothing was committed
+                stale = True  # the snapshot this attempt read
+            else:
+                last, stale = cause, False
+                if failed is not CommitFailed.OTHER:
                     snapshot = await store.read(run.key)
-                    continue
-                return await _record_failed_attempt(run, cause.error, token)
-            last = cause
-            if kind is CommitFailure.OTHER:
+                    ours = written_by(snapshot.record, token)
+                    moved = _marker_moved(guard, snapshot)
+            after = after_commit_failure(
+                failed, ours=ours, marker_moved=moved, retried_invalid=retried_invalid
+            )
+            if after is AfterCommit.LANDED:
+                # The commit landed; its response was lost. The handler's result is stored.
+                assert snapshot is not None
+                return _committed(run, snapshot.record.result if snapshot.record else None)
+            if after is AfterCommit.GIVE_UP:
                 action = "commit the writes and the marker of"
                 raise store.unavailable(action, run.key, cause) from cause
-            snapshot = await store.read(run.key)
-            if written_by(snapshot.record, token):
-                # The commit landed; its response was lost. The handler's result is stored.
-                return _committed(run, snapshot.record.result if snapshot.record else None)
-            if kind is CommitFailure.REJECTED and not _marker_moved(guard, snapshot):
-                if _invalid(cause) and not retried_invalid:
-                    retried_invalid = True  # maybe the transaction expired: once more, fresh
-                    continue
+            if after is AfterCommit.FRESH_TRY:
+                retried_invalid = True  # maybe the transaction expired: once more, fresh
+                if stale:
+                    snapshot = await store.read(run.key)
+                continue
+            if after is AfterCommit.REFUSED:
                 return await _record_failed_attempt(run, cause, token)  # the handler's writes
-            if kind is not CommitFailure.REJECTED:
+            if after is AfterCommit.BACK_OFF:
                 await store.sleep(backoff(round_))
             continue  # contention or an outage, or another delivery wrote the marker: again
         return _committed(run, result)
     raise store.unavailable(
         f"commit ({TRANSACTION_ROUNDS} rounds) the writes and the marker of", run.key, last
     ) from last
-
-
-def _invalid(error: BaseException) -> bool:
-    """Firestore refused something as invalid: the handler's data, or an expired transaction
-    ("Transaction is invalid or expired" after a long pause): terminal only if a fresh
-    attempt is refused again."""
-    return isinstance(error, api_exceptions.InvalidArgument)
 
 
 def _committed(run: Run, result: HandlerResult) -> Outcome:
@@ -149,21 +189,24 @@ def _marker_moved(guard: datetime | None, snapshot: Snapshot) -> bool:
 
 
 async def _commit(
-    run: Run, invoke: Invoke, record: Record | None, guard: datetime | None, token: str
+    run: Run,
+    invoke: Invoke,
+    commit: Commit,
+    record: Record | None,
+    guard: datetime | None,
+    token: str,
 ) -> HandlerResult:
     """Run the handler into a batch or transaction with the marker and commit it; returns
     what the handler returned. Raises `_HandlerFailed` for the handler's error, the Google
     API error of a failed commit."""
-    ref = run.io.ref(run.key)
-    option = None if guard is None else firestore.Client.write_option(last_update_time=guard)
 
-    async def fill(writer: Any) -> HandlerResult:
+    async def fill(writer: Any) -> tuple[HandlerResult, Fields]:
         result = await _call_handler(invoke, writer)
-        _write_marker(run, writer, ref, record, option, token, result)
         run.step(Step.AFTER_EFFECT)
-        return result
+        return result, _marker(run, record, token, result)
 
-    return await run.io.commit(run, fill)
+    result: HandlerResult = await commit(run.io, run.key, fill, guard)
+    return result
 
 
 async def _call_handler(invoke: Invoke, writer: Any) -> HandlerResult:
@@ -179,20 +222,11 @@ async def _call_handler(invoke: Invoke, writer: Any) -> HandlerResult:
     return result if isinstance(result, Mapping) else None
 
 
-def _write_marker(
-    run: Run,
-    writer: Any,
-    ref: Any,
-    record: Record | None,
-    option: Any,
-    token: str,
-    result: HandlerResult,
-) -> None:
-    """Add the sent marker (with the handler's result) to a transaction or batch (sync or
-    async: their create and update only buffer): a create, or an update of `record`."""
-    require_one_database(writer, ref, run.mode.value)  # the handler's writes, same database
+def _marker(run: Run, record: Record | None, token: str, result: HandlerResult) -> Fields:
+    """The sent marker's fields (with the handler's result): a new record, or the update of
+    `record`."""
     if record is None:
-        fields = new_record(
+        return new_record(
             event_id=run.event_id,
             suffix=run.suffix,
             mode=run.mode,
@@ -206,29 +240,43 @@ def _write_marker(
             subject=run.subject,
             result=storable_result(result),
         )
-        writer.create(ref, fields)
-        return
-    fields = attempt_finished(
+    return attempt_finished(
         State.SENT,
         owner=token,
         attempts=run.attempt,
         expire_at=run.expire_at(),
         result=storable_result(result),
     )
-    writer.update(ref, fields, option=option)
 
 
-def _failure_in_chain(exc: BaseException) -> tuple[CommitFailure, Exception] | None:
-    """The first Google API error (classified) or `_HandlerFailed` among `exc`, its causes and
-    contexts: the client's retry wrapper and a failed rollback wrap what happened."""
+_FAILED = {
+    CommitFailure.CONTENTION: CommitFailed.CONTENTION,
+    CommitFailure.AMBIGUOUS: CommitFailed.AMBIGUOUS,
+    CommitFailure.OTHER: CommitFailed.OTHER,
+}
+
+
+def _failed(kind: CommitFailure, error: BaseException) -> CommitFailed:
+    """`kind` as `dedup.claims` names it; a refusal as InvalidArgument apart: Firestore
+    refused the handler's data, or an expired transaction ("Transaction is invalid or
+    expired" after a long pause): final only if a fresh attempt is refused again."""
+    if kind is CommitFailure.REJECTED:
+        invalid = isinstance(error, api_exceptions.InvalidArgument)
+        return CommitFailed.INVALID if invalid else CommitFailed.REFUSED
+    return _FAILED[kind]
+
+
+def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | None:
+    """The first Google API error or `_HandlerFailed` among `exc`, its causes and contexts
+    (the client's retry wrapper and a failed rollback wrap what happened), classified."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(current, _HandlerFailed):
-            return CommitFailure.REJECTED, current
+            return _failed(CommitFailure.REJECTED, current.error), current
         kind = commit_failure(current)
         if kind is not None and isinstance(current, Exception):
-            return kind, current
+            return _failed(kind, current), current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
@@ -237,14 +285,13 @@ def _failure_in_chain(exc: BaseException) -> tuple[CommitFailure, Exception] | N
 async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcome:
     """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
     error = error_text(exc)
-    terminal = is_terminal(exc)
     store = run.io
     for _ in range(RECORD_ROUNDS):
         snapshot = await store.read(run.key, action="record a failed attempt on")
         record = snapshot.record
         if record is not None and written_by(record, token):
             run.attempt = record.attempts  # our earlier try landed; its response was lost
-            return _report_failed_attempt(run, record.state, error, exc)
+            return run.failed(after_state(record.state), error, exc)
         if record is not None:
             claim = decide(record, snapshot.read_time, run.config.max_attempts)
             if claim is Claim.SKIP:
@@ -252,11 +299,8 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
             if claim is Claim.WAIT:
                 break  # someone else's live lease: not ours to count on
         attempts = (record.attempts if record is not None else 0) + 1
-        state = State.IN_PROGRESS
-        if terminal:
-            state = State.FAILED
-        elif attempts >= run.config.max_attempts:
-            state = State.DEAD
+        after = after_failure(exc, attempts, run.config.max_attempts)
+        state = after.state
         action = "record a failed attempt on"
         written: datetime | object
         if record is None:
@@ -284,15 +328,6 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
             )
         if isinstance(written, datetime):
             run.attempt = attempts
-            return _report_failed_attempt(run, state, error, exc)
-    run.finish(OutcomeKind.RELEASED, error=error)
-    raise exc
-
-
-def _report_failed_attempt(run: Run, state: State, error: str, exc: Exception) -> Outcome:
-    if state is State.FAILED:
-        return run.finish(OutcomeKind.FAILED, error=error)
-    if state is State.DEAD:
-        return run.finish(OutcomeKind.DEAD, error=error)
+            return run.failed(after, error, exc)
     run.finish(OutcomeKind.RELEASED, error=error)
     raise exc

@@ -1,8 +1,10 @@
-"""`BlockingIO`: the sync `FlowIO` (`dedup.flow_io`), over a `RecordStore` and `KeyTurns`.
+"""`BlockingIO`: the sync `FlowIO` (`dedup.flow_io`), over a sync store (`Records`) and
+`KeyTurns`.
 
-Its methods are coroutines only in name: each blocks on the sync Firestore client (or lock,
-or `time.sleep`) and returns without suspending, so `drive` runs a flow on the caller's thread
-as plain sync code. No Firestore logic lives here: the store's calls are `RecordStore`'s.
+Its methods are coroutines only in name: each blocks on the sync store (or lock, or
+`time.sleep`) and returns without suspending, so `drive` runs a flow on the caller's thread as
+plain sync code. No store logic lives here: the record operations are the store's own
+(`dedup.store.RecordStore`, or the tests' in-memory `MemoryStore`).
 """
 
 from __future__ import annotations
@@ -10,19 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, cast
+from datetime import datetime
+from typing import Any
 
-from google.cloud import firestore
-
-from dedup.atomic import TRANSACTION_ATTEMPTS
 from dedup.cache import KeyTurns
-from dedup.delivery import Handler, HandlerResult
-from dedup.flow_io import Fill, Invoke, drive
-from dedup.record import Mode
-from dedup.store import RecordStore
-
-if TYPE_CHECKING:
-    from dedup.runs import Run
+from dedup.flow_io import Fill, Records, drive
+from dedup.transitions import Fields
 
 
 def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -35,19 +30,29 @@ def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R
 
 
 class BlockingIO:
-    """The sync path's I/O: `RecordStore` calls (`read`, `create`, `update_if_unchanged`,
-    `path`, `ref`, `unavailable`: the store's own, awaitable), `KeyTurns`, `time.sleep`."""
+    """The sync path's I/O: a `Records` store's operations (awaitable, never suspending),
+    `KeyTurns`, `time.sleep`."""
 
-    def __init__(self, store: RecordStore, turns: KeyTurns) -> None:
+    def __init__(self, store: Records, turns: KeyTurns) -> None:
         """Do the flows' I/O through `store`, taking per-key turns in `turns`."""
         self.store = store
         self.turns = turns
+        self.client = store.client
         self.path = store.path
-        self.ref = store.ref
         self.unavailable = store.unavailable
         self.read = _blocking(store.read)
         self.create = _blocking(store.create)
         self.update_if_unchanged = _blocking(store.update_if_unchanged)
+
+    async def commit_batch(self, key: str, fill: Fill, guard: datetime | None) -> Any:
+        """The store's `commit_batch`, `fill` driven on this thread."""
+        return self.store.commit_batch(key, _driven(fill), guard)
+
+    async def run_transaction(
+        self, key: str, fill: Fill, guard: datetime | None, *, attempts: int
+    ) -> Any:
+        """The store's `run_transaction`, `fill` driven on this thread."""
+        return self.store.run_transaction(key, _driven(fill), guard, attempts=attempts)
 
     async def sleep(self, seconds: float) -> None:
         """Block this thread for `seconds`."""
@@ -59,28 +64,9 @@ class BlockingIO:
         with self.turns.turn(key):
             yield
 
-    async def commit(self, run: Run, fill: Fill) -> HandlerResult:
-        """`FlowIO.commit` with a `WriteBatch`, or a `BoundedTransaction` run by
-        `firestore.transactional`."""
-        client = self.store.client
-        timeout = run.config.rpc_timeout_seconds
-        if run.mode is Mode.WRITE_ONLY:
-            batch = client.batch()
-            result = drive(fill(batch))
-            batch.commit(retry=None, timeout=timeout)
-            return result
 
-        def body(transaction: firestore.Transaction) -> HandlerResult:
-            return drive(fill(transaction))
+def _driven(fill: Fill) -> Callable[[Any], tuple[Any, Fields]]:
+    def driven(writer: Any) -> tuple[Any, Fields]:
+        return drive(fill(writer))
 
-        transaction = self.store.transaction(max_attempts=TRANSACTION_ATTEMPTS)
-        return cast(HandlerResult, firestore.transactional(body)(transaction))
-
-    def invoker(self, run: Run, handler: Handler) -> Invoke:
-        """How the flows call a sync `handler`: with `Run.delivery` on this client."""
-        client = self.store.client
-
-        async def invoke(writer: object) -> object:
-            return handler(run.delivery(client, writer))
-
-        return invoke
+    return driven

@@ -15,6 +15,36 @@ an instance clock). Nothing here touches Firestore.
 A released record is taken over even when its attempts are used up: every flow buries an
 exhausted record itself instead of releasing it, so a released one was handed back on purpose
 (`dedup release`) and the operator asked for one more run.
+
+What a handler that raised leaves behind, in every mode (`after_failure`):
+
+| the error                                   | the record       | the platform      |
+|---------------------------------------------|------------------|-------------------|
+| terminal (`TerminalError`, `InvalidArgument`) | FAILED         | stops             |
+| any other, on the last allowed attempt      | DEAD             | stops             |
+| any other, attempts left                    | RELEASED (in progress, no lease) | retries |
+
+What an atomic commit that raised means, read back from the record (`after_commit_failure`):
+
+| the record read after the commit     | the commit failed with             | next      |
+|--------------------------------------|------------------------------------|-----------|
+| carries this attempt's token         | anything                           | LANDED    |
+| (not read)                           | other Firestore errors (permission)| GIVE_UP   |
+| unchanged since the attempt read it  | a first InvalidArgument            | FRESH_TRY |
+| unchanged since the attempt read it  | another refusal                    | REFUSED   |
+| changed (another delivery wrote it)  | a refusal                          | AGAIN     |
+| not this attempt's                   | contention or an outage            | BACK_OFF  |
+
+A handler that raised inside the transaction or batch counts as a refusal of an unchanged
+record (nothing was committed).
+
+What an owner's outcome write that found the record changed means (`after_fenced_conflict`):
+
+| the record                                           | next     |
+|------------------------------------------------------|----------|
+| written by this owner, in the wanted state, no lease | RECORDED |
+| written by this owner, still in progress             | REFRESH  |
+| anything else (another delivery took it over)        | LOST     |
 """
 
 from __future__ import annotations
@@ -22,6 +52,9 @@ from __future__ import annotations
 from datetime import datetime
 from enum import Enum
 
+from google.api_core import exceptions as api_exceptions
+
+from dedup.errors import TerminalError
 from dedup.record import Record, State
 
 
@@ -104,3 +137,131 @@ def belongs_to(record: Record, event_id: str, suffix: str) -> bool:
     return (not record.event_id or record.event_id == event_id) and (
         not record.suffix or record.suffix == suffix
     )
+
+
+def error_terminal(error: BaseException) -> bool:
+    """A handler error that no retry can cure: `TerminalError`, or Firestore refusing the
+    handler's data as invalid (`InvalidArgument`: a bad document id, a value too large)."""
+    return isinstance(error, TerminalError | api_exceptions.InvalidArgument)
+
+
+def last_attempt(attempt: int, max_attempts: int) -> bool:
+    """The attempt that just failed was the last one allowed (attempts count from 1)."""
+    return attempt >= max_attempts
+
+
+class AfterFailure(Enum):
+    """What a handler's exception leaves behind on the record (values: the `OutcomeKind`
+    reported)."""
+
+    FAILED = "failed"
+    """Final: the error is terminal, no retry can cure it; the platform stops."""
+    DEAD = "dead"
+    """Final: it was the last allowed attempt (a poison event); the platform stops."""
+    RELEASED = "released"
+    """Handed back (in progress, no lease): the error is re-raised, the platform retries."""
+
+    @property
+    def state(self) -> State:
+        """The record state this decision writes."""
+        return _STATE_AFTER[self]
+
+
+_STATE_AFTER = {
+    AfterFailure.FAILED: State.FAILED,
+    AfterFailure.DEAD: State.DEAD,
+    AfterFailure.RELEASED: State.IN_PROGRESS,
+}
+
+
+def after_failure(error: BaseException, attempt: int, max_attempts: int) -> AfterFailure:
+    """What the `attempt`-th run's `error` leaves behind, in every mode."""
+    if error_terminal(error):
+        return AfterFailure.FAILED
+    if last_attempt(attempt, max_attempts):
+        return AfterFailure.DEAD
+    return AfterFailure.RELEASED
+
+
+def after_state(state: State) -> AfterFailure:
+    """The decision a record in `state` shows was made (a write recognised as ours): failed,
+    dead, else released."""
+    if state is State.FAILED:
+        return AfterFailure.FAILED
+    if state is State.DEAD:
+        return AfterFailure.DEAD
+    return AfterFailure.RELEASED
+
+
+class CommitFailed(Enum):
+    """How an atomic commit that raised failed, as far as the commit itself tells
+    (`dedup.store.CommitFailure`, with the handler's own refusal apart)."""
+
+    REFUSED = "refused"
+    """A precondition or a value was refused: nothing applied."""
+    INVALID = "invalid"
+    """Refused as InvalidArgument: bad data, or a transaction that expired."""
+    CONTENTION = "contention"
+    """Aborted: another transaction held a lock; nothing applied."""
+    AMBIGUOUS = "ambiguous"
+    """Deadline, unavailable...: it may have been applied."""
+    OTHER = "other"
+    """Anything else from Firestore (permission denied...): nothing applied."""
+
+
+class AfterCommit(Enum):
+    """What an atomic attempt does after its commit raised, once it read the record."""
+
+    LANDED = "landed"
+    """The marker carries this attempt's token: the commit applied, its response was lost."""
+    GIVE_UP = "give_up"
+    """Firestore refused for a reason no retry here cures: `StoreUnavailable`."""
+    FRESH_TRY = "fresh_try"
+    """Refused as invalid for the first time: maybe the transaction expired; once more."""
+    REFUSED = "refused"
+    """The handler's writes were refused: a failed attempt (see `after_failure`)."""
+    AGAIN = "again"
+    """Another delivery wrote the marker meanwhile: read and decide again, no pause."""
+    BACK_OFF = "back_off"
+    """Contention or an outage: pause, read and decide again."""
+
+
+def after_commit_failure(
+    failed: CommitFailed, *, ours: bool, marker_moved: bool, retried_invalid: bool
+) -> AfterCommit:
+    """The next step of an atomic attempt whose commit failed with `failed`: `ours` is the
+    record carrying this attempt's token, `marker_moved` it changed since the attempt read it,
+    `retried_invalid` a fresh try after an invalid refusal was made already."""
+    if ours:
+        return AfterCommit.LANDED
+    if failed is CommitFailed.OTHER:
+        return AfterCommit.GIVE_UP
+    if failed in (CommitFailed.REFUSED, CommitFailed.INVALID) and not marker_moved:
+        if failed is CommitFailed.INVALID and not retried_invalid:
+            return AfterCommit.FRESH_TRY
+        return AfterCommit.REFUSED
+    if failed in (CommitFailed.REFUSED, CommitFailed.INVALID):
+        return AfterCommit.AGAIN
+    return AfterCommit.BACK_OFF
+
+
+class AfterConflict(Enum):
+    """What an owner does when its fenced outcome write found the record changed."""
+
+    RECORDED = "recorded"
+    """Its own earlier try landed (the response was lost): done."""
+    REFRESH = "refresh"
+    """Still its record (an operator released the lease or edited it): write over it."""
+    LOST = "lost"
+    """Another delivery took the lease over: `LeaseLost`, nothing recorded."""
+
+
+def after_fenced_conflict(record: Record | None, owner: str, state: State) -> AfterConflict:
+    """The next step of `owner`'s write of `state` that found the record as read."""
+    if record is None or not written_by(record, owner):
+        return AfterConflict.LOST
+    if record.state is state and not record.has_lease:
+        return AfterConflict.RECORDED
+    if record.state is State.IN_PROGRESS:
+        return AfterConflict.REFRESH
+    return AfterConflict.LOST

@@ -5,7 +5,8 @@ Layers, top to bottom (nothing below imports what is above it):
 
 * `dedup.core` (this module): `Deduplicator`, `default_deduplicator`, and what the async front
   door (`dedup.aio.AsyncDeduplicator`) shares with it: `DeduplicatorBase` (checks before any
-  claim, caches) and `settle` (the flow of a mode);
+  claim, caches);
+* `dedup.flows`: the flow of each mode, chosen once (`settle`);
 * `dedup.blocking`, `dedup.aio.store`: the I/O of the sync and async paths (`dedup.flow_io`);
 * `dedup.lease`, `dedup.atomic`: the flows of lease mode and of the transaction and write-only
   modes, written once as coroutines;
@@ -24,15 +25,14 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.atomic import run_atomic
 from dedup.blocking import BlockingIO
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook, is_async_handler
-from dedup.errors import ConfigError, StoreUnavailable
-from dedup.flow_io import FlowIO, Invoke, drive
+from dedup.errors import ConfigError
+from dedup.flow_io import FlowIO, Records, drive
+from dedup.flows import invoker, settle
 from dedup.keys import dedup_key, payload_hash, storable_event_id
-from dedup.lease import run_lease
 from dedup.record import Mode
 from dedup.runs import Run
 from dedup.store import RecordStore
@@ -125,19 +125,6 @@ class DeduplicatorBase:
         return self.config.clock() - event_time > timedelta(seconds=max_age)
 
 
-async def settle(run: Run, invoke: Invoke) -> Outcome:
-    """Run the flow of `run.mode` (the handler through `invoke`); a store failure is logged
-    as `unavailable` and re-raised."""
-    try:
-        if run.mode is Mode.LEASE:
-            return await run_lease(run, invoke)  # claims in turn, runs the handler outside
-        async with run.io.turn(run.key):  # atomic modes: one commit per key at a time here
-            return await run_atomic(run, invoke)
-    except StoreUnavailable as exc:
-        run.finish(OutcomeKind.UNAVAILABLE, error=str(exc))
-        raise
-
-
 class Deduplicator(DeduplicatorBase):
     """Runs handlers at most once per (event id, suffix), effectively once with retries.
 
@@ -155,10 +142,13 @@ class Deduplicator(DeduplicatorBase):
         client: firestore.Client | None = None,
         client_factory: Callable[[], firestore.Client] | None = None,
         telemetry: Telemetry | None = None,
+        records: Records | None = None,
     ) -> None:
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
-        global OpenTelemetry providers)."""
+        global OpenTelemetry providers). `records`: keep the records in this store instead of
+        Firestore (any `dedup.flow_io.Records`, such as the tests' in-memory store)."""
         super().__init__(config, telemetry)
+        self._records = records
         self._client = client
         self._client_factory = client_factory
         self._store: RecordStore | None = None
@@ -260,7 +250,12 @@ class Deduplicator(DeduplicatorBase):
                 "handler with `def`"
             )
         with self.telemetry.delivery(suffix, mode) as observed:
-            store = self.store_for(database)
+            store: Records
+            if self._records is not None:
+                store, same_database = self._records, True
+            else:
+                store = self.store_for(database)
+                same_database = database is None or database == database_of(store.client)
             io = BlockingIO(store, self._turns)
             started = self.begin(
                 io,
@@ -272,11 +267,12 @@ class Deduplicator(DeduplicatorBase):
                 document_path=document_path,
                 subject=subject,
                 observed=observed,
-                same_database=database is None or database == database_of(store.client),
+                same_database=same_database,
             )
             if isinstance(started, Outcome):
                 return started
-            return drive(settle(started, io.invoker(started, observed.timed(handler))))
+            invoke = invoker(started, store.client, observed.timed(handler))
+            return drive(settle(started, invoke))
 
 
 def database_of(client: firestore.Client | Any) -> str:

@@ -28,6 +28,7 @@ from dedup.delivery import Delivery, is_async_handler
 from dedup.errors import ConfigError, DuplicateSuffix
 from dedup.events import describe
 from dedup.keys import validate_suffix
+from dedup.propagation import continued, from_event
 from dedup.record import Mode
 
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
@@ -169,7 +170,8 @@ def trigger_once(
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
 
-                await dedup.run(event_id, suffix, run_async, **options)
+                with continued(from_event(event)):
+                    await dedup.run(event_id, suffix, run_async, **options)
 
             return _identified(once_async, handler)
         given = runner(Deduplicator, owner)
@@ -181,7 +183,9 @@ def trigger_once(
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)
 
-            (given or default_deduplicator(config)).run(event_id, suffix, run_handler, **options)
+            runner = given or default_deduplicator(config)
+            with continued(from_event(event)):
+                runner.run(event_id, suffix, run_handler, **options)
 
         return _identified(once, handler)
 

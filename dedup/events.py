@@ -13,7 +13,8 @@ Supported event objects:
   comes from its `document` extension attribute, or a subject `documents/<path>`.
 
 The payload fingerprint is the sha256 of a canonical rendering (sorted-key JSON):
-Pub/Sub: message data and sorted attributes (the same for both Pub/Sub adapters);
+Pub/Sub: message data and sorted attributes, trace context left out (the same for both
+Pub/Sub adapters);
 Firestore: document path plus the before/after update times and data;
 other CloudEvents: the data (bytes as they are, anything else as canonical JSON).
 """
@@ -30,6 +31,8 @@ from typing import Any
 from cloudevents.abstract import CloudEvent as RawCloudEvent
 from firebase_functions import core as ff_core
 from firebase_functions import firestore_fn, pubsub_fn
+
+from dedup.propagation import is_trace_attribute
 
 PUBSUB_EVENT_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
 
@@ -159,7 +162,10 @@ def _database(attributes: Mapping[str, Any]) -> str | None:
 
 
 def _pubsub_payload(data: Any, attributes: Mapping[str, str]) -> bytes:
-    return _canonical({"data": data, "attributes": dict(sorted(attributes.items()))})
+    """Data and attributes, without the trace context (`dedup.propagation`): a message
+    published again, from another trace, is the same message."""
+    kept = {k: v for k, v in attributes.items() if not is_trace_attribute(k)}
+    return _canonical({"data": data, "attributes": dict(sorted(kept.items()))})
 
 
 def _snapshot(snapshot: Any) -> Any:

@@ -1,18 +1,32 @@
-"""The seam between the flows and the outside world: `FlowIO`, and `drive` for the sync path.
+"""The seam between the flows and the outside world: the record operations a store offers, the
+pauses and per-key turns of an instance, and `drive` for the sync path.
 
 The flows (`dedup.lease`, `dedup.atomic`) are written once, as coroutines that await every
-Firestore call, pause, per-key turn and handler call through a `FlowIO`. Two implementations
-do the I/O and nothing else:
+store call, pause and per-key turn through a `FlowIO`. A store offers five record operations
+and nothing else: it knows no `Run`, no mode and no handler.
 
-| implementation              | client                          | awaited how                   |
-|-----------------------------|---------------------------------|-------------------------------|
-| `dedup.blocking.BlockingIO` | `firestore.Client` (sync)       | `drive`: never suspends       |
-| `dedup.aio.store.AsyncRecordStore` | `firestore.AsyncClient`  | the caller's event loop       |
+| operation             | what it does                                                     |
+|-----------------------|------------------------------------------------------------------|
+| `read`                | the record, with the database's read time and update time        |
+| `create`              | write the record if absent (exists=false)                        |
+| `update_if_unchanged` | write the record if last written at an update time               |
+| `commit_batch`        | a batch the caller fills, committed with a marker write, once    |
+| `run_transaction`     | a transaction the caller fills, committed with a marker write    |
 
-`BlockingIO`'s methods are `async def` but block inside and never await anything that
-suspends, so `drive` runs a flow to its end in one `send`, on the caller's thread, without an
-event loop: the sync path gains no thread and no loop, and the claim decisions, record
-transitions and retry rules exist once for both.
+The sync and async implementations are a pair, method for method:
+
+| sync (`Records`)                  | async (`RecordIO`)                       | records      |
+|-----------------------------------|------------------------------------------|--------------|
+| `dedup.store.RecordStore`         | `dedup.aio.store.AsyncRecordStore`       | Firestore    |
+| `tests.memory_store.MemoryStore`  | `tests.memory_store.AsyncMemoryStore`    | in memory    |
+
+The in-memory pair is test-only: it serves the conformance matrix (`tests/matrix/`), which
+runs the same cases on it and on the Firestore emulator; it is trusted as far as they agree.
+
+A sync store is awaited through `dedup.blocking.BlockingIO`, whose methods are `async def` but
+block inside and never suspend, so `drive` runs a flow to its end in one `send`, on the caller's
+thread, without an event loop: the sync path gains no thread and no loop, and the claim
+decisions, record transitions and retry rules exist once for both.
 """
 
 from __future__ import annotations
@@ -20,40 +34,100 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from dedup.errors import StoreUnavailable
 from dedup.store import Conflict, Snapshot
 from dedup.transitions import Fields
 
-if TYPE_CHECKING:
-    from dedup.delivery import HandlerResult
-    from dedup.runs import Run
-
 Invoke = Callable[[Any], Coroutine[Any, Any, object]]
 """`await invoke(writer)`: call the handler with its delivery at the run's current attempt and
 return what it returned. `writer`: None in lease mode, the transaction or the batch otherwise."""
 
-Fill = Callable[[Any], Coroutine[Any, Any, "HandlerResult"]]
-"""`await fill(writer)`: run the handler into a transaction or batch and add the marker."""
+Fill = Callable[[Any], Coroutine[Any, Any, tuple[Any, Fields]]]
+"""`await fill(writer)`: run the handler into a transaction or batch; returns what it returned
+and the marker's fields (the store adds the marker write, guarded, then commits)."""
+
+SyncFill = Callable[[Any], tuple[Any, Fields]]
+"""`fill(writer)` of a sync store (`Records`): `Fill` driven to its end."""
 
 
-class FlowIO(Protocol):
-    """Everything a flow does outside itself. Store methods behave as `dedup.store.RecordStore`'s
-    (bounded in time, `Conflict` values, `StoreUnavailable` chaining the cause)."""
+class Records(Protocol):
+    """The record operations of a sync store (`dedup.store.RecordStore`): bounded in time,
+    a failed precondition returned as `Conflict`, other failures `StoreUnavailable` chaining
+    the cause. Safe to use from many threads."""
+
+    client: Any
+    """The client a handler gets in its delivery (a `firestore.Client` for Firestore)."""
 
     def path(self, key: str) -> str:
         """The record's document path, `<collection>/<key>`."""
         ...
 
+    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
+        """The error for a failed `action` on the record (chain `exc` with `from`)."""
+        ...
+
+    def read(self, key: str, *, action: str = "claim") -> Snapshot:
+        """The record (None if absent), its read time and update time."""
+        ...
+
+    def create(
+        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+    ) -> datetime | Conflict:
+        """Create the record if absent: its update time, or `Conflict` if it exists."""
+        ...
+
+    def update_if_unchanged(
+        self,
+        key: str,
+        fields: Fields,
+        update_time: datetime,
+        *,
+        action: str,
+        budget: float | None = None,
+    ) -> datetime | Conflict:
+        """Update the record if last written at `update_time`: the new update time, or
+        `Conflict` if it changed or vanished."""
+        ...
+
+    def commit_batch(self, key: str, fill: SyncFill, guard: datetime | None) -> Any:
+        """Open a batch, `fill` it, add the marker (a create if `guard` is None, else an update
+        guarded by it), commit once (no retry: a lost response is resolved by reading).
+        Returns what `fill` returned first; raises what `fill` or the commit raised."""
+        ...
+
+    def run_transaction(
+        self, key: str, fill: SyncFill, guard: datetime | None, *, attempts: int
+    ) -> Any:
+        """As `commit_batch` in a transaction, which the client retries `attempts` times on
+        contention (Aborted), calling `fill` again."""
+        ...
+
+
+class RecordIO(Protocol):
+    """`Records`, awaited: what the flows call (`BlockingIO` over a sync store, or an async
+    store such as `dedup.aio.store.AsyncRecordStore`)."""
+
+    client: Any
+    """The client a handler gets in its delivery (an `AsyncClient` for Firestore)."""
+
+    def path(self, key: str) -> str:
+        """The record's document path, `<collection>/<key>`."""
+        ...
+
+    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
+        """The error for a failed `action` on the record (chain `exc` with `from`)."""
+        ...
+
     async def read(self, key: str, *, action: str = "claim") -> Snapshot:
-        """Read the record (see `RecordStore.read`)."""
+        """See `Records.read`."""
         ...
 
     async def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
     ) -> datetime | Conflict:
-        """Create the record if absent (see `RecordStore.create`)."""
+        """See `Records.create`."""
         ...
 
     async def update_if_unchanged(
@@ -65,12 +139,22 @@ class FlowIO(Protocol):
         action: str,
         budget: float | None = None,
     ) -> datetime | Conflict:
-        """Update the record if last written at `update_time` (see `RecordStore`)."""
+        """See `Records.update_if_unchanged`."""
         ...
 
-    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
-        """The error for a failed `action` on the record (chain `exc` with `from`)."""
+    async def commit_batch(self, key: str, fill: Fill, guard: datetime | None) -> Any:
+        """See `Records.commit_batch` (`fill` awaited)."""
         ...
+
+    async def run_transaction(
+        self, key: str, fill: Fill, guard: datetime | None, *, attempts: int
+    ) -> Any:
+        """See `Records.run_transaction` (`fill` awaited)."""
+        ...
+
+
+class Pacing(Protocol):
+    """How deliveries on one instance wait: pauses, and one turn per key at a time."""
 
     async def sleep(self, seconds: float) -> None:
         """Pause this delivery (a backoff)."""
@@ -80,15 +164,9 @@ class FlowIO(Protocol):
         """Wait until no other delivery of `key` on this instance is inside its turn."""
         ...
 
-    def ref(self, key: str) -> Any:
-        """The record's document reference, of this client's kind."""
-        ...
 
-    async def commit(self, run: Run, fill: Fill) -> HandlerResult:
-        """Open a transaction (Mode.TRANSACTION) or batch (Mode.WRITE_ONLY), `fill` it, commit
-        it once (no retry: a lost response is resolved by reading); a transaction is retried by
-        the client on Aborted. Raises what `fill` or the commit raised."""
-        ...
+class FlowIO(RecordIO, Pacing, Protocol):
+    """Everything a flow does outside itself: the record operations and the pacing."""
 
 
 def drive[T](flow: Coroutine[Any, Any, T]) -> T:

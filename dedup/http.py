@@ -71,6 +71,7 @@ from dedup.idempotency import (
     validate_key,
 )
 from dedup.keys import dedup_key, validate_suffix
+from dedup.propagation import continued, from_current_request
 from dedup.record import Mode
 
 PROBLEM_JSON = "application/problem+json"
@@ -262,7 +263,8 @@ def settle(
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            outcome = runner.run(event_id, suffix, handler, mode=mode, payload=payload)
+            with continued(from_current_request()):  # the caller's trace, from the headers
+                outcome = runner.run(event_id, suffix, handler, mode=mode, payload=payload)
         except (LeaseHeld, LeaseLost):
             if time.monotonic() + WAIT_POLL_SECONDS > deadline:
                 return Settlement(Settled.IN_PROGRESS)

@@ -30,12 +30,20 @@ import uuid
 from collections.abc import Mapping
 from datetime import datetime
 
-from dedup.claims import Claim, decide, written_by
+from dedup.claims import (
+    AfterConflict,
+    AfterFailure,
+    Claim,
+    after_failure,
+    after_fenced_conflict,
+    decide,
+    written_by,
+)
 from dedup.delivery import Outcome, OutcomeKind, Step
 from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
 from dedup.flow_io import Invoke
 from dedup.record import Mode, State, error_text
-from dedup.runs import Run, bury, is_terminal, precondition
+from dedup.runs import Run, bury, precondition
 from dedup.store import backoff
 from dedup.transitions import (
     Fields,
@@ -159,18 +167,15 @@ async def _run_owned(
             result = await invoke(None)
         except Exception as exc:
             error = error_text(exc)
-            if is_terminal(exc):
-                fields = finished(State.FAILED, owner=owner, expire_at=run.expire_at(), error=error)
-                await _record(run, owner, token, fields, State.FAILED, "mark failed", lease_ends)
-                return run.finish(OutcomeKind.FAILED, error=error)
-            if run.attempt >= config.max_attempts:
-                fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=error)
-                await _record(run, owner, token, fields, State.DEAD, "mark dead", lease_ends)
-                return run.finish(OutcomeKind.DEAD, error=error)
-            fields = released(error=error, expire_at=run.expire_at())
-            await _record(run, owner, token, fields, State.IN_PROGRESS, "release", None)
-            run.finish(OutcomeKind.RELEASED, error=error)
-            raise
+            after = after_failure(exc, run.attempt, config.max_attempts)
+            if after is AfterFailure.RELEASED:
+                fields = released(error=error, expire_at=run.expire_at())
+                await _record(run, owner, token, fields, after.state, "release", None)
+            else:
+                fields = finished(after.state, owner=owner, expire_at=run.expire_at(), error=error)
+                action = f"mark {after.state.value}"
+                await _record(run, owner, token, fields, after.state, action, lease_ends)
+            return run.failed(after, error, exc)
         run.step(Step.AFTER_EFFECT)
         stored = storable_result(result)
         fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
@@ -213,16 +218,15 @@ async def _record(
                 raise
             await store.sleep(pause)
             continue
-        record = snapshot.record
-        if record is not None and written_by(record, owner) and refreshes < CLAIM_ROUNDS:
-            if record.state is state and not record.has_lease:
-                return  # our write is there
-            if record.state is State.IN_PROGRESS:
-                # Still ours (an operator released the lease, or edited the record by hand):
-                # record the outcome over what is there now.
-                token = precondition(snapshot)
-                refreshes += 1
-                continue
+        after = after_fenced_conflict(snapshot.record, owner, state)
+        if after is AfterConflict.RECORDED:
+            return  # our write is there
+        if after is AfterConflict.REFRESH and refreshes < CLAIM_ROUNDS:
+            # Still ours (an operator released the lease, or edited the record by hand):
+            # record the outcome over what is there now.
+            token = precondition(snapshot)
+            refreshes += 1
+            continue
         run.finish(OutcomeKind.LEASE_LOST)
         raise LeaseLost(
             f"could not {action} {run.path}: this delivery's lease expired and another "

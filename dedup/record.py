@@ -32,6 +32,10 @@ subject             string | null        What the event is about: the document p
 result              map | null           What the handler returned (a map), stored with
                                          "sent" for duplicates to replay; null if it
                                          returned None or the map was over 512 KiB.
+traceId             string | null        Trace id (32 hex digits) of the delivery that wrote
+                                         the record first, when it ran inside a trace: a
+                                         duplicate's or a replay's span names it
+                                         (docs/observability.md).
 ==================  ===================  ===================================================
 
 Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
@@ -107,6 +111,7 @@ class Field:
     MODE = "mode"
     SUBJECT = "subject"
     RESULT = "result"
+    TRACE_ID = "traceId"
 
 
 class SnapshotLike(Protocol):
@@ -146,6 +151,8 @@ class Record:
     """The document path the event was about, when known (Firestore events)."""
     result: dict[str, Any] | None = None
     """What the handler returned when it ran, stored with "sent" (None if nothing)."""
+    trace_id: str | None = None
+    """Trace id of the delivery that wrote the record first (None outside a trace)."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -175,6 +182,7 @@ class Record:
             mode=Mode(data.get(Field.MODE, Mode.LEASE)),
             subject=data.get(Field.SUBJECT),
             result=data.get(Field.RESULT),
+            trace_id=data.get(Field.TRACE_ID),
         )
 
     @property

@@ -15,11 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from google.api_core import exceptions as api_exceptions
-
 from dedup import logs
 from dedup.cache import LiveLeases, SentKeys
-from dedup.claims import belongs_to, record_sent
+from dedup.claims import AfterFailure, belongs_to, error_terminal, record_sent
 from dedup.config import DedupConfig
 from dedup.delivery import (
     Delivery,
@@ -31,7 +29,7 @@ from dedup.delivery import (
     TransactionDelivery,
     WriteOnlyDelivery,
 )
-from dedup.errors import KeyCollision, LeaseHeld, PayloadMismatch, TerminalError
+from dedup.errors import KeyCollision, LeaseHeld, PayloadMismatch
 from dedup.flow_io import FlowIO
 from dedup.record import Mode, Record, State
 from dedup.store import Snapshot
@@ -42,6 +40,13 @@ type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[...,
 
 SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelivery)
 """What sync handlers get (`dedup.aio.delivery.ASYNC_DELIVERIES`: async handlers)."""
+
+_DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
+    Mode.LEASE: (0, None),
+    Mode.TRANSACTION: (1, "transaction"),
+    Mode.WRITE_ONLY: (2, "batch"),
+}
+"""Per mode: its delivery type's place in `DeliveryKinds`, and the field holding the writer."""
 
 _SEVERITY = {
     OutcomeKind.RAN: logging.INFO,
@@ -59,10 +64,8 @@ _SEVERITY = {
 }
 
 
-def is_terminal(error: BaseException) -> bool:
-    """A handler error that no retry can cure: `TerminalError`, or Firestore refusing the
-    handler's data as invalid (`InvalidArgument`: a bad document id, a value too large)."""
-    return isinstance(error, TerminalError | api_exceptions.InvalidArgument)
+is_terminal = error_terminal
+"""A handler error that no retry can cure (`dedup.claims.error_terminal`)."""
 
 
 @dataclass
@@ -87,6 +90,8 @@ class Run:
     mismatch: bool = False
     outcome: OutcomeKind | None = None
     """The last outcome `finish` reported (read by `dedup.telemetry`)."""
+    found: Record | None = None
+    """The final record a duplicate found (read by `dedup.telemetry`: its trace id)."""
 
     @property
     def path(self) -> str:
@@ -108,13 +113,11 @@ class Run:
         """What the handler is told about this run, at its current attempt: the delivery type
         of its mode among `kinds` (default: the sync ones), with `client` and the `writer` it
         writes into: the transaction (Mode.TRANSACTION), the batch (Mode.WRITE_ONLY) or None."""
-        plain, in_transaction, in_batch = kinds
+        index, writer_field = _DELIVERY_OF[self.mode]
         identity = (*self.identity(), client)
-        if self.mode is Mode.TRANSACTION and writer is not None:
-            return in_transaction(*identity, transaction=writer)
-        if self.mode is Mode.WRITE_ONLY and writer is not None:
-            return in_batch(*identity, batch=writer)
-        return plain(*identity)
+        if writer is None or writer_field is None:
+            return kinds[0](*identity)
+        return kinds[index](*identity, **{writer_field: writer})
 
     def expire_at(self) -> datetime:
         """`expireAt` for a write made now: instance time plus the retention."""
@@ -149,6 +152,7 @@ class Run:
         """A final record: report the duplicate, with the stored result (and cache the key
         when it is sent)."""
         self.attempt = record.attempts
+        self.found = record
         if record_sent(record):
             self.sent_keys.add(self.key, record.payload_hash)
         return self.finish(OutcomeKind.DUPLICATE, result=record.result)
@@ -157,6 +161,14 @@ class Run:
         """The handler ran and its outcome is recorded as sent."""
         self.sent_keys.add(self.key, self.payload_hash)
         return self.finish(OutcomeKind.RAN, result=result)
+
+    def failed(self, after: AfterFailure, error: str, exc: Exception) -> Outcome:
+        """Report what a failed handler left behind (`dedup.claims.after_failure`): failed or
+        dead end the delivery; released re-raises `exc` for the platform to retry."""
+        outcome = self.finish(OutcomeKind(after.value), error=error)
+        if after is AfterFailure.RELEASED:
+            raise exc
+        return outcome
 
     def raise_lease_held(self, record: Record, read_time: datetime) -> NoReturn:
         """Someone else's lease is live: remember it briefly, log, raise `LeaseHeld`."""

@@ -20,32 +20,13 @@ from enum import Enum
 from typing import Any
 
 from google.api_core import exceptions as api_exceptions
-from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
-from google.cloud.firestore_v1.transaction import Transaction
 
+from dedup.databases import require_one_database
 from dedup.errors import StoreUnavailable
 from dedup.record import Record
+from dedup.rpc import PRECONDITION_ERRORS, TRANSIENT_ERRORS, BoundedTransaction, sync_retry
 from dedup.transitions import Fields
-
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
-    api_exceptions.DeadlineExceeded,
-    api_exceptions.ServiceUnavailable,
-    api_exceptions.InternalServerError,
-    api_exceptions.TooManyRequests,
-    api_exceptions.ResourceExhausted,
-    api_exceptions.Unknown,
-    api_exceptions.Cancelled,
-)
-"""Errors after which the same call may succeed; for a write, it may also have been applied."""
-
-PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
-    api_exceptions.AlreadyExists,
-    api_exceptions.FailedPrecondition,
-    api_exceptions.NotFound,
-)
-"""What a write raises when its precondition (exists=false, or an update time) fails."""
 
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
@@ -103,111 +84,6 @@ def commit_failure(exc: BaseException) -> CommitFailure | None:
     if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
         return CommitFailure.OTHER
     return None
-
-
-class BoundedTransaction(Transaction):
-    """A `firestore.Transaction` whose begin, commit and rollback are bounded in time.
-
-    google-cloud-firestore passes no timeout to these calls (the library's default is 60 s), so
-    a Firestore outage would hold a transaction-mode delivery far past `rpc_timeout_seconds`.
-    The overrides are the library's own methods (2.34, pinned in requirements.txt) with a
-    timeout added; commit is not retried here (a lost response is resolved by reading).
-    """
-
-    def __init__(self, client: firestore.Client, *, max_attempts: int, timeout: float) -> None:
-        """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
-        bounded by `timeout` seconds."""
-        super().__init__(client, max_attempts=max_attempts)
-        self._rpc_timeout = timeout
-
-    def _begin(self, retry_id: bytes | None = None) -> None:
-        if self.in_progress:
-            raise ValueError(f"transaction {self._id!r} has already begun")
-        call = begin_call(self, retry_id, self._rpc_timeout)
-        response = self._client._firestore_api.begin_transaction(
-            **call, retry=_transient_retry(self._rpc_timeout)
-        )
-        self._id = response.transaction
-
-    def _rollback(self) -> None:
-        if not self.in_progress:
-            raise ValueError("no transaction is in progress")
-        try:
-            self._client._firestore_api.rollback(**rollback_call(self, self._rpc_timeout))
-        finally:
-            self._clean_up()
-
-    def _commit(self) -> list[Any]:
-        if not self.in_progress:
-            raise ValueError("no transaction is in progress")
-        response = self._client._firestore_api.commit(**commit_call(self, self._rpc_timeout))
-        return committed(self, response)
-
-
-# The library's transaction RPCs with a timeout, shared by `BoundedTransaction` and the async
-# `dedup.aio.store.BoundedAsyncTransaction` (`transaction` is either kind).
-
-
-def begin_call(transaction: Any, retry_id: bytes | None, timeout: float) -> dict[str, Any]:
-    """The arguments of a BeginTransaction call (add the retry of the client's kind)."""
-    client = transaction._client
-    return {
-        "request": {
-            "database": client._database_string,
-            "options": transaction._options_protobuf(retry_id),
-        },
-        "metadata": client._rpc_metadata,
-        "timeout": timeout,
-    }
-
-
-def rollback_call(transaction: Any, timeout: float) -> dict[str, Any]:
-    """The arguments of a Rollback call."""
-    client = transaction._client
-    return {
-        "request": {"database": client._database_string, "transaction": transaction._id},
-        "metadata": client._rpc_metadata,
-        "timeout": timeout,
-    }
-
-
-def commit_call(transaction: Any, timeout: float) -> dict[str, Any]:
-    """The arguments of a Commit call: never retried (a lost response is resolved by reading)."""
-    client = transaction._client
-    return {
-        "request": {
-            "database": client._database_string,
-            "writes": transaction._write_pbs,
-            "transaction": transaction._id,
-        },
-        "metadata": client._rpc_metadata,
-        "retry": None,
-        "timeout": timeout,
-    }
-
-
-def committed(transaction: Any, response: Any) -> list[Any]:
-    """Close `transaction` after a successful commit; its write results."""
-    transaction._clean_up()
-    transaction.write_results = list(response.write_results)
-    transaction.commit_time = response.commit_time
-    return list(transaction.write_results)
-
-
-def transient_retry[R: (Retry, AsyncRetry)](timeout: float, kind: type[R]) -> R:
-    """The client library's own retry of reads and begins (`Retry`, or `AsyncRetry` for the
-    async client): transient errors, within `timeout` seconds."""
-    return kind(
-        predicate=if_exception_type(*TRANSIENT_ERRORS),
-        initial=0.05,
-        maximum=1.0,
-        multiplier=2.0,
-        timeout=timeout,
-    )
-
-
-def _transient_retry(timeout: float) -> Retry:
-    return transient_retry(timeout, Retry)
 
 
 class StoreBase[C]:
@@ -294,8 +170,38 @@ class RecordStore(StoreBase[firestore.Client]):
         """Read the record, retrying transient errors within the RPC timeout."""
         timeout = self.rpc_timeout_seconds
         with self.wrapped(action, key):
-            snapshot = self.ref(key).get(retry=_transient_retry(timeout), timeout=timeout)
+            snapshot = self.ref(key).get(retry=sync_retry(timeout), timeout=timeout)
         return snapshot_of(snapshot)
+
+    def commit_batch(
+        self, key: str, fill: Callable[[Any], tuple[Any, Fields]], guard: datetime | None
+    ) -> Any:
+        """Fill a `WriteBatch`, add the marker (`add_marker`) and commit it once (no retry: a
+        lost response is resolved by reading); what `fill` returned first."""
+        batch = self.client.batch()
+        result, fields = fill(batch)
+        add_marker(batch, self.ref(key), fields, guard, "write_only")
+        batch.commit(retry=None, timeout=self.rpc_timeout_seconds)
+        return result
+
+    def run_transaction(
+        self,
+        key: str,
+        fill: Callable[[Any], tuple[Any, Fields]],
+        guard: datetime | None,
+        *,
+        attempts: int,
+    ) -> Any:
+        """Fill a `BoundedTransaction`, add the marker and commit it, run by
+        `firestore.transactional` (`fill` called again on each of `attempts` on Aborted)."""
+        ref = self.ref(key)
+
+        def body(transaction: firestore.Transaction) -> Any:
+            result, fields = fill(transaction)
+            add_marker(transaction, ref, fields, guard, "transaction")
+            return result
+
+        return firestore.transactional(body)(self.transaction(max_attempts=attempts))
 
     def _conditional(
         self,
@@ -313,6 +219,17 @@ class RecordStore(StoreBase[firestore.Client]):
             if isinstance(pause, Conflict):
                 return pause
             time.sleep(pause)
+
+
+def add_marker(writer: Any, ref: Any, fields: Fields, guard: datetime | None, mode: str) -> None:
+    """Add the marker write to a transaction or batch of either client (their create and
+    update only buffer): a create if `guard` is None, else an update guarded by that update
+    time. Refuses (`DatabaseMismatch`) a writer holding writes outside the records' database."""
+    require_one_database(writer, ref, mode)  # the handler's writes, same database
+    if guard is None:
+        writer.create(ref, fields)
+        return
+    writer.update(ref, fields, option=firestore.Client.write_option(last_update_time=guard))
 
 
 class ConditionalTries:

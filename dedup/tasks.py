@@ -49,6 +49,7 @@ from dedup.decorator import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery
 from dedup.errors import ConfigError, LeaseHeld, StoreUnavailable
 from dedup.keys import validate_suffix
+from dedup.propagation import continued, from_headers
 from dedup.record import Mode
 
 TASK_NAME_HEADER = "X-CloudTasks-TaskName"
@@ -175,13 +176,14 @@ def task_once(
                 handler(request, delivery)
 
             try:
-                runner.run(
-                    dispatch.task_name,
-                    suffix,
-                    run_handler,
-                    mode=mode,
-                    payload=task_payload(request.data),
-                )
+                with continued(from_headers(request.raw_request.headers)):
+                    runner.run(
+                        dispatch.task_name,
+                        suffix,
+                        run_handler,
+                        mode=mode,
+                        payload=task_payload(request.data),
+                    )
             except LeaseHeld as exc:
                 raise HttpsError(FunctionsErrorCode.RESOURCE_EXHAUSTED, str(exc)) from exc
             except StoreUnavailable as exc:

@@ -11,6 +11,11 @@ docs/observability.md):
 * histogram `dedup.overhead`, milliseconds spent in dedup with the handler's time taken out,
   attributes `suffix`, `outcome`.
 
+A duplicate adds the span event `dedup.duplicate` (`dedup.replayed` when the record holds an
+HTTP or callable answer), with `dedup.original_trace_id` from the record's `traceId`. The span
+is the child of the current context: the entrances make the caller's context current first
+(`dedup.propagation`), so a delivery continues its caller's trace.
+
 The span is the current span while the delivery runs, so Firestore calls traced by a gRPC
 instrumentation (google-cloud-firestore emits no spans of its own) and the handler's own spans
 are its children. `dedup.key` is absent when no key could be built (missing event id, bad
@@ -41,7 +46,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from dedup.delivery import OutcomeKind
 from dedup.errors import InvalidSuffix, MissingEventId
-from dedup.record import Mode
+from dedup.record import Mode, Record
 
 INSTRUMENTATION_NAME = "dedup"
 """The instrumentation scope of the tracer and the meter."""
@@ -56,6 +61,15 @@ ERROR = "error"
 OUTCOMES = (*(kind.value for kind in OutcomeKind), INVALID_KEY, ERROR)
 """Every value of `dedup.outcome` and of the metrics' `outcome` attribute."""
 _ERROR_OUTCOMES = frozenset({OutcomeKind.FAILED.value, OutcomeKind.DEAD.value})
+_DUPLICATES = frozenset({OutcomeKind.DUPLICATE.value, OutcomeKind.DUPLICATE_CACHED.value})
+DUPLICATE_EVENT = "dedup.duplicate"
+"""Span event of a delivery that found its effect already done (outcomes `duplicate`,
+`duplicate_cached`)."""
+REPLAYED_EVENT = "dedup.replayed"
+"""Span event of a duplicate whose record holds an HTTP or callable answer to replay."""
+ORIGINAL_TRACE_ID = "dedup.original_trace_id"
+"""Attribute of both events: the trace id of the delivery that wrote the record (`traceId`)."""
+_ANSWER_KINDS = frozenset({"http", "callable"})
 
 R = TypeVar("R")
 
@@ -66,6 +80,7 @@ class Observed(Protocol):
     key: str
     attempt: int
     outcome: OutcomeKind | None
+    found: Record | None
 
 
 @dataclass
@@ -170,8 +185,21 @@ class Telemetry:
             span.set_attribute("dedup.key", run.key)
         span.set_attribute("dedup.attempt", run.attempt if run is not None else 0)
         span.set_attribute("dedup.outcome", outcome)
+        if outcome in _DUPLICATES:
+            _duplicate_event(span, run.found if run is not None else None)
         if outcome in _ERROR_OUTCOMES:
             span.set_status(Status(StatusCode.ERROR, f"dedup outcome {outcome}"))
         labels = {"suffix": suffix, "outcome": outcome}
         self._deliveries.add(1, labels)
         self._overhead.record(observed.overhead_ms(), labels)
+
+
+def _duplicate_event(span: trace.Span, found: Record | None) -> None:
+    """`dedup.replayed` (a stored HTTP or callable answer) or `dedup.duplicate`, naming the
+    original delivery's trace when the record knows it."""
+    result = found.result if found is not None else None
+    replayed = isinstance(result, dict) and result.get("kind") in _ANSWER_KINDS
+    attributes = {}
+    if found is not None and found.trace_id:
+        attributes[ORIGINAL_TRACE_ID] = found.trace_id
+    span.add_event(REPLAYED_EVENT if replayed else DUPLICATE_EVENT, attributes)

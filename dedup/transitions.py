@@ -20,6 +20,7 @@ from typing import Any
 
 from google.cloud import firestore
 
+from dedup.propagation import current_trace_id
 from dedup.record import Field, Mode, State
 
 SERVER_TIMESTAMP = firestore.SERVER_TIMESTAMP
@@ -79,6 +80,7 @@ def new_record(
     """Every field of a record written for the first time (an attempt starting now).
 
     `leased`: the attempt holds a lease from now (lease mode); atomic modes write no lease.
+    `traceId` is the trace of the current span (the delivery's), None outside a trace.
     """
     sent = state is State.SENT
     return {
@@ -99,6 +101,7 @@ def new_record(
         Field.MODE: mode.value,
         Field.SUBJECT: subject,
         Field.RESULT: result,
+        Field.TRACE_ID: current_trace_id(),
     }
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dedup import TerminalError
+from dedup import TerminalError, propagation
 from dedup.record import scrub_urls
 
 if TYPE_CHECKING:
@@ -47,7 +47,11 @@ def post_once(
     """
     import requests
 
-    headers = {"Content-Type": content_type, "Idempotency-Key": idempotency_key}
+    headers = {
+        "Content-Type": content_type,
+        "Idempotency-Key": idempotency_key,
+        **propagation.headers(),  # the receiver's work joins the delivery's trace
+    }
     sender = session or requests
     safe_url = scrub_urls(url)
     try:

@@ -3,7 +3,8 @@
 `dedup.outbox.enqueue_task` wrote the document inside a committed transaction; `relay_task`
 creates the task through the Admin SDK (`firebase_admin.functions`, which reaches the Cloud
 Tasks emulator when `CLOUD_TASKS_EMULATOR_HOST` is set) with the id `task_id_for(document)`,
-then marks the document. How each answer is treated:
+then marks the document. A function named without a location is the one in the functions' own
+region (`functions.region.task_function_resource`). How each answer is treated:
 
 | Cloud Tasks answer                              | relay                                  |
 |-------------------------------------------------|----------------------------------------|
@@ -27,8 +28,9 @@ import firebase_admin
 from firebase_admin import exceptions, functions
 from google.cloud import firestore
 
-from dedup import TerminalError
+from dedup import TerminalError, propagation
 from dedup.outbox import FUNCTION_PATTERN, task_id_for
+from functions.region import task_function_resource
 
 EMULATOR_HOST_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
 """Set (by `firebase emulators:exec`): the Admin SDK sends tasks to the Cloud Tasks emulator."""
@@ -59,9 +61,11 @@ def outbox_task(fields: dict[str, Any]) -> tuple[str, Any]:
 
 def create_task(function_name: str, data: Any, task_id: str) -> bool:
     """Create the task `task_id` carrying `{"data": data}`; True if created now, False if it
-    already existed. Raises as the module's table says."""
-    queue = functions.task_queue(function_name, app=firebase_app())
-    options = functions.TaskOptions(task_id=task_id)
+    already existed. Raises as the module's table says. A bare `function_name` is the
+    functions' own region's (`functions.region`), not the Admin SDK's default us-central1."""
+    queue = functions.task_queue(task_function_resource(function_name), app=firebase_app())
+    # The task's dispatch continues the relay's trace (`task_once` reads these headers).
+    options = functions.TaskOptions(task_id=task_id, headers=propagation.headers() or None)
     try:
         queue.enqueue({"data": data}, options)
     except (exceptions.AlreadyExistsError, exceptions.ConflictError):

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import flask
 from firebase_functions import https_fn
 
-from dedup import Delivery, LeaseHeld, LeaseLost
+from dedup import Delivery, LeaseHeld, LeaseLost, propagation
 from dedup.core import default_deduplicator
 from dedup.errors import ConfigError
 from dedup.http import DEFAULT_RETRY_AFTER_SECONDS, Problem
@@ -124,12 +124,12 @@ def _project() -> str:
 def publish_event(destination: Any, event: dict[str, Any]) -> str:
     """Publish one event as a one-event LINE webhook body; returns the message id."""
     body = json.dumps({"destination": destination, "events": [event]}).encode()
-    future = _publisher().publish(
-        f"projects/{_project()}/topics/{TOPIC}",
-        body,
-        route=ROUTE,
-        eventKey=event["webhookEventId"],
-    )
+    attributes = {
+        **propagation.message_attributes(),  # forward_webhook continues this trace
+        "route": ROUTE,
+        "eventKey": event["webhookEventId"],
+    }
+    future = _publisher().publish(f"projects/{_project()}/topics/{TOPIC}", body, **attributes)
     return str(future.result(timeout=PUBLISH_TIMEOUT_SECONDS))
 
 
@@ -172,7 +172,8 @@ def receive_line_webhook(request: flask.Request) -> flask.Response:
     busy = failed = False
     for event in events:
         try:
-            _publish_once(destination, event)
+            with propagation.continued(propagation.from_headers(request.headers)):
+                _publish_once(destination, event)
         except (LeaseHeld, LeaseLost):
             busy = True
         except Exception:

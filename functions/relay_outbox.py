@@ -32,7 +32,7 @@ from firebase_functions import firestore_fn
 from google.api_core.exceptions import NotFound
 from google.cloud import firestore
 
-from dedup import Delivery, TerminalError, trigger_once
+from dedup import Delivery, TerminalError, propagation, trigger_once
 from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN
 from functions.boundary import validated
 from functions.outbox_tasks import relay_task
@@ -97,9 +97,9 @@ def relay_outbox(
         relay_task(snapshot, delivery.client)
         return
     topic, data, attributes = outbox_message(fields)
-    future = _publisher().publish(
-        topic_path(topic, event.project), data, **attributes, **{OUTBOX_ID_ATTRIBUTE: snapshot.id}
-    )
+    # The relay's trace goes with the message, unless the document names one of its own.
+    sent = {**propagation.message_attributes(), **attributes, OUTBOX_ID_ATTRIBUTE: snapshot.id}
+    future = _publisher().publish(topic_path(topic, event.project), data, **sent)
     message_id = future.result(timeout=PUBLISH_TIMEOUT_SECONDS)
     mark_published(delivery.client.document(snapshot.reference.path), message_id)
 

@@ -10,7 +10,10 @@ Two kinds of test live side by side in every package:
   variables. A run that selected any of them refuses to start unless the environment points at
   the emulators `make test` starts (`tests/emulator_env.py` says what is missing).
 * **Unit tests** are every other test: `make unit` runs them (`pytest -m "not needs_emulators"`)
-  with no Java, no Node and no emulator, in seconds.
+  with no Java, no Node and no emulator, in seconds. A test that runs a subprocess (make,
+  gcloud, the Firebase CLI, Python: seconds each) is marked `subprocesses` here, and `make
+  unit` leaves it to `make test`: its function, or a function of the test modules it calls
+  (followed through the names its code uses), uses `subprocess`, or it uses `project_copy`.
 
 `make test` runs both inside one `firebase emulators:exec` run, which exports
 FIRESTORE_EMULATOR_HOST, PUBSUB_EMULATOR_HOST, FIREBASE_EMULATOR_HUB and GCLOUD_PROJECT.
@@ -18,7 +21,10 @@ FIRESTORE_EMULATOR_HOST, PUBSUB_EMULATOR_HOST, FIREBASE_EMULATOR_HUB and GCLOUD_
 
 from __future__ import annotations
 
+import inspect
 import os
+import subprocess
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -56,6 +62,7 @@ FUNCTION_ENV = {
 """The functions' variables, as `.env.local` gives them to the Functions emulator's functions."""
 
 NEEDS_EMULATORS = "needs_emulators"
+SUBPROCESSES = "subprocesses"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,12 +83,45 @@ def needs_emulators(item: pytest.Item) -> bool:
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marker added here
+def spawns(function: object, seen: set[int] | None = None) -> bool:
+    """`function` runs a subprocess: it names `subprocess`, or calls a function of a test
+    module that does (followed through the names its code uses)."""
+    seen = seen if seen is not None else set()
+    code = getattr(function, "__code__", None)
+    if code is None or id(code) in seen:
+        return False
+    seen.add(id(code))
+    found = getattr(function, "__globals__", {})
+    codes = [code, *(c for c in code.co_consts if isinstance(c, types.CodeType))]
+    for name in (name for c in codes for name in c.co_names):
+        value = found.get(name)
+        if value is subprocess:
+            return True
+        value = inspect.unwrap(value) if inspect.isroutine(value) else value
+        module = getattr(value, "__module__", "") or ""
+        if inspect.isfunction(value) and module.startswith("tests.") and spawns(value, seen):
+            return True
+    return False
+
+
+def runs_subprocesses(item: pytest.Item) -> bool:
+    """True for a test that runs a subprocess (see the module docstring)."""
+    return (
+        "project_copy" in getattr(item, "fixturenames", ())
+        or item.get_closest_marker(SUBPROCESSES) is not None
+        or spawns(getattr(item, "function", None))
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers added here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the emulator tests; put the end-to-end ones first (see `emulator_triggers`)."""
+    """Mark the emulator tests and the ones that run subprocesses; put the end-to-end ones
+    first (see `emulator_triggers`)."""
     for item in items:
         if needs_emulators(item):
             item.add_marker(NEEDS_EMULATORS)
+        if runs_subprocesses(item):
+            item.add_marker(SUBPROCESSES)
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 

@@ -6,6 +6,7 @@
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
     OPTIONS: --project=P --region=R [--firestore-location=L] [--service-account=NAME]
              [--project-number=N] [--topics="a b"] [--alert-channels="c1 c2"]
+             [--secret-versions="SECRET=3 OTHER=1"]
 
 `make deploy-firebase`, `make deploy-gcloud`, `make bootstrap`, `make topics`, `make queues` and
 `make monitoring` call these; `make -n TARGET` prints the planned commands (with `--make` the
@@ -24,6 +25,12 @@ included), completed with what depends on the target project:
   describe`; a multi-region database such as nam5 or eur3 keeps its own name).
 * the runtime service account (`make bootstrap` creates it) on every function.
 
+The functions are the ones main.py exports (`tools.exports`): an export no path can deploy is
+an error naming it, never dropped. An async function (`functions.asgi`) is marked `x-asgi`:
+only `make deploy-gcloud` deploys it, with `FUNCTION_USE_ASGI=true`. A task-queue function
+whose name is no valid queue id is refused by every plan. Secrets are pinned, on both paths,
+to the version that is the latest at deploy time.
+
 Before anything is planned, every function's timeout is checked against the dedup lease of the
 env files both paths deploy (`.env`, then `.env.<project>`, read as Firebase reads them):
 `DedupConfig.from_env(..., function_timeout_seconds=...)` refuses a lease shorter than
@@ -33,7 +40,7 @@ timeout + DEDUP_RPC_TIMEOUT_SECONDS, and a misspelled DEDUP_* variable.
 from __future__ import annotations
 
 import argparse
-import os
+import re
 import shlex
 import subprocess
 import sys
@@ -48,6 +55,7 @@ from dedup.config import DedupConfig, telemetry_enabled
 from dedup.errors import ConfigError
 from tools import firebase_dotenv
 from tools.emulators import GENERATED_MANIFEST_MARK
+from tools.exports import DeclarationError, Exported, exported_functions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,6 +65,16 @@ MANIFEST_FILE = "functions.yaml"
 DEFAULT_SERVICE_ACCOUNT = "exactly-once-fn"
 FIRESTORE_EVENT = "google.cloud.firestore.document.v1."
 PUBSUB_EVENT = "google.cloud.pubsub.topic.v1.messagePublished"
+REGION_VARIABLE = "FUNCTION_REGION"
+"""The functions' region in their environment (`functions.region`): firebase-tools sets it on
+every function; `make deploy-gcloud` writes it into the env files."""
+QUEUE_ID = re.compile(r"[A-Za-z0-9-]{1,100}")
+"""A Cloud Tasks queue id; a task-queue function's name is its queue's id."""
+ASGI_VARIABLE = "FUNCTION_USE_ASGI"
+"""functions-framework's `--asgi` flag, as an environment variable."""
+ASGI_KEY = "x-asgi"
+"""Marks an async function's endpoint in the manifest: `make deploy-gcloud` serves it with
+functions-framework's ASGI server; `make deploy-firebase` refuses it."""
 APIS = (
     "cloudfunctions.googleapis.com",
     "run.googleapis.com",
@@ -129,6 +147,8 @@ class Target:
     extra_topics: tuple[str, ...] = ()
     alert_channels: tuple[str, ...] = ()
     """Notification channels (ids or full names) of the alert policy `make monitoring` creates."""
+    secret_versions: tuple[tuple[str, str], ...] = ()
+    """(secret, version) pairs `make deploy-gcloud` pins instead of reading each latest one."""
     source: Path = field(default=ROOT)
 
     @property
@@ -148,21 +168,36 @@ class Target:
 
 
 def sdk_manifest(source: Path = ROOT) -> dict[str, Any]:
-    """The manifest firebase-functions builds from `source`/main.py, as a dict. main.py is
-    imported as for no function in particular: an inherited FUNCTION_TARGET (a shell, a test
-    that served a function) would run that function's start-up checks, which need its
-    runtime settings (NOTIFY_URL, SEARCH_INDEX_URL...), not the deploy's."""
-    from firebase_functions.private.serving import functions_as_yaml, get_functions
+    """The manifest firebase-functions builds from the functions `source`/main.py exports
+    (`tools.exports`), as a dict; an async function's endpoint is marked `ASGI_KEY: true`.
+    `DeployError` names an exported function no deploy path could deploy."""
+    from firebase_functions.private.serving import functions_as_yaml
 
-    cwd = Path.cwd()
-    target = os.environ.pop("FUNCTION_TARGET", None)
-    os.chdir(source)  # get_functions() imports ./main.py
     try:
-        return dict(yaml.safe_load(functions_as_yaml(get_functions())))
-    finally:
-        os.chdir(cwd)
-        if target is not None:
-            os.environ["FUNCTION_TARGET"] = target
+        exported = exported_functions(source)
+    except DeclarationError as exc:
+        raise DeployError(str(exc)) from None
+    carriers = {f.endpoint.entryPoint or f.name: _Carrier(f) for f in exported}
+    manifest = dict(yaml.safe_load(functions_as_yaml(carriers)))
+    for function in exported:
+        if function.asgi:
+            manifest["endpoints"][function.endpoint.entryPoint or function.name][ASGI_KEY] = True
+    return manifest
+
+
+class _Carrier:
+    """What `functions_as_yaml` reads of a function: its endpoint and the APIs it requires."""
+
+    def __init__(self, exported: Exported) -> None:
+        self.__firebase_endpoint__ = exported.endpoint
+        apis = getattr(exported.function, "__required_apis", None)
+        if apis is not None:
+            setattr(self, "__required_apis", apis)
+
+
+def is_asgi(endpoint: Mapping[str, Any]) -> bool:
+    """True for an async function (`functions.asgi`): only gcloud deploys it, served by ASGI."""
+    return bool(endpoint.get(ASGI_KEY))
 
 
 def endpoints(manifest: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -190,6 +225,19 @@ def gcloud_error(stderr: str) -> str:
     return next((line for line in lines if line.startswith("ERROR")), lines[0] if lines else "?")
 
 
+def ask_gcloud(command: list[str], what: str, how: str) -> str:
+    """The stdout of a read-only gcloud `command` that prints `what`; `DeployError` with gcloud's
+    reason and `how` to do without it when gcloud is missing, fails or prints nothing."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    except OSError:
+        raise DeployError(f"gcloud is not installed, so {what} cannot be read. {how}") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        why = gcloud_error(done.stderr)
+        raise DeployError(f"could not read {what} (`{shlex.join(command)}`: {why}). {how}")
+    return done.stdout.strip()
+
+
 def read_firestore_location(project: str, database: str) -> str:
     """The location of a Firestore database, asked of gcloud; `DeployError` says how to set it."""
     command = [
@@ -200,19 +248,7 @@ def read_firestore_location(project: str, database: str) -> str:
         "Create the database first (docs/deploy.md, step 3), or name its location: "
         "make ... FIRESTORE_LOCATION=nam5 (a multi-region such as nam5 or eur3, or a region)."
     )
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    except OSError:
-        raise DeployError(f"gcloud is not installed, so the location of Firestore database "
-                          f"{database} of {project} cannot be read. {how}") from None  # fmt: skip
-    location = done.stdout.strip()
-    if done.returncode != 0 or not location:
-        why = gcloud_error(done.stderr)
-        raise DeployError(
-            f"could not read the location of Firestore database {database} of {project} "
-            f"(`{shlex.join(command)}`: {why}). {how}"
-        )
-    return location
+    return ask_gcloud(command, f"the location of Firestore database {database} of {project}", how)
 
 
 def deploy_env(target: Target) -> dict[str, str]:
@@ -239,12 +275,29 @@ def check_timeouts(manifest: Mapping[str, Any], env: Mapping[str, str]) -> None:
             raise DeployError(f"{name} (timeout {timeout} s): {exc}") from None
 
 
+def check_queue_names(manifest: Mapping[str, Any]) -> None:
+    """Refuse a task-queue function whose name Cloud Tasks would refuse as its queue's id."""
+    for name, endpoint in endpoints(manifest):
+        if "taskQueueTrigger" in endpoint and not QUEUE_ID.fullmatch(name):
+            raise DeployError(
+                f"{name} is a task-queue function, and its name is its Cloud Tasks queue's id, "
+                "which holds only letters, digits and '-' (at most 100): export it from main.py "
+                f"under another name, e.g. {_queue_name_hint(name)} (docs/tasks.md)"
+            )
+
+
+def _queue_name_hint(name: str) -> str:
+    head, *rest = [part for part in re.split(r"[^A-Za-z0-9]+", name) if part] or ["task"]
+    return (head + "".join(p[:1].upper() + p[1:] for p in rest))[:100]
+
+
 def deploy_manifest(
     sdk: Mapping[str, Any], target: Target, env: Mapping[str, str], *, for_deploy: bool = True
 ) -> dict[str, Any]:
     """The SDK's manifest completed for `target` (see the module docstring). `for_deploy`: check
     the timeouts first and put the database's location on the Firestore triggers (the other
     plans need neither)."""
+    check_queue_names(sdk)
     if for_deploy:
         check_timeouts(sdk, env)
     manifest = yaml.safe_load(yaml.safe_dump(dict(sdk)))  # a deep copy
@@ -271,6 +324,22 @@ def target_manifest(target: Target) -> dict[str, Any]:
     return deploy_manifest(sdk_manifest(target.source), target, deploy_env(target))
 
 
+def firebase_manifest(target: Target) -> dict[str, Any]:
+    """The manifest `make deploy-firebase` hands the Firebase CLI; `DeployError` naming each
+    async function, which firebase-tools would serve with the sync server."""
+    manifest = target_manifest(target)
+    async_functions = [name for name, e in endpoints(manifest) if is_asgi(e)]
+    if async_functions:
+        raise DeployError(
+            "\n".join(
+                f"{name} is an async function: `make deploy-firebase` serves sync functions "
+                "only; deploy it with `make deploy-gcloud` (docs/async.md)"
+                for name in async_functions
+            )
+        )
+    return manifest
+
+
 # --- gcloud -------------------------------------------------------------------------------------
 
 
@@ -279,14 +348,27 @@ def signature_type(endpoint: Mapping[str, Any]) -> str:
     return "cloudevent" if endpoint.get("eventTrigger") is not None else "http"
 
 
+def env_kind(endpoint: Mapping[str, Any]) -> str:
+    """The name of the env file a function is deployed with: its signature type, prefixed
+    with `asgi-` for an async function."""
+    return ("asgi-" if is_asgi(endpoint) else "") + signature_type(endpoint)
+
+
 def env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """The --env-vars-file contents per signature type: the env files' variables, the project
-    (which firebase sets itself) and the signature type functions-framework must serve."""
-    base = {**env, "GCLOUD_PROJECT": target.project}
-    return {
+    """The --env-vars-file contents per `env_kind`: the env files' variables, what firebase-tools
+    sets itself on every function it deploys (`GCLOUD_PROJECT`, `FUNCTION_REGION`, which
+    Cloud Run functions do not set: `functions.region`), the signature type
+    functions-framework must serve, and `FUNCTION_USE_ASGI=true` for an async function
+    (functions-framework's `--asgi`, read from the environment by the `functions-framework`
+    command the Python buildpack starts)."""
+    base = {**env, "GCLOUD_PROJECT": target.project, REGION_VARIABLE: target.region}
+    files = {
         "cloudevent": {**base, "FUNCTION_SIGNATURE_TYPE": "cloudevent"},
         "http": dict(base),
     }
+    for kind, values in list(files.items()):
+        files[f"asgi-{kind}"] = {**values, ASGI_VARIABLE: "true"}
+    return files
 
 
 def write_env_files(target: Target) -> list[Path]:
@@ -305,9 +387,13 @@ def _memory(mb: int) -> str:
     return f"{mb // 1024}Gi" if mb % 1024 == 0 else f"{mb}Mi"
 
 
-def runtime_flags(endpoint: Mapping[str, Any]) -> list[str]:
+def runtime_flags(
+    endpoint: Mapping[str, Any], secret_versions: Mapping[str, str] | None = None
+) -> list[str]:
     """gcloud flags for the runtime shape the manifest declares (memory, CPU, concurrency,
-    instances, timeout, ingress, labels, secrets)."""
+    instances, timeout, ingress, labels, secrets). Each secret is mounted at the version
+    `secret_versions` pins (`secret_versions_of`), as firebase-tools pins the latest version
+    at deploy time."""
     flags: list[str] = []
     simple = {
         "cpu": "--cpu={}",
@@ -334,7 +420,11 @@ def runtime_flags(endpoint: Mapping[str, Any]) -> list[str]:
         flags.append("--update-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
     secrets = endpoint.get("secretEnvironmentVariables") or []
     if secrets:
-        pairs = [f"{s['key']}={s.get('secret') or s['key']}:latest" for s in secrets]
+        versions = secret_versions or {}
+        pairs = []
+        for s in secrets:
+            name = s.get("secret") or s["key"]
+            pairs.append(f"{s['key']}={name}:{versions.get(name, 'latest')}")
         flags.append("--set-secrets=" + ",".join(pairs))
     return flags
 
@@ -367,11 +457,52 @@ def trigger_flags(name: str, endpoint: Mapping[str, Any], target: Target) -> lis
     return [*flags, f"--trigger-location={location}"]
 
 
+def secret_names(manifest: Mapping[str, Any]) -> list[str]:
+    """The secrets the functions declare, sorted."""
+    return sorted(
+        {
+            s.get("secret") or s["key"]
+            for _, e in endpoints(manifest)
+            for s in e.get("secretEnvironmentVariables") or []
+        }
+    )
+
+
+def read_secret_version(project: str, secret: str) -> str:
+    """The number of the latest version of `secret`, which must be enabled, asked of gcloud
+    (as firebase-tools resolves `latest` at deploy time); `DeployError` says how to pin it."""
+    command = [
+        "gcloud", "secrets", "versions", "describe", "latest", f"--secret={secret}",
+        f"--project={project}", "--format=value(name,state)", "--quiet",
+    ]  # fmt: skip
+    how = f'Create it (docs/deploy.md), or pin its version: make ... SECRET_VERSIONS="{secret}=1".'
+    name, _, state = ask_gcloud(
+        command, f"the latest version of secret {secret} of {project}", how
+    ).partition("\t")
+    if state.strip() != "ENABLED":
+        raise DeployError(
+            f"the latest version of secret {secret} is {state.strip() or 'unknown'}, not ENABLED "
+            "(firebase deploy refuses it too): add a new version"
+        )
+    return name.rsplit("/", 1)[-1]
+
+
+def secret_versions_of(manifest: Mapping[str, Any], target: Target) -> dict[str, str]:
+    """The version each declared secret is pinned to: `target.secret_versions`, else its latest
+    enabled version now. Both paths thus run with the version current at deploy time, and a
+    rotated secret reaches the functions with the next deploy."""
+    pinned = dict(target.secret_versions)
+    return {
+        s: pinned.get(s) or read_secret_version(target.project, s) for s in secret_names(manifest)
+    }
+
+
 def gcloud_deploy_commands(manifest: Mapping[str, Any], target: Target) -> list[list[str]]:
     """One `gcloud functions deploy` per function of the manifest, same shape as firebase's."""
+    versions = secret_versions_of(manifest, target)
     commands = []
     for name, endpoint in endpoints(manifest):
-        env_file = target.env_dir / f"{signature_type(endpoint)}.env.yaml"
+        env_file = target.env_dir / f"{env_kind(endpoint)}.env.yaml"
         commands.append(
             [
                 "gcloud", "functions", "deploy", name, "--gen2", "--runtime=python312",
@@ -381,7 +512,7 @@ def gcloud_deploy_commands(manifest: Mapping[str, Any], target: Target) -> list[
                 f"--service-account={endpoint['serviceAccountEmail']}",
                 f"--env-vars-file={env_file.relative_to(target.source)}",
                 *trigger_flags(name, endpoint, target),
-                *runtime_flags(endpoint),
+                *runtime_flags(endpoint, versions),
                 "--quiet",
             ]
         )  # fmt: skip
@@ -419,7 +550,7 @@ QUEUE_FLAGS = {
     ("rateLimits", "maxConcurrentDispatches"): "--max-concurrent-dispatches={}",
     ("rateLimits", "maxDispatchesPerSecond"): "--max-dispatches-per-second={}",
 }
-"""`gcloud tasks queues create` flag for each setting of the manifest's `taskQueueTrigger`
+"""`gcloud tasks queues create`/`update` flag for each setting of the manifest's `taskQueueTrigger`
 (the decorator's `retry_config` and `rate_limits`, as firebase-tools applies them)."""
 
 
@@ -434,20 +565,23 @@ def queue_flags(trigger: Mapping[str, Any]) -> list[str]:
 
 
 def queues_plan(manifest: Mapping[str, Any], target: Target) -> list[str]:
-    """Create the Cloud Tasks queue of each task queue function (named after the function, as
-    firebase-tools names it), with the retry and rate settings its decorator declares; existing
-    ones are kept as they are."""
+    """Create or update the Cloud Tasks queue of each task queue function (named after the
+    function, as firebase-tools names it) with the retry and rate settings its decorator
+    declares, as firebase-tools does on every deploy: an existing queue gets the declared
+    settings, a missing one is created with them."""
     where = [f"--location={target.region}", f"--project={target.project}"]
     plan = []
     for name, endpoint in endpoints(manifest):
-        if "taskQueueTrigger" in endpoint:
-            settings = queue_flags(endpoint["taskQueueTrigger"])
-            plan.append(
-                _describe_or_create(
-                    ["gcloud", "tasks", "queues", "describe", name, *where],
-                    ["gcloud", "tasks", "queues", "create", name, *where, *settings],
-                )
-            )
+        if "taskQueueTrigger" not in endpoint:
+            continue
+        settings = queue_flags(endpoint["taskQueueTrigger"])
+        describe = shlex.join(["gcloud", "tasks", "queues", "describe", name, *where])
+        create = shlex.join(["gcloud", "tasks", "queues", "create", name, *where, *settings])
+        if not settings:
+            plan.append(f"{describe} >/dev/null 2>&1 || {create}")
+            continue
+        update = shlex.join(["gcloud", "tasks", "queues", "update", name, *where, *settings])
+        plan.append(f"if {describe} >/dev/null 2>&1; then {update}; else {create}; fi")
     return plan
 
 
@@ -513,14 +647,7 @@ def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str
                  f"--role={role}", "--condition=None", "--quiet"]
             ) + " >/dev/null"
         )  # fmt: skip
-    secrets = sorted(
-        {
-            s.get("secret") or s["key"]
-            for _, e in endpoints(manifest)
-            for s in e.get("secretEnvironmentVariables") or []
-        }
-    )
-    for secret in secrets:
+    for secret in secret_names(manifest):
         plan.append(
             shlex.join(
                 ["gcloud", "secrets", "add-iam-policy-binding", secret, member,
@@ -641,6 +768,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--alert-channels", default="", help="monitoring: notification channels, space-separated"
     )
+    parser.add_argument(
+        "--secret-versions", default="", help="deploy-gcloud: pinned secret versions, 'S=3 T=1'"
+    )
     parser.add_argument("--make", action="store_true", help="plan as one line, ' ;; '-separated")
     return parser
 
@@ -656,10 +786,14 @@ def main(argv: Sequence[str]) -> int:
         project_number=args.project_number or None,
         extra_topics=tuple(args.topics.split()),
         alert_channels=tuple(args.alert_channels.split()),
+        secret_versions=tuple(
+            (pair.partition("=")[0], pair.partition("=")[2])
+            for pair in args.secret_versions.split()
+        ),
     )
     try:
         if args.command == "manifest":
-            text = GENERATED + yaml.safe_dump(target_manifest(target), sort_keys=False)
+            text = GENERATED + yaml.safe_dump(firebase_manifest(target), sort_keys=False)
             if args.what:
                 Path(args.what).write_text(text)
             else:
@@ -671,7 +805,8 @@ def main(argv: Sequence[str]) -> int:
             commands = plan(args.what or "", target)
             print(" ;; ".join(commands) if args.make else "\n".join(commands))
     except DeployError as problem:
-        print(f"error: {problem}", file=sys.stderr)
+        for line in str(problem).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
     return 0
 

@@ -30,6 +30,9 @@ What it takes care of:
 * **No stale manifest**: a ``functions.yaml`` left by an interrupted ``make deploy-firebase``
   would make the Functions emulator serve it instead of ``main.py``; it is removed before the
   emulators start (one that ``tools/deploy.py`` did not write is refused, with a hint).
+* **Every exported function served, or a refusal**: the Functions emulator serves sync
+  functions only, so an async function exported from ``main.py`` (``functions.asgi``), or one
+  that declares no trigger, stops it before it starts, with one line naming the function.
 * ``env`` prints the exports that point a shell at the running emulators
   (``FIRESTORE_EMULATOR_HOST``, ``PUBSUB_EMULATOR_HOST``, ``FIREBASE_EMULATOR_HUB``,
   ``GCLOUD_PROJECT`` and ``GOOGLE_CLOUD_PROJECT``, from ``firebase.json``), and the Java and
@@ -384,6 +387,19 @@ def remove_stale_manifest() -> None:
     print("Removed functions.yaml left by an interrupted `make deploy-firebase`.", file=sys.stderr)
 
 
+def refuse_async_functions() -> None:
+    """Refuse to start the Functions emulator when main.py exports a function it would not
+    serve: an async one (`functions.asgi`), or one that declares no trigger
+    (`python -m tools.exports --refuse-asgi`, in a fresh interpreter)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.exports", "--refuse-asgi"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        lines = [line.removeprefix("error: ") for line in done.stderr.strip().splitlines()]
+        raise SetupError("\n".join(lines[-10:]) or "python -m tools.exports failed")
+
+
 def main(argv: Sequence[str]) -> int:
     """Entry point; see the module docstring."""
     if not argv or argv[0] not in {"exec", "start", "env", "firebase"}:
@@ -402,6 +418,8 @@ def main(argv: Sequence[str]) -> int:
             only, rest = rest[1], rest[2:]
         check_ports_free()
         remove_stale_manifest()
+        if "functions" in only.split(","):
+            refuse_async_functions()
         base = ["--project", PROJECT, "--only", only]
         if command == "start":
             code = run_firebase(["emulators:start", *base])
@@ -421,7 +439,8 @@ def main(argv: Sequence[str]) -> int:
             print("error: the emulators did not come up.\n" + tail_of_logs(), file=sys.stderr)
         return code
     except SetupError as problem:
-        print(f"error: {problem}", file=sys.stderr)
+        for line in str(problem).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
 
 

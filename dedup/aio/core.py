@@ -1,7 +1,7 @@
 """`AsyncDeduplicator`: the front door for `async def` handlers, on a `firestore.AsyncClient`.
 
 Everything but the I/O is the sync path's: the checks before any claim and the caches
-(`dedup.core.DeduplicatorBase`), the flows (`dedup.core.settle`, `dedup.lease`,
+(`dedup.core.DeduplicatorBase`), the flows (`dedup.flows.settle`, `dedup.lease`,
 `dedup.atomic`), the claim decision (`dedup.claims`) and the record transitions
 (`dedup.transitions`). Only `AsyncRecordStore` differs: it awaits the async client.
 """
@@ -13,17 +13,21 @@ import threading
 import weakref
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from google.cloud.firestore import AsyncClient
 
-from dedup.aio.delivery import AsyncDelivery, AsyncHandler
+from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
 from dedup.cache import KeyTurns
 from dedup.config import DEFAULT_DATABASE, DedupConfig
-from dedup.core import DeduplicatorBase, database_of, settle
+from dedup.core import DeduplicatorBase, database_of
 from dedup.delivery import HandlerResult, Outcome, is_async_handler
 from dedup.errors import ConfigError
+from dedup.flow_io import FlowIO, Invoke
+from dedup.flows import settle
 from dedup.record import Mode
+from dedup.runs import Run
 from dedup.telemetry import DeliveryTrace, Telemetry
 
 
@@ -44,10 +48,13 @@ class AsyncDeduplicator(DeduplicatorBase):
         client: AsyncClient | None = None,
         client_factory: Callable[[], AsyncClient] | None = None,
         telemetry: Telemetry | None = None,
+        records: FlowIO | None = None,
     ) -> None:
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
-        global OpenTelemetry providers)."""
+        global OpenTelemetry providers). `records`: keep the records in this async store, on
+        every event loop, instead of Firestore (such as the tests' in-memory store)."""
         super().__init__(config, telemetry)
+        self._records = records
         self._client = client
         self._client_factory = client_factory
         self._turns = KeyTurns()
@@ -129,7 +136,12 @@ class AsyncDeduplicator(DeduplicatorBase):
             )
         mode = Mode(mode)
         with self.telemetry.delivery(suffix, mode) as observed:
-            io = self.store_for(database)
+            io: FlowIO
+            if self._records is not None:
+                io, same_database = self._records, True
+            else:
+                io = self.store_for(database)
+                same_database = database is None or database == database_of(io.client)
             started = self.begin(
                 io,
                 event_id,
@@ -140,11 +152,20 @@ class AsyncDeduplicator(DeduplicatorBase):
                 document_path=document_path,
                 subject=subject,
                 observed=observed,
-                same_database=database is None or database == database_of(io.client),
+                same_database=same_database,
             )
             if isinstance(started, Outcome):
                 return started
-            return await settle(started, io.invoker(started, _timed(observed, handler)))
+            return await settle(started, _invoker(started, io.client, _timed(observed, handler)))
+
+
+def _invoker(run: Run, client: Any, handler: AsyncHandler) -> Invoke:
+    """How the flows call an async `handler`: with an `AsyncDelivery` on `client`."""
+
+    async def invoke(writer: object) -> object:
+        return await handler(run.delivery(client, writer, ASYNC_DELIVERIES))
+
+    return invoke
 
 
 def _timed(observed: DeliveryTrace, handler: AsyncHandler) -> AsyncHandler:

@@ -1,8 +1,10 @@
 """`AsyncRecordStore`: the async `FlowIO` (`dedup.flow_io`) over a `firestore.AsyncClient`.
 
-I/O only, the async twin of `dedup.store.RecordStore` plus `dedup.blocking.BlockingIO`: the
-same calls, bounded the same way (`ConditionalTries`, `transient_retry`, the transaction RPCs'
-arguments from `dedup.store`), awaited on the caller's event loop. Per-key turns wait on an
+I/O only, the async twin of `dedup.store.RecordStore` (plus the pacing that
+`dedup.blocking.BlockingIO` adds to it): the same record operations, method for method
+(`read`, `create`, `update_if_unchanged`, `commit_batch`, `run_transaction`), bounded the same
+way (`ConditionalTries`, `transient_retry`, the transaction RPCs'
+arguments from `dedup.rpc`), awaited on the caller's event loop. Per-key turns wait on an
 `asyncio.Lock` (the table is `dedup.cache.KeyTurns`'s), pauses are `asyncio.sleep`.
 """
 
@@ -12,40 +14,30 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.api_core.retry import AsyncRetry
 from google.cloud import firestore
 from google.cloud.firestore import AsyncClient, AsyncDocumentReference, AsyncTransaction
 
-from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncHandler
-from dedup.atomic import TRANSACTION_ATTEMPTS
 from dedup.cache import KeyTurns
-from dedup.delivery import HandlerResult
-from dedup.flow_io import Fill, Invoke
-from dedup.record import Mode
+from dedup.flow_io import Fill
+from dedup.rpc import begin_call, commit_call, committed, rollback_call, transient_retry
 from dedup.store import (
     ConditionalTries,
     Conflict,
     Snapshot,
     StoreBase,
-    begin_call,
-    commit_call,
-    committed,
-    rollback_call,
+    add_marker,
     snapshot_of,
-    transient_retry,
     written_time,
 )
 from dedup.transitions import Fields
 
-if TYPE_CHECKING:
-    from dedup.runs import Run
-
 
 class BoundedAsyncTransaction(AsyncTransaction):
     """An `AsyncTransaction` whose begin, commit and rollback are bounded in time (the library
-    passes no timeout, and retries its commit); see `dedup.store.BoundedTransaction`."""
+    passes no timeout, and retries its commit); see `dedup.rpc.BoundedTransaction`."""
 
     def __init__(self, client: AsyncClient, *, max_attempts: int, timeout: float) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
@@ -145,29 +137,31 @@ class AsyncRecordStore(StoreBase[AsyncClient]):
             async with lock:
                 yield
 
-    async def commit(self, run: Run, fill: Fill) -> HandlerResult:
-        """`FlowIO.commit` with an `AsyncWriteBatch`, or a `BoundedAsyncTransaction` run by
-        `firestore.async_transactional`."""
-        timeout = run.config.rpc_timeout_seconds
-        if run.mode is Mode.WRITE_ONLY:
-            batch = self.client.batch()
-            result = await fill(batch)
-            await batch.commit(retry=None, timeout=timeout)
+    async def commit_batch(self, key: str, fill: Fill, guard: datetime | None) -> Any:
+        """Fill an `AsyncWriteBatch`, add the marker (`dedup.store.add_marker`) and commit it
+        once; see `RecordStore.commit_batch`."""
+        batch = self.client.batch()
+        result, fields = await fill(batch)
+        add_marker(batch, self.ref(key), fields, guard, "write_only")
+        await batch.commit(retry=None, timeout=self.rpc_timeout_seconds)
+        return result
+
+    async def run_transaction(
+        self, key: str, fill: Fill, guard: datetime | None, *, attempts: int
+    ) -> Any:
+        """Fill a `BoundedAsyncTransaction`, add the marker and commit it, run by
+        `firestore.async_transactional`; see `RecordStore.run_transaction`."""
+        ref = self.ref(key)
+
+        async def body(transaction: AsyncTransaction) -> Any:
+            result, fields = await fill(transaction)
+            add_marker(transaction, ref, fields, guard, "transaction")
             return result
+
         transaction = BoundedAsyncTransaction(
-            self.client, max_attempts=TRANSACTION_ATTEMPTS, timeout=timeout
+            self.client, max_attempts=attempts, timeout=self.rpc_timeout_seconds
         )
-        body = firestore.async_transactional(fill)
-        return await body(transaction)
-
-    def invoker(self, run: Run, handler: AsyncHandler) -> Invoke:
-        """How the flows call an async `handler`: with an `AsyncDelivery` on this client."""
-        client = self.client
-
-        async def invoke(writer: object) -> object:
-            return await handler(run.delivery(client, writer, ASYNC_DELIVERIES))
-
-        return invoke
+        return await firestore.async_transactional(body)(transaction)
 
     async def _conditional(
         self, action: str, key: str, write: Any, budget: float | None

@@ -4,7 +4,7 @@
     dedup list [--state S] [--suffix S] [--older-than 10m] [--limit N] [--json]
     dedup release KEY... [--yes]                   hand in-progress leases back
     dedup revive --state dead|failed [--suffix S] [--yes]
-    dedup purge --older-than 7d [--dry-run]        delete old records (no TTL policy)
+    dedup purge --older-than 7d [--dry-run] [--force]  delete old records (no TTL policy)
     dedup stats [--json]                           counts, oldest live lease, stuck records
 
 It talks to the Firestore emulator when FIRESTORE_EMULATOR_HOST is set, else to the project

@@ -28,3 +28,12 @@ def format_duration(span: timedelta) -> str:
         if amount:
             return f"{amount}{big} {rest // _UNIT_SECONDS[small]}{small}"
     return f"{seconds}s"
+
+
+def format_exact(span: timedelta) -> str:
+    """The span in the largest unit that holds it whole, as typed: `24h`, `90m`, `7d`, `45s`."""
+    seconds = int(span.total_seconds())
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
+            return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
+    return f"{seconds}s"

@@ -15,6 +15,7 @@ from dedup.cli.options import DURATION
 from dedup.cli.queries import count
 from dedup.cli.render import console, relative
 from dedup.cli.target import Target
+from dedup.cli.window import require_outside_window
 from dedup.record import Field, Record
 
 _PURGE_FIELDS = [
@@ -36,15 +37,21 @@ _PURGE_FIELDS = [
     help="Delete records first attempted before now - this, e.g. 7d.",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; change nothing.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Allow an --older-than shorter than the triggers' redelivery window.",
+)
 @click.pass_obj
-def purge(target: Target, older_than: timedelta, dry_run: bool) -> None:
+def purge(target: Target, older_than: timedelta, dry_run: bool, force: bool) -> None:
     """Delete records first attempted before a duration ago (no TTL).
 
     For projects without a TTL policy on expireAt. Deletes in batches of 500, sparing
-    records whose lease is still live. Keep --older-than above the platform's retry window
-    (24 hours for 2nd gen functions, docs/platform.md): a redelivery that finds no record runs
-    the handler again.
+    records whose lease is still live. Refuses an --older-than shorter than the longest
+    redelivery window of the triggers (docs/platform.md) unless --force: a redelivery that
+    finds no record runs the handler again.
     """
+    require_outside_window(older_than, force=force, option="--older-than")
     now = target.database_now()
     cutoff = now - older_than
     query = target.records.where(filter=firestore.FieldFilter(Field.FIRST_ATTEMPT_AT, "<", cutoff))

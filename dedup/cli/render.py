@@ -72,6 +72,7 @@ def record_json(record: Record, path: str, now: datetime) -> dict[str, Any]:
         Field.MODE: record.mode.value,
         Field.SUBJECT: record.subject,
         Field.RESULT: record.result,
+        Field.TRACE_ID: record.trace_id,
         "leaseExpiresAt": iso(record.lease_expires_at),
         "leaseStatus": lease_status(record, now).value,
         "readTime": iso(now),
@@ -142,6 +143,7 @@ def record_grid(record: Record, path: str, now: datetime) -> Table:
         (Field.EXPIRE_AT, relative(record.expire_at, now)),
         (Field.PAYLOAD_HASH, record.payload_hash),
         (Field.LAST_ERROR, record.last_error),
+        (Field.TRACE_ID, record.trace_id),
     ]
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")

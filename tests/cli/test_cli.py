@@ -379,6 +379,59 @@ def test_purge_deletes_5000_old_records_in_batches(
     assert records.count(firestore_client) == 12
 
 
+@pytest.mark.parametrize("older_than", ["1h", "23h", "1439m", "86399s"])
+def test_purge_refuses_a_cut_off_inside_the_redelivery_window(
+    invoke: Invoke, firestore_client: firestore.Client, older_than: str
+) -> None:
+    """An --older-than shorter than 24 hours deletes nothing, dry run or not, and says why:
+    the window, the triggers it belongs to and where the fact is stated."""
+    keys = records.write(firestore_client, [record_fields(f"r{i}", age=2 * HOUR) for i in range(3)])
+    before = records.raw(firestore_client, keys)
+    for extra in ([], ["--dry-run"]):
+        result = invoke("purge", "--older-than", older_than, *extra)
+        assert result.exit_code == 2, result.output
+        assert f"--older-than {older_than} is shorter than" in result.stderr
+        assert "24 hours for 2nd gen event functions and Eventarc (docs/platform.md)" in (
+            " ".join(result.stderr.split())
+        )
+        assert "--force" in result.stderr
+        assert records.raw(firestore_client, keys) == before
+
+
+def test_purge_accepts_the_window_itself(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """--older-than 24h (or 1d) is allowed: it spares every record a redelivery may still need."""
+    records.write(
+        firestore_client,
+        [record_fields("old", age=25 * HOUR), record_fields("young", age=23 * HOUR)],
+    )
+    assert invoke("purge", "--older-than", "1d", "--dry-run").exit_code == 0
+    result = invoke("purge", "--older-than", "24h")
+    assert result.exit_code == 0, result.output
+    assert "deleted 1 record(s)" in result.stdout
+    assert records.count(firestore_client) == 1
+
+
+def test_purge_force_deletes_inside_the_window(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """--force lets the operator cut into the window on purpose; live leases are still spared."""
+    records.write(
+        firestore_client,
+        [
+            record_fields("old", age=2 * HOUR),
+            record_fields("live", state=State.IN_PROGRESS, lease="live", age=2 * HOUR),
+            record_fields("new", age=timedelta(0)),
+        ],
+    )
+    result = invoke("purge", "--older-than", "1h", "--force")
+    assert result.exit_code == 0, result.output
+    assert "deleted 1 record(s)" in result.stdout
+    assert "spared 1 with a live lease" in result.stdout
+    assert records.count(firestore_client) == 2
+
+
 # --- stats ------------------------------------------------------------------------------------
 
 

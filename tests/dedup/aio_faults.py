@@ -27,6 +27,7 @@ _CODES = {
     ),
     Fault.ABORT: (grpc.StatusCode.ABORTED, "injected: Transaction lock timeout"),
     Fault.DEADLINE: (grpc.StatusCode.DEADLINE_EXCEEDED, "injected: deadline exceeded"),
+    Fault.DENY: (grpc.StatusCode.PERMISSION_DENIED, "injected: denied"),
 }
 
 
@@ -38,7 +39,8 @@ class AsyncFaultInterceptor(grpc.aio.UnaryUnaryClientInterceptor):
         self.calls: Counter[str] = Counter()
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        method = str(details.method).rsplit("/", 1)[-1]
+        name = details.method  # bytes on grpc.aio (str() of it would be "b'/...'")
+        method = (name.decode() if isinstance(name, bytes) else str(name)).rsplit("/", 1)[-1]
         self.calls[method] += 1  # one event loop: no lock needed
         fault = self.plan(method, self.calls[method])
         if fault is Fault.PASS:

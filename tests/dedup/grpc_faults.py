@@ -9,6 +9,8 @@ unary call through `plan(method, call_number) -> Fault`. Faults:
 * `Fault.ABORT` / `Fault.DEADLINE` / `Fault.INVALID`: the call is not sent; the client sees
   ABORTED (the emulator's "Transaction lock timeout"), DEADLINE_EXCEEDED, or INVALID_ARGUMENT
   (what a commit of an expired transaction gets);
+* `Fault.DENY`: the call is not sent; the client sees PERMISSION_DENIED (an error no retry
+  cures, reported at once as `StoreUnavailable`);
 * `Fault.HANG`: the call is not sent; the client waits for its own deadline (60 s when the
   caller set none, the library's default) and sees DEADLINE_EXCEEDED.
 
@@ -40,6 +42,7 @@ class Fault(Enum):
     ABORT = "abort"
     DEADLINE = "deadline"
     INVALID = "invalid"
+    DENY = "deny"
     HANG = "hang"
 
 
@@ -127,6 +130,8 @@ class FaultInterceptor(grpc.UnaryUnaryClientInterceptor):
             )
         if fault is Fault.ABORT:
             return _InjectedError(grpc.StatusCode.ABORTED, "injected: Transaction lock timeout")
+        if fault is Fault.DENY:
+            return _InjectedError(grpc.StatusCode.PERMISSION_DENIED, "injected: denied")
         if fault is Fault.HANG:
             time.sleep(details.timeout if details.timeout is not None else DEFAULT_DEADLINE_SECONDS)
         return _InjectedError(grpc.StatusCode.DEADLINE_EXCEEDED, "injected: deadline exceeded")

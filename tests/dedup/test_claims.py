@@ -6,8 +6,21 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from google.api_core import exceptions as api_exceptions
 
-from dedup.claims import Claim, decide
+from dedup.claims import (
+    AfterCommit,
+    AfterConflict,
+    AfterFailure,
+    Claim,
+    CommitFailed,
+    after_commit_failure,
+    after_failure,
+    after_fenced_conflict,
+    after_state,
+    decide,
+)
+from dedup.errors import TerminalError
 from dedup.record import Mode, Record, State
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -87,3 +100,79 @@ def test_decide(case: str, mode: Mode) -> None:
     if record is not None:
         record = replace(record, mode=mode)
     assert decide(record, read_time, MAX_ATTEMPTS) is expected
+
+
+FAILURES: dict[str, tuple[Exception, int, AfterFailure]] = {
+    "terminal on the first attempt": (TerminalError("no"), 1, AfterFailure.FAILED),
+    "terminal on the last attempt": (TerminalError("no"), MAX_ATTEMPTS, AfterFailure.FAILED),
+    "invalid data": (api_exceptions.InvalidArgument("too big"), 1, AfterFailure.FAILED),
+    "retryable, attempts left": (RuntimeError("boom"), MAX_ATTEMPTS - 1, AfterFailure.RELEASED),
+    "retryable, last attempt": (RuntimeError("boom"), MAX_ATTEMPTS, AfterFailure.DEAD),
+    "retryable, above the bound": (RuntimeError("boom"), MAX_ATTEMPTS + 2, AfterFailure.DEAD),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+def test_after_failure(case: str) -> None:
+    """What a failed handler leaves behind is one decision for every mode: failed, dead or
+    released; and a record in that state is recognised as that decision."""
+    error, attempt, expected = FAILURES[case]
+    assert after_failure(error, attempt, MAX_ATTEMPTS) is expected
+    assert after_state(expected.state) is expected
+
+
+F = CommitFailed
+COMMITS: dict[str, tuple[CommitFailed, bool, bool, bool, AfterCommit]] = {
+    # failed, ours, marker moved, retried invalid -> next
+    "our marker is there (lost response)": (F.AMBIGUOUS, True, False, False, AfterCommit.LANDED),
+    "ours after a refusal": (F.REFUSED, True, True, False, AfterCommit.LANDED),
+    "permission denied": (F.OTHER, False, False, False, AfterCommit.GIVE_UP),
+    "first invalid, unchanged": (F.INVALID, False, False, False, AfterCommit.FRESH_TRY),
+    "second invalid, unchanged": (F.INVALID, False, False, True, AfterCommit.REFUSED),
+    "refused, unchanged": (F.REFUSED, False, False, False, AfterCommit.REFUSED),
+    "refused, marker moved": (F.REFUSED, False, True, False, AfterCommit.AGAIN),
+    "invalid, marker moved": (F.INVALID, False, True, False, AfterCommit.AGAIN),
+    "contention": (F.CONTENTION, False, False, False, AfterCommit.BACK_OFF),
+    "outage, not ours": (F.AMBIGUOUS, False, True, False, AfterCommit.BACK_OFF),
+}
+
+
+@pytest.mark.parametrize("case", list(COMMITS))
+def test_after_commit_failure(case: str) -> None:
+    """An atomic commit that raised is judged by one table: landed, give up, try fresh,
+    refused (a failed attempt), again, or back off."""
+    failed, ours, moved, retried, expected = COMMITS[case]
+    got = after_commit_failure(failed, ours=ours, marker_moved=moved, retried_invalid=retried)
+    assert got is expected
+
+
+SENT_BY_US = replace(IN_PROGRESS, state=State.SENT, sent=True, lease_started_at=None)
+CONFLICTS: dict[str, tuple[Record | None, State, AfterConflict]] = {
+    "vanished": (None, State.SENT, AfterConflict.LOST),
+    "our sent write landed": (SENT_BY_US, State.SENT, AfterConflict.RECORDED),
+    "our release landed": (
+        RELEASED_BY_US := replace(RELEASED, owner="owner-1"),
+        State.IN_PROGRESS,
+        AfterConflict.RECORDED,
+    ),
+    "ours, lease released by an operator": (RELEASED_BY_US, State.SENT, AfterConflict.REFRESH),
+    "ours, still leased (edited by hand)": (IN_PROGRESS, State.SENT, AfterConflict.REFRESH),
+    "taken over by another owner": (
+        replace(IN_PROGRESS, owner="owner-2"),
+        State.SENT,
+        AfterConflict.LOST,
+    ),
+    "ours but final in another state": (
+        replace(SENT_BY_US, state=State.DEAD),
+        State.SENT,
+        AfterConflict.LOST,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFLICTS))
+def test_after_fenced_conflict(case: str) -> None:
+    """An owner whose fenced write found the record changed: recorded (its own write landed),
+    refresh (still its record) or lost (another delivery took it over)."""
+    record, state, expected = CONFLICTS[case]
+    assert after_fenced_conflict(record, "owner-1", state) is expected

@@ -70,11 +70,25 @@ def manifest_of(project: Path) -> dict[str, Any]:
     return dict(yaml.safe_load(printed))
 
 
+@cache
+def secret_versions(project: Path) -> str:
+    """SECRET_VERSIONS pinning every secret main.py's functions declare to version 3, so that
+    `make -n deploy-gcloud` needs no Secret Manager to print its plan."""
+    code = (
+        "from tools.deploy import secret_names, sdk_manifest\nprint(*secret_names(sdk_manifest()))"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, check=True
+    ).stdout
+    return "SECRET_VERSIONS=" + " ".join(f"{s}=3" for s in printed.split())
+
+
 def make_commands(project: Path, target: str, *extra: str) -> list[list[str]]:
     """The gcloud commands `make -n TARGET` would run in `project`, as argument lists."""
     done = subprocess.run(
-        ["make", "-n", target, *MAKE_VARS, *extra], cwd=project, capture_output=True, text=True
-    )
+        ["make", "-n", target, *MAKE_VARS, secret_versions(project), *extra],
+        cwd=project, capture_output=True, text=True,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "error" not in done.stderr, done.stderr
     commands = []
@@ -322,28 +336,95 @@ def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
         assert "unrecognized arguments" not in result.stderr, cmd
 
 
-def test_each_task_queue_gets_the_retry_and_rates_its_decorator_declares() -> None:
-    """`make queues` creates (only if missing) one queue per task-queue function of main.py,
-    named after it, with the decorator's retry_config and rate_limits, as firebase deploys it."""
-    manifest = manifest_of(ROOT)["endpoints"]
+QUEUE_SETTINGS = {
+    ("retryConfig", "maxAttempts"): "--max-attempts={}",
+    ("retryConfig", "maxRetrySeconds"): "--max-retry-duration={}s",
+    ("retryConfig", "minBackoffSeconds"): "--min-backoff={}s",
+    ("retryConfig", "maxBackoffSeconds"): "--max-backoff={}s",
+    ("retryConfig", "maxDoublings"): "--max-doublings={}",
+    ("rateLimits", "maxConcurrentDispatches"): "--max-concurrent-dispatches={}",
+    ("rateLimits", "maxDispatchesPerSecond"): "--max-dispatches-per-second={}",
+}
+"""Cloud Tasks' queue settings as firebase-tools reads them from the manifest, and gcloud's flag."""
+
+
+def check_queues(project: Path) -> None:
+    """`make queues` creates, or updates when it exists, one queue per task-queue function of
+    main.py, named after it and in REGION, with exactly the settings its decorator declares
+    (a setting left out is left out of both commands)."""
+    manifest = manifest_of(project)["endpoints"]
     queues = {
         name: e["taskQueueTrigger"] for name, e in manifest.items() if "taskQueueTrigger" in e
     }
     assert queues, "main.py declares no task-queue function"
-    commands = make_commands(ROOT, "queues")
-    creates = {cmd[4]: cmd for cmd in commands if cmd[1:4] == ["tasks", "queues", "create"]}
-    assert set(creates) == set(queues)
-    for name, trigger in queues.items():
-        retry, rates = trigger["retryConfig"], trigger["rateLimits"]
-        assert {
-            f"--location={REGION}",
-            f"--max-attempts={retry['maxAttempts']}",
-            f"--min-backoff={retry['minBackoffSeconds']}s",
-            f"--max-backoff={retry['maxBackoffSeconds']}s",
-            f"--max-doublings={retry['maxDoublings']}",
-            f"--max-concurrent-dispatches={rates['maxConcurrentDispatches']}",
-            f"--max-dispatches-per-second={rates['maxDispatchesPerSecond']}",
-        } <= set(creates[name]), name
+    commands = make_commands(project, "queues")
+    for verb in ("create", "update", "describe"):
+        found = {cmd[4]: cmd for cmd in commands if cmd[1:4] == ["tasks", "queues", verb]}
+        assert set(found) == set(queues), verb
+        for name, trigger in queues.items():
+            assert f"--location={REGION}" in found[name], (verb, name)
+            if verb == "describe":
+                continue
+            declared = {
+                flag.format(trigger[group][key])
+                for (group, key), flag in QUEUE_SETTINGS.items()
+                if (trigger.get(group) or {}).get(key) is not None
+            }
+            assert declared, name
+            settings = {w for w in found[name] if w.split("=")[0] in
+                        {f.split("=")[0] for f in QUEUE_SETTINGS.values()}}  # fmt: skip
+            assert settings == declared, (verb, name)
+
+
+def test_each_task_queue_gets_the_retry_and_rates_its_decorator_declares() -> None:
+    """main.py's task-queue functions: their queues are created or updated as declared."""
+    check_queues(ROOT)
+
+
+SEND_INVOICE = '''"""A throwaway task-queue function whose queue sets only a concurrency limit."""
+
+from firebase_functions import options, tasks_fn
+
+from dedup import Delivery
+from dedup.tasks import task_once
+
+
+@tasks_fn.on_task_dispatched(rate_limits=options.RateLimits(max_concurrent_dispatches=10))
+@task_once("send_invoice")
+def {name}(request: tasks_fn.CallableRequest, delivery: Delivery) -> None:
+    """Pretend to send the invoice."""
+'''
+
+
+def test_a_task_function_with_only_a_concurrency_limit_is_planned_as_declared(
+    project_copy: Path,
+) -> None:
+    """RateLimits(max_concurrent_dispatches=10) alone, as docs/tasks.md shows it: the queue
+    gets that setting, and no dispatch rate is invented."""
+    add_function(project_copy, "send_invoice", SEND_INVOICE.format(name="sendInvoice"),
+                 "sendInvoice")  # fmt: skip
+    trigger = manifest_of(project_copy)["endpoints"]["sendInvoice"]["taskQueueTrigger"]
+    assert trigger["rateLimits"] == {"maxConcurrentDispatches": 10}
+    check_queues(project_copy)
+    check_manifest(project_copy)
+    check_gcloud(project_copy)
+
+
+def test_a_task_function_name_cloud_tasks_would_refuse_is_refused_by_every_plan(
+    project_copy: Path,
+) -> None:
+    """`send_invoice` cannot be a queue id (no `_`): both paths refuse it, naming it."""
+    add_function(project_copy, "send_invoice", SEND_INVOICE.format(name="send_invoice"),
+                 "send_invoice")  # fmt: skip
+    for command in (["manifest"], ["plan", "deploy-gcloud"], ["plan", "queues"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "tools.deploy", *command, *WHERE, "--firestore-location=nam5"],
+            cwd=project_copy, capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 2, command
+        assert done.stdout == ""
+        assert done.stderr.startswith("error: send_invoice is a task-queue function"), command
+        assert "e.g. sendInvoice" in done.stderr
 
 
 def test_bootstrap_grants_exactly_what_the_functions_use() -> None:

@@ -82,7 +82,8 @@ def test_a_file_firebase_refuses_is_refused(text: str, problem: str) -> None:
 
 
 def test_gcloud_env_files_hold_the_project_env_values(project_copy: Path) -> None:
-    """`.env` then `.env.<project>` (the later wins), plus what firebase sets itself."""
+    """`.env` then `.env.<project>` (the later wins), plus what firebase sets itself (the
+    project and the region), and the ASGI switch in the async functions' files."""
     (project_copy / ".env").write_text("A=from-env\nB=from-env\n")
     (project_copy / ".env.p1").write_text('B="from \\"project\\"" # comment\n')
     (project_copy / ".env.other").write_text("C=not-this-project\n")
@@ -91,7 +92,19 @@ def test_gcloud_env_files_hold_the_project_env_values(project_copy: Path) -> Non
         cwd=project_copy, check=True, capture_output=True,
     )  # fmt: skip
     folder = project_copy / ".cache" / "deploy" / "p1"
-    common = {"A": "from-env", "B": 'from "project"', "GCLOUD_PROJECT": "p1"}
+    common = {
+        "A": "from-env",
+        "B": 'from "project"',
+        "GCLOUD_PROJECT": "p1",
+        "FUNCTION_REGION": "r",
+    }
     cloudevent = yaml.safe_load((folder / "cloudevent.env.yaml").read_text())
     assert cloudevent == {**common, "FUNCTION_SIGNATURE_TYPE": "cloudevent"}
     assert yaml.safe_load((folder / "http.env.yaml").read_text()) == common
+    asgi = {"FUNCTION_USE_ASGI": "true"}
+    assert yaml.safe_load((folder / "asgi-cloudevent.env.yaml").read_text()) == {
+        **common,
+        "FUNCTION_SIGNATURE_TYPE": "cloudevent",
+        **asgi,
+    }
+    assert yaml.safe_load((folder / "asgi-http.env.yaml").read_text()) == {**common, **asgi}

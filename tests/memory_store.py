@@ -1,0 +1,473 @@
+"""An in-memory dedup store behind the flows' protocol (`dedup.flow_io`), for fast tests.
+
+`MemoryStore` is a sync `Records` store, `AsyncMemoryStore` its async twin (`RecordIO` plus
+pacing) over the same documents. They keep what the flows rely on from Firestore:
+
+* **update times**: every commit gets a strictly increasing time of the store's `MemoryClock`
+  (the database clock: `SERVER_TIMESTAMP` becomes the commit time, reads carry a read time);
+  a test moves it with `MemoryClock.advance` to expire leases without waiting;
+* **preconditions**: create if absent (`AlreadyExists`), update if last written at an update
+  time (`FailedPrecondition`, `NotFound`), checked and applied atomically per commit;
+* **transactions and batches**: writes buffered in a `MemoryWriter`, committed all or nothing;
+  a transaction aborted by a fault is filled again, up to its attempts;
+* **lost responses and injected faults**: every write RPC passes through the same `Plan` as
+  `tests.dedup.grpc_faults` (`plan(method, n)`, methods `Commit`, `BeginTransaction`,
+  `Rollback`), so a fault schedule means the same on the emulator and here:
+  `LOSE_RESPONSE` applies the commit and then raises UNAVAILABLE.
+
+It is test-only (it lives under tests/, not in the library) and trusted only as far as the
+conformance matrix (`tests/matrix/`) gives the same results on it and on the emulator. Handlers
+in tests write their effects through `delivery.client` (a `MemoryClient`) or the delivery's
+transaction or batch, as they would with Firestore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.api_core import exceptions as api_exceptions
+from google.cloud import firestore
+
+from dedup.cache import KeyTurns
+from dedup.store import ConditionalTries, Conflict, Snapshot, StoreBase, snapshot_of
+from dedup.transitions import Fields
+from tests.dedup.grpc_faults import Fault, Plan
+
+DATABASE = "(default)"
+PROJECT = "demo-exactly-once"
+
+
+def no_faults(method: str, n: int) -> Fault:
+    """The plan of a healthy store."""
+    return Fault.PASS
+
+
+class MemoryClock:
+    """The store's database clock: real time plus an offset a test can move forward."""
+
+    def __init__(self) -> None:
+        self._offset = timedelta()
+        self._last = datetime.min.replace(tzinfo=UTC)
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        """The current database time."""
+        return datetime.now(UTC) + self._offset
+
+    def commit_time(self) -> datetime:
+        """A new commit time, strictly after every earlier one."""
+        with self._lock:
+            self._last = max(self.now(), self._last + timedelta(microseconds=1))
+            return self._last
+
+    def advance(self, seconds: float) -> None:
+        """Move the database clock `seconds` forward (expire leases without waiting)."""
+        with self._lock:
+            self._offset += timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True)
+class MemoryDocument:
+    """A document as read (what `dedup.record.Record.from_snapshot` and `snapshot_of` read)."""
+
+    id: str
+    data: dict[str, Any] | None
+    read_time: datetime
+    update_time: datetime | None
+
+    @property
+    def exists(self) -> bool:
+        """The document exists."""
+        return self.data is not None
+
+    def to_dict(self) -> dict[str, Any] | None:
+        """A copy of its fields (None if absent)."""
+        return dict(self.data) if self.data is not None else None
+
+    def get(self, name: str) -> Any:
+        """One field."""
+        return (self.data or {}).get(name)
+
+
+@dataclass(frozen=True)
+class MemoryRef:
+    """A document reference of a `MemoryClient` (sync writes are one `Commit` RPC each)."""
+
+    client: MemoryClient
+    path: str
+
+    @property
+    def id(self) -> str:
+        """The document id."""
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def _document_path(self) -> str:  # what dedup.databases reads
+        return f"projects/{PROJECT}/databases/{DATABASE}/documents/{self.path}"
+
+    def get(self, transaction: Any = None, **_: Any) -> MemoryDocument:
+        """Read the document."""
+        return self.client.store.document(self.path)
+
+    def set(self, data: Fields, **_: Any) -> None:
+        """Write the whole document (one commit)."""
+        self.client.store.commit([_Write("set", self.path, data)])
+
+    def create(self, data: Fields, **_: Any) -> None:
+        """Create the document if absent (one commit)."""
+        self.client.store.commit([_Write("create", self.path, data)])
+
+    def delete(self, **_: Any) -> None:
+        """Delete the document (one commit)."""
+        self.client.store.commit([_Write("delete", self.path, None)])
+
+
+@dataclass(frozen=True)
+class AsyncMemoryRef(MemoryRef):
+    """A document reference of an `AsyncMemoryClient`: its calls are awaited."""
+
+    async def get(self, transaction: Any = None, **_: Any) -> MemoryDocument:  # type: ignore[override]
+        """Read the document."""
+        return MemoryRef.get(self)
+
+    async def set(self, data: Fields, **_: Any) -> None:  # type: ignore[override]
+        """Write the whole document (one commit)."""
+        MemoryRef.set(self, data)
+
+    async def create(self, data: Fields, **_: Any) -> None:  # type: ignore[override]
+        """Create the document if absent (one commit)."""
+        MemoryRef.create(self, data)
+
+
+@dataclass(frozen=True)
+class MemoryCollection:
+    """A collection of a `MemoryClient`."""
+
+    client: MemoryClient
+    path: str
+
+    def document(self, document_id: str) -> MemoryRef:
+        """The reference of one document."""
+        kind = AsyncMemoryRef if self.client.awaited else MemoryRef
+        return kind(self.client, f"{self.path}/{document_id}")
+
+    def list_documents(self) -> list[MemoryRef]:
+        """Every document directly in this collection."""
+        prefix = self.path + "/"
+        names = [p for p in self.client.store.paths() if p.startswith(prefix)]
+        return [self.document(p[len(prefix) :]) for p in names if "/" not in p[len(prefix) :]]
+
+
+@dataclass(frozen=True)
+class MemoryClient:
+    """What a handler gets as `delivery.client`: collections and documents of the store."""
+
+    store: MemoryStore
+    awaited: bool = False
+    project: str = PROJECT
+    _database: str = DATABASE
+
+    def collection(self, path: str) -> MemoryCollection:
+        """A collection."""
+        return MemoryCollection(self, path)
+
+
+@dataclass(frozen=True)
+class _Write:
+    operation: str  # create, set, update, delete
+    path: str
+    data: Fields | None
+    guard: datetime | None = None
+
+
+@dataclass
+class MemoryWriter:
+    """A transaction or batch: buffers writes until its store commits them together."""
+
+    client: MemoryClient
+    writes: list[_Write] = field(default_factory=list)
+
+    def create(self, ref: MemoryRef, data: Fields) -> None:
+        """Create `ref` if absent, at commit."""
+        self.writes.append(_Write("create", ref.path, dict(data)))
+
+    def set(self, ref: MemoryRef, data: Fields, merge: bool = False) -> None:
+        """Write `ref` whole, at commit."""
+        self.writes.append(_Write("set", ref.path, dict(data)))
+
+    def update(self, ref: MemoryRef, data: Fields, option: Any = None) -> None:
+        """Update fields of an existing `ref` (if last written at the option's time)."""
+        guard = getattr(option, "_last_update_time", None) if option is not None else None
+        self.writes.append(_Write("update", ref.path, dict(data), guard))
+
+    def delete(self, ref: MemoryRef) -> None:
+        """Delete `ref`, at commit."""
+        self.writes.append(_Write("delete", ref.path, None))
+
+    def get(self, ref: MemoryRef, **_: Any) -> MemoryDocument:
+        """Read `ref` (a transaction's read)."""
+        return self.client.store.document(ref.path)
+
+
+class MemoryStore(StoreBase[MemoryClient]):
+    """The dedup collection in memory, a sync `dedup.flow_io.Records`; thread-safe.
+
+    `plan` injects faults into write RPCs as `tests.dedup.grpc_faults` does on the emulator;
+    `calls` counts the RPCs per method.
+    """
+
+    def __init__(
+        self,
+        collection: str = "triggerEvents",
+        *,
+        plan: Plan = no_faults,
+        clock: MemoryClock | None = None,
+        rpc_timeout_seconds: float = 10,
+    ) -> None:
+        """An empty store of `collection`, its faults from `plan`."""
+        super().__init__(MemoryClient(self), collection, rpc_timeout_seconds=rpc_timeout_seconds)
+        self.plan = plan
+        self.clock = clock if clock is not None else MemoryClock()
+        self.calls: Counter[str] = Counter()
+        self._documents: dict[str, tuple[dict[str, Any], datetime]] = {}
+        self._lock = threading.RLock()
+
+    # --- the documents -------------------------------------------------------------------
+
+    def paths(self) -> list[str]:
+        """Every document path in the store."""
+        with self._lock:
+            return list(self._documents)
+
+    def document(self, path: str) -> MemoryDocument:
+        """Read any document."""
+        with self._lock:
+            found = self._documents.get(path)
+            read_time = self.clock.now()
+            if found is None:
+                return MemoryDocument(path.rsplit("/", 1)[-1], None, read_time, None)
+            data, update_time = found
+            return MemoryDocument(path.rsplit("/", 1)[-1], dict(data), read_time, update_time)
+
+    def put(self, path: str, data: Fields) -> datetime:
+        """Write a document as a test's set-up, outside the fault plan."""
+        return self._apply([_Write("set", path, data)])
+
+    def rpc(self, method: str, call: Callable[[], Any]) -> Any:
+        """Apply the plan's fault for this `method` call around `call`."""
+        with self._lock:
+            self.calls[method] += 1
+            fault = self.plan(method, self.calls[method])
+        if fault is Fault.PASS:
+            return call()
+        if fault is Fault.LOSE_RESPONSE:
+            call()
+            raise api_exceptions.ServiceUnavailable("injected: response lost")
+        if fault is Fault.INVALID:
+            raise api_exceptions.InvalidArgument("injected: Transaction is invalid or expired.")
+        if fault is Fault.ABORT:
+            raise api_exceptions.Aborted("injected: Transaction lock timeout")
+        if fault is Fault.DENY:
+            raise api_exceptions.PermissionDenied("injected: denied")
+        raise api_exceptions.DeadlineExceeded("injected: deadline exceeded")
+
+    def commit(self, writes: list[_Write]) -> datetime:
+        """Commit `writes` all or nothing (one `Commit` RPC): their commit time."""
+        return self.rpc("Commit", lambda: self._apply(writes))
+
+    def _apply(self, writes: list[_Write]) -> datetime:
+        with self._lock:
+            for write in writes:
+                found = self._documents.get(write.path)
+                if write.operation == "create" and found is not None:
+                    raise api_exceptions.AlreadyExists(f"document {write.path} exists")
+                if write.operation == "update" and found is None:
+                    raise api_exceptions.NotFound(f"no document {write.path}")
+                if write.guard is not None and (found is None or found[1] != write.guard):
+                    raise api_exceptions.FailedPrecondition(f"{write.path} changed")
+            at = self.clock.commit_time()
+            for write in writes:
+                if write.operation == "delete":
+                    self._documents.pop(write.path, None)
+                    continue
+                given = write.data or {}
+                data = {k: at if v is firestore.SERVER_TIMESTAMP else v for k, v in given.items()}
+                if write.operation == "update":
+                    data = {**self._documents[write.path][0], **data}
+                self._documents[write.path] = (data, at)
+            return at
+
+    # --- the record operations (dedup.flow_io.Records) ---------------------------------------
+
+    def ref(self, key: str) -> MemoryRef:
+        """The record's reference."""
+        return self.client.collection(self.collection).document(key)
+
+    def read(self, key: str, *, action: str = "claim") -> Snapshot:
+        """Read the record (reads never fail here, as document reads pass the gRPC plan)."""
+        return snapshot_of(self.document(self.path(key)))
+
+    def create(
+        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+    ) -> datetime | Conflict:
+        """Create the record if absent (see `RecordStore.create`)."""
+        write = _Write("create", self.path(key), fields)
+        return self._conditional(action, key, write, budget)
+
+    def update_if_unchanged(
+        self,
+        key: str,
+        fields: Fields,
+        update_time: datetime,
+        *,
+        action: str,
+        budget: float | None = None,
+    ) -> datetime | Conflict:
+        """Update the record if last written at `update_time` (see `RecordStore`)."""
+        write = _Write("update", self.path(key), fields, update_time)
+        return self._conditional(action, key, write, budget)
+
+    def commit_batch(
+        self, key: str, fill: Callable[[Any], tuple[Any, Fields]], guard: datetime | None
+    ) -> Any:
+        """Fill a batch, add the marker, commit it once."""
+        writer = MemoryWriter(self.client)
+        result, fields = fill(writer)
+        self.commit([*writer.writes, self._marker(key, fields, guard)])
+        return result
+
+    def run_transaction(
+        self,
+        key: str,
+        fill: Callable[[Any], tuple[Any, Fields]],
+        guard: datetime | None,
+        *,
+        attempts: int,
+    ) -> Any:
+        """Fill a transaction, add the marker, commit it; filled again on Aborted."""
+        for attempt in range(attempts):
+            writer = self.begin()
+            try:
+                result, fields = fill(writer)
+                self.commit([*writer.writes, self._marker(key, fields, guard)])
+            except api_exceptions.Aborted:
+                self.rollback()
+                if attempt + 1 == attempts:
+                    raise
+                continue
+            except BaseException:
+                self.rollback()
+                raise
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def begin(self) -> MemoryWriter:
+        """A new transaction (one `BeginTransaction` RPC)."""
+        return self.rpc("BeginTransaction", lambda: MemoryWriter(self.client))
+
+    def rollback(self) -> None:
+        """Give a transaction up (one `Rollback` RPC; its failure is ignored, as the library's)."""
+        with suppress(api_exceptions.GoogleAPICallError):
+            self.rpc("Rollback", lambda: None)
+
+    def _marker(self, key: str, fields: Fields, guard: datetime | None) -> _Write:
+        if guard is None:
+            return _Write("create", self.path(key), fields)
+        return _Write("update", self.path(key), fields, guard)
+
+    def _conditional(
+        self, action: str, key: str, write: _Write, budget: float | None
+    ) -> datetime | Conflict:
+        tries = ConditionalTries(self, action, key, budget)
+        while True:
+            try:
+                return self.commit([write])
+            except Exception as exc:
+                pause = tries.after(exc)
+            if isinstance(pause, Conflict):
+                return pause
+            time.sleep(pause)
+
+
+class AsyncMemoryStore:
+    """`MemoryStore`, awaited, with the pacing of an event loop: the async twin
+    (`dedup.flow_io.FlowIO`), as `dedup.aio.store.AsyncRecordStore` is `RecordStore`'s."""
+
+    def __init__(self, store: MemoryStore, turns: KeyTurns | None = None) -> None:
+        """Serve `store`'s documents; deliveries of one key take turns in `turns`."""
+        self.store = store
+        self.client = MemoryClient(store, awaited=True)
+        self.turns = turns if turns is not None else KeyTurns()
+        self.path = store.path
+        self.unavailable = store.unavailable
+
+    async def read(self, key: str, *, action: str = "claim") -> Snapshot:
+        """See `MemoryStore.read`."""
+        return self.store.read(key, action=action)
+
+    async def create(
+        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+    ) -> datetime | Conflict:
+        """See `MemoryStore.create`."""
+        return self.store.create(key, fields, action=action, budget=budget)
+
+    async def update_if_unchanged(
+        self,
+        key: str,
+        fields: Fields,
+        update_time: datetime,
+        *,
+        action: str,
+        budget: float | None = None,
+    ) -> datetime | Conflict:
+        """See `MemoryStore.update_if_unchanged`."""
+        return self.store.update_if_unchanged(
+            key, fields, update_time, action=action, budget=budget
+        )
+
+    async def commit_batch(self, key: str, fill: Any, guard: datetime | None) -> Any:
+        """See `MemoryStore.commit_batch` (`fill` awaited)."""
+        writer = MemoryWriter(self.client)
+        result, fields = await fill(writer)
+        self.store.commit([*writer.writes, self.store._marker(key, fields, guard)])
+        return result
+
+    async def run_transaction(
+        self, key: str, fill: Any, guard: datetime | None, *, attempts: int
+    ) -> Any:
+        """See `MemoryStore.run_transaction` (`fill` awaited)."""
+        for attempt in range(attempts):
+            writer = self.store.begin()
+            writer.client = self.client
+            try:
+                result, fields = await fill(writer)
+                self.store.commit([*writer.writes, self.store._marker(key, fields, guard)])
+            except api_exceptions.Aborted:
+                self.store.rollback()
+                if attempt + 1 == attempts:
+                    raise
+                continue
+            except BaseException:
+                self.store.rollback()
+                raise
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def sleep(self, seconds: float) -> None:
+        """Pause this task, not the loop."""
+        await asyncio.sleep(seconds)
+
+    @asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        """This task's turn for `key`."""
+        with self.turns.lock_of(key, asyncio.Lock) as lock:
+            async with lock:
+                yield
