@@ -15,7 +15,18 @@ It must come before the functions are declared: their decorators copy it.
 `index_post` is a task-queue function (an HTTP function Cloud Tasks calls, signature `http`),
 deployed as `indexPost`: its name is its queue's id, which may not hold "_". Both names refer
 to one function, so the manifest lists it once (docs/tasks.md).
+
+An instance imports only the function it serves: `FUNCTIONS` names each function's module, and
+a function is imported on first access (a module `__getattr__`, PEP 562), so the instance
+serving `FUNCTION_TARGET` loads that module at start-up, runs its start-up check, and never
+loads a sibling's. `__all__` and `dir()` still list every function: the deploy tool and the
+Functions emulator (firebase-functions' manifest, which reads every function of the module) and
+functions-framework's `--target` (an attribute lookup) find each of them.
 """
+
+import importlib
+import os
+from typing import Any
 
 import functions_framework
 from firebase_functions import options
@@ -29,34 +40,49 @@ options.set_global_options(
     timeout_sec=50,  # DEDUP_LEASE_SECONDS (60) must be >= this + DEDUP_RPC_TIMEOUT_SECONDS (10)
 )
 
-from dedup.http import ensure_firebase_app  # noqa: E402
 from dedup.logs import configure_logging  # noqa: E402
 from functions.boundary import install_boundary  # noqa: E402
-from functions.create_order import create_order, create_order_callable  # noqa: E402
-from functions.forward_webhook import forward_webhook  # noqa: E402
-from functions.index_post import indexPost  # noqa: E402
 from functions.observability import configure_telemetry  # noqa: E402
-from functions.receive_line_webhook import receive_line_webhook  # noqa: E402
-from functions.relay_outbox import relay_outbox  # noqa: E402
 from functions.runtime import check_function_settings, refuse_unsafe_settings  # noqa: E402
-from functions.send_post_notification import send_post_notification  # noqa: E402
-from functions.sync_published_count import sync_published_count  # noqa: E402
+
+FUNCTIONS: dict[str, str] = {
+    "create_order": "functions.create_order",
+    "create_order_callable": "functions.create_order",
+    "forward_webhook": "functions.forward_webhook",
+    "indexPost": "functions.index_post",
+    "receive_line_webhook": "functions.receive_line_webhook",
+    "relay_outbox": "functions.relay_outbox",
+    "send_post_notification": "functions.send_post_notification",
+    "sync_published_count": "functions.sync_published_count",
+}
+"""Each deployed function's name -> the module that defines it (imported on first access)."""
+
+ALIASES = {"index_post": "indexPost"}
+"""Other names of a function: `index_post` is indexPost's Python name (not in `__all__`)."""
+
+__all__ = list(FUNCTIONS)
+
+
+def __getattr__(name: str) -> Any:
+    """The function `name` (or its alias), its module imported and the function kept here on
+    first access; AttributeError for any other name."""
+    exported = ALIASES.get(name, name)
+    if exported not in FUNCTIONS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    function = getattr(importlib.import_module(FUNCTIONS[exported]), exported)
+    globals()[name] = function
+    return function
+
+
+def __dir__() -> list[str]:
+    """Every name of the module, the functions not yet imported included."""
+    return sorted({*globals(), *FUNCTIONS, *ALIASES})
+
 
 configure_logging()
 configure_telemetry()  # DEDUP_OTEL=1: spans to Cloud Trace, metrics to Cloud Monitoring
 install_boundary(functions_framework.errorhandler)
-ensure_firebase_app()  # callables' ID tokens are verified through it before their handler runs
-index_post = indexPost  # its Python name; deployed as indexPost (not in __all__: one function)
+if (served := os.environ.get("FUNCTION_TARGET", "")) in FUNCTIONS.keys() | ALIASES.keys():
+    __getattr__(served)  # the served function's module, which declares its start-up check
 refuse_unsafe_settings(globals())  # on the platform only: lease vs timeout, DEDUP_* names
 check_function_settings()  # the served function's own settings (WEBHOOK_ROUTES, NOTIFY_URL...)
-
-__all__ = [
-    "create_order",
-    "create_order_callable",
-    "forward_webhook",
-    "indexPost",
-    "receive_line_webhook",
-    "relay_outbox",
-    "send_post_notification",
-    "sync_published_count",
-]

@@ -1,12 +1,19 @@
 """`python -m bench`: run every measurement, print the tables, write results.json and .png.
 
-Needs FIRESTORE_EMULATOR_HOST (`make bench` starts the emulator and sets it). Options:
-`--deliveries N` (timed deliveries per implementation and kind, default 500),
+Needs FIRESTORE_EMULATOR_HOST (`make bench` starts the emulator and sets it). The defaults
+finish in about 8 minutes on 2 CPUs; `make bench BENCH_ARGS="..."` sizes a longer run. Options:
+`--deliveries N` (timed deliveries per implementation and kind, default 300),
+`--cpu-deliveries N` (fresh deliveries per mode for the client CPU, default 400),
 `--memory-events N` (default 10000), `--storms a,b` (default naive,lease,transaction,
-write_only), `--throughput-events N` (fresh events per round and concurrency, default 400),
+write_only), `--naive-storm-seconds S` and `--naive-storm-copies N` (the naive pattern's
+storms: how long a copy keeps being redelivered, default 20, and copies per event, default
+10; the other storms send 50),
+`--throughput-events N` (fresh events per round and concurrency, default 400),
 `--cold-runs N` (default 7), `--markdown` (print results.json as Markdown and exit),
 `--only async` (measure async against sync handlers only, `--throughput-events` per round,
-and merge the figures into the existing results.json).
+and merge the figures into the existing results.json). A longer run, about 25 minutes:
+`--deliveries 1000 --cpu-deliveries 2000 --cold-runs 15 --naive-storm-seconds 150
+--naive-storm-copies 50` (the naive storms as the others).
 Exit status: 0 whether or not targets are met; 1 if the benchmark itself broke; 2 on misuse.
 """
 
@@ -24,11 +31,19 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import asyncio_throughput, cold, cost, memory, report, throughput
+from bench import asyncio_throughput, cold, cost, cpu, memory, report, throughput
 from bench.impls import SUFFIX
 from bench.measure import Matrix
 from bench.rpc_count import RpcCounter, counting_client
-from bench.storm import EXPECTED_ERRORS, cold_storm, warm_storm
+from bench.storm import (
+    DEFAULT_NAIVE_BOUNDS,
+    EXPECTED_ERRORS,
+    NAIVE_COPIES,
+    NAIVE_GIVE_UP_SECONDS,
+    NaiveBounds,
+    cold_storm,
+    warm_storm,
+)
 from dedup import dedup_key
 
 HERE = Path(__file__).resolve().parent
@@ -46,6 +61,8 @@ def run(
     throughput_events: int,
     cold_runs: int,
     console: Console,
+    cpu_deliveries: int = 400,
+    naive: NaiveBounds = DEFAULT_NAIVE_BOUNDS,
 ) -> dict[str, Any]:
     """Every measurement; returns the results document."""
     started = time.perf_counter()
@@ -60,6 +77,8 @@ def run(
     mem = memory.measure(memory_events)
     phase("cold start: imports and first events, bare and main.py")
     cold_start = cold.measure(client, cold_runs)
+    phase(f"client CPU: {cpu_deliveries} fresh deliveries per mode, one at a time")
+    client_cpu = cpu.measure(cpu_deliveries)
     phase(f"throughput: {throughput_events} fresh events per round at concurrency 1, 8, 80")
     rates = throughput.measure(throughput_events)
     phase(f"async handlers: {throughput_events} fresh events per round at concurrency 8, 80")
@@ -72,22 +91,26 @@ def run(
     storms: dict[str, Any] = {}
     for name in storms_to_run:
         phase(f"storm: {name}, warm (the shared emulator)")
-        storms[f"warm_{name}"] = warm_storm(name)
+        storms[f"warm_{name}"] = warm_storm(name, naive)
     with tempfile.TemporaryDirectory(prefix="bench-cold-") as workdir:
         for name in storms_to_run:
             phase(f"storm: {name}, cold (a Firestore emulator started right before)")
-            storms[f"cold_{name}"] = cold_storm(name, Path(workdir) / name)
+            storms[f"cold_{name}"] = cold_storm(name, Path(workdir) / name, naive)
 
     results: dict[str, Any] = {
         "machine": report.machine(),
         "deliveries_per_series": deliveries,
         "cold": cold_start,
+        "cpu": client_cpu,
         "throughput": rates,
         "async_throughput": async_rates,
         "latency": latency,
         "storms": storms,
         "memory": mem,
-        "cost": {"prices": cost.prices(), "per_million": cost.per_million(latency, sizes)},
+        "cost": {
+            "prices": cost.prices(),
+            "per_million": cost.per_million(latency, sizes, cpu_us=client_cpu["mean_us"]),
+        },
         "duration_s": round(time.perf_counter() - started, 1),
     }
     figs = report.figures(results)
@@ -120,7 +143,10 @@ def only_async(throughput_events: int, console: Console) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--deliveries", type=int, default=500)
+    parser.add_argument("--deliveries", type=int, default=300)
+    parser.add_argument("--cpu-deliveries", type=int, default=400)
+    parser.add_argument("--naive-storm-seconds", type=float, default=NAIVE_GIVE_UP_SECONDS)
+    parser.add_argument("--naive-storm-copies", type=int, default=NAIVE_COPIES)
     parser.add_argument("--memory-events", type=int, default=10_000)
     parser.add_argument("--storms", default=",".join(STORMS))
     parser.add_argument("--throughput-events", type=int, default=400)
@@ -140,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.deliveries < 100:
         parser.error("--deliveries must be at least 100 (p99 needs them)")
+    if min(args.cpu_deliveries, args.cold_runs, args.naive_storm_copies) < 1 or (
+        args.naive_storm_seconds <= 0
+    ):
+        parser.error("--cpu-deliveries, --cold-runs and the naive storm's bounds must be positive")
     storms_to_run = [s for s in args.storms.split(",") if s]
     if "lease" not in storms_to_run or not set(storms_to_run) <= set(EXPECTED_ERRORS):
         parser.error(f"--storms must include lease, from {sorted(EXPECTED_ERRORS)}")
@@ -156,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             args.throughput_events,
             args.cold_runs,
             console,
+            cpu_deliveries=args.cpu_deliveries,
+            naive=NaiveBounds(args.naive_storm_seconds, args.naive_storm_copies),
         )
     RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
     report.plot(results, RESULTS_PNG)

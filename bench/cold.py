@@ -1,10 +1,12 @@
 """What dedup adds to a cold start, against `bench/bare_main.py` (same triggers and SDK imports,
 no dedup).
 
-* **Import**: the time to import `main.py` in a fresh interpreter (what every instance pays
-  before serving, whichever function it serves), against importing `bench/bare_main.py`.
-  A third variant imports main.py plus the modules its functions used to import at start-up
-  (the Pub/Sub client and requests): the saving of importing them where they are used.
+* **Import**: the time to import `main.py` in a fresh interpreter with its target resolved
+  (`FUNCTION_TARGET` set, as on the platform: main.py loads that function's module only),
+  against importing `bench/bare_main.py` and resolving the same function. A third variant
+  resolves every function of main.py (what an instance paid when main.py imported them all):
+  the saving of loading only the served one. Each exported function's own import time is
+  measured too (main.py, then that function resolved).
 * **First event**: from starting `functions-framework --target sync_published_count` to the
   first answered event (a fresh Firestore event, 2xx), against the bare function: imports,
   gunicorn's start, the Firestore client's creation and the event's RPCs.
@@ -15,6 +17,7 @@ hits both alike; each figure is a median of `runs`.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
@@ -34,21 +37,24 @@ from demo.serve import FUNCTIONS_FRAMEWORK, ROOT, free_port
 
 BARE = Path(__file__).resolve().parent / "bare_main.py"
 MAIN = ROOT / "main.py"
-EAGER_SIBLING_MODULES = ("google.cloud.pubsub_v1", "requests")
-"""What main.py's functions imported at start-up before they imported them where used."""
-
 FUNCTION = "sync_published_count"
+"""The function of the import and first-event ratios (it has no start-up setting to give)."""
+
+PER_FUNCTION_RUNS = 3
+"""Imports per exported function for `cold_import_s_<function>`, and of main.py with every
+function resolved (medians; fewer when `runs` is smaller)."""
 
 _IMPORT = (
     "import importlib.util, sys, time\n"
-    "t = time.perf_counter()\n"
-    "spec = importlib.util.spec_from_file_location('main', sys.argv[1])\n"
+    "t, c = time.perf_counter(), time.process_time()\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "spec = importlib.util.spec_from_file_location('main', sys.argv[2])\n"
     "module = importlib.util.module_from_spec(spec)\n"
     "sys.modules['main'] = module\n"
     "spec.loader.exec_module(module)\n"
-    "for name in sys.argv[2:]:\n"
-    "    __import__(name)\n"
-    "print(time.perf_counter() - t)\n"
+    "for name in sys.argv[3:]:\n"
+    "    getattr(module, name)\n"
+    "print(time.perf_counter() - t, time.process_time() - c)\n"
 )
 
 
@@ -57,20 +63,47 @@ def _environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "FUNCTION_TARGET"}
 
 
-def import_seconds(source: Path, extra: tuple[str, ...] = ()) -> float:
-    """Seconds to import `source` as `main` (then `extra` modules) in a fresh interpreter."""
+def exported_functions() -> list[str]:
+    """main.py's functions (its `FUNCTIONS`), read without importing any of them."""
     done = subprocess.run(
-        [sys.executable, "-c", _IMPORT, str(source), *extra],
+        [sys.executable, "-c", "import json, main; print(json.dumps(sorted(main.FUNCTIONS)))"],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env=_environment(),
+        check=True,
+        timeout=120,
+    )
+    names: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return names
+
+
+def import_seconds(
+    source: Path, functions: tuple[str, ...] = (), target: str | None = None
+) -> float:
+    """Seconds to import `source` as `main` and resolve `functions` in a fresh interpreter;
+    `target` is the instance's FUNCTION_TARGET (None: no function's start-up checks)."""
+    return import_times(source, functions, target)[0]
+
+
+def import_times(
+    source: Path, functions: tuple[str, ...] = (), target: str | None = None
+) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the interpreter) of `import_seconds`'s import."""
+    env = _environment() if target is None else {**_environment(), "FUNCTION_TARGET": target}
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT, str(ROOT), str(source), *functions],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
         check=False,
         timeout=120,
     )
     if done.returncode != 0:
         raise RuntimeError(f"importing {source} failed: {done.stderr[-2000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    wall, cpu = done.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)
 
 
 def first_event_seconds(source: Path, client: firestore.Client) -> float:
@@ -122,16 +155,25 @@ def first_event_seconds(source: Path, client: firestore.Client) -> float:
 
 
 def measure(client: firestore.Client, runs: int = 7) -> dict[str, Any]:
-    """Medians of `runs` imports of each variant and `runs` first events of each; ratios."""
-    imports: dict[str, list[float]] = {"bare": [], "main": [], "main_eager_siblings": []}
+    """Medians of `runs` interleaved imports of each variant and `runs` interleaved first
+    events of each, their ratios, and each exported function's import time."""
+    functions = exported_functions()
+    imports: dict[str, list[float]] = {"bare": [], "main": [], "main_every_function": []}
     firsts: dict[str, list[float]] = {"bare": [], "main": []}
+    cpu: dict[str, list[float]] = {"bare": [], "main": []}
     for _ in range(runs):
-        imports["bare"].append(import_seconds(BARE))
-        imports["main"].append(import_seconds(MAIN))
-        imports["main_eager_siblings"].append(import_seconds(MAIN, EAGER_SIBLING_MODULES))
+        for name, source in (("bare", BARE), ("main", MAIN)):
+            wall, used = import_times(source, (FUNCTION,), FUNCTION)
+            imports[name].append(wall)
+            cpu[name].append(used)
     for _ in range(runs):
         firsts["bare"].append(first_event_seconds(BARE, client))
         firsts["main"].append(first_event_seconds(MAIN, client))
+    per_function: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(min(runs, PER_FUNCTION_RUNS)):
+        imports["main_every_function"].append(import_seconds(MAIN, tuple(functions)))
+        for name in functions:
+            per_function[name].append(import_seconds(MAIN, (name,)))
     med = {k: statistics.median(v) for k, v in imports.items()}
     first = {k: statistics.median(v) for k, v in firsts.items()}
     return {
@@ -142,6 +184,13 @@ def measure(client: firestore.Client, runs: int = 7) -> dict[str, Any]:
         "first_event_s": {k: round(v, 4) for k, v in first.items()},
         "first_event_runs_s": {k: [round(x, 4) for x in v] for k, v in firsts.items()},
         "cold_import_ratio": round(med["main"] / med["bare"], 3),
+        "import_cpu_s": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
+        "cold_import_cpu_ratio": round(
+            statistics.median(cpu["main"]) / statistics.median(cpu["bare"]), 3
+        ),
         "cold_first_event_ratio": round(first["main"] / first["bare"], 3),
-        "lazy_import_saving_s": round(med["main_eager_siblings"] - med["main"], 4),
+        "lazy_import_saving_s": round(med["main_every_function"] - med["main"], 4),
+        "per_function_import_s": {
+            name: round(statistics.median(v), 4) for name, v in per_function.items()
+        },
     }

@@ -1,11 +1,18 @@
 """Dollars per million events: the counted document reads and writes priced at Firestore's list
-prices, plus the TTL delete and the storage of each record for the retention period.
+prices, plus the TTL delete and the storage of each record for the retention period, and the
+instance CPU the dedup adds (`bench.cpu`) priced at Cloud Run's.
 
 Sources (Firestore Standard edition, checked 2026-11):
 
 * prices: https://cloud.google.com/firestore/pricing (location nam5, multi-region US; other
   locations differ, every figure below scales with them);
 * TTL deletes are billed as document deletes: https://cloud.google.com/firestore/docs/ttl;
+* instance CPU: https://cloud.google.com/run/pricing (checked 2026-12; Cloud Functions 2nd gen
+  is billed as Cloud Run), Tier 1 regions, CPU allocated only during request processing:
+  $0.000024 per vCPU-second beyond the free tier. The figure is the client CPU the dedup adds
+  to a delivery (its mode's CPU minus the baseline's), a floor: an instance is billed for its
+  allocated vCPU while it serves requests, waiting on Firestore included, shared by the
+  requests it serves at once;
 * storage sizes: https://firebase.google.com/docs/firestore/storage-size (a string is its
   UTF-8 bytes + 1; a document is its name + its fields + 32 bytes; an index entry is the
   document's name, its parent's name, the indexed values and 32 bytes).
@@ -34,6 +41,8 @@ PRICE_PER_100K = {"read": 0.06, "write": 0.18, "delete": 0.02}
 """US dollars per 100,000 documents read, written, deleted (nam5)."""
 STORAGE_PER_GIB_MONTH = 0.18
 """US dollars per GiB stored for a month (nam5)."""
+VCPU_SECOND_USD = 0.000024
+"""US dollars per vCPU-second of an instance (Cloud Run Tier 1, request-based billing)."""
 DAYS_PER_MONTH = 30.44
 TTL_LAG_DAYS = 1
 """TTL deletes expired documents "typically within 24 hours": they are stored that long too."""
@@ -129,13 +138,21 @@ def _dollars(reads: float, writes: float, deletes: float) -> float:
     ) / 100_000
 
 
+def cpu_usd(cpu_us_per_event: float) -> float:
+    """Dollars per million events of `cpu_us_per_event` microseconds of instance CPU."""
+    return cpu_us_per_event / 1e6 * VCPU_SECOND_USD * 1e6
+
+
 def per_million(
     latency: list[dict[str, Any]],
     sizes: dict[str, int],
     retention_days: int = DEFAULT_RETENTION_DAYS,
+    cpu_us: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
     """Dollars per million events for each implementation: the dedup's share of a fresh event
-    (operations and storage), and a duplicate (cold cache; a cached one costs nothing)."""
+    (Firestore operations and storage, and with `cpu_us`, the mean client CPU per fresh
+    delivery by mode, the instance CPU it adds to the baseline's), and a duplicate (cold cache;
+    a cached one costs nothing)."""
     series = {(s["impl"], s["kind"]): s for s in latency}
     base = series[("baseline", "fresh")]
     rows = []
@@ -148,6 +165,9 @@ def per_million(
         days = retention_days + TTL_LAG_DAYS
         storage = sizes[impl] * 1e6 / 2**30 * STORAGE_PER_GIB_MONTH * days / DAYS_PER_MONTH
         operations = _dollars(reads, writes, deletes) * 1e6
+        instance_cpu = None
+        if cpu_us is not None and impl in cpu_us:
+            instance_cpu = round(cpu_usd(cpu_us[impl] - cpu_us["baseline"]), 4)
         rows.append(
             {
                 "impl": impl,
@@ -158,6 +178,7 @@ def per_million(
                 "operations_usd": round(operations, 3),
                 "storage_usd": round(storage, 3),
                 "fresh_usd": round(operations + storage, 3),
+                "instance_cpu_usd": instance_cpu,
                 "duplicate_reads": duplicate["doc_reads"],
                 "duplicate_writes": duplicate["doc_writes"],
                 "duplicate_usd": round(
@@ -175,6 +196,7 @@ def prices() -> dict[str, Any]:
         "location": LOCATION,
         "per_100k": PRICE_PER_100K,
         "storage_per_gib_month": STORAGE_PER_GIB_MONTH,
+        "vcpu_second": VCPU_SECOND_USD,
         "retention_days": DEFAULT_RETENTION_DAYS,
         "ttl_lag_days": TTL_LAG_DAYS,
     }

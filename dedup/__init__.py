@@ -6,14 +6,15 @@ failed is retried, a run whose process died is retried with the same `Delivery.k
 downstream receiver can drop the copy. `async def` handlers get the same through
 `AsyncDeduplicator` (`dedup.aio`). See `dedup.record` for the record schema and
 `dedup.config` for settings.
+
+`import dedup` loads what a `def` handler needs and nothing more: the async names below are
+imported from `dedup.aio` on first access, and `dedup.http`, `dedup.tasks`, `dedup.outbox`,
+the OpenTelemetry SDK and the CLI only when their modules are imported, so an instance's cold
+start pays for what its function uses.
 """
 
-from dedup.aio import (
-    AsyncDeduplicator,
-    AsyncDelivery,
-    AsyncTransactionDelivery,
-    AsyncWriteOnlyDelivery,
-)
+from typing import TYPE_CHECKING, Any
+
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.decorator import SuffixRegistry, trigger_once
@@ -41,6 +42,36 @@ from dedup.errors import (
 )
 from dedup.keys import dedup_key
 from dedup.record import Mode, Record, State
+
+if TYPE_CHECKING:
+    from dedup.aio import (
+        AsyncDeduplicator,
+        AsyncDelivery,
+        AsyncTransactionDelivery,
+        AsyncWriteOnlyDelivery,
+    )
+
+_ASYNC_NAMES = frozenset(
+    {"AsyncDeduplicator", "AsyncDelivery", "AsyncTransactionDelivery", "AsyncWriteOnlyDelivery"}
+)
+"""Names of `dedup.aio` served by `dedup` itself, imported on first access."""
+
+
+def __getattr__(name: str) -> Any:
+    """The async names, imported from `dedup.aio` (and kept) on first access (PEP 562)."""
+    if name in _ASYNC_NAMES:
+        import dedup.aio
+
+        value = getattr(dedup.aio, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the ones not yet imported included."""
+    return sorted({*globals(), *_ASYNC_NAMES})
+
 
 __all__ = [
     "AsyncDeduplicator",

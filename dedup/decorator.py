@@ -19,10 +19,8 @@ function (run by `dedup.aio.AsyncDeduplicator`) for `functions_framework.aio.clo
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
-from dedup.aio.core import AsyncDeduplicator
-from dedup.aio.delivery import AsyncDelivery
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.delivery import Delivery
@@ -41,6 +39,10 @@ __all__ = [
     "SuffixRegistry",
     "trigger_once",
 ]
+
+if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
+    from dedup.aio.core import AsyncDeduplicator
+    from dedup.aio.delivery import AsyncDelivery
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""

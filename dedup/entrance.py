@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator, default_deduplicator
 from dedup.delivery import is_async_handler
@@ -31,6 +30,9 @@ from dedup.errors import ConfigError
 from dedup.keys import dedup_key, validate_suffix
 from dedup.record import Mode
 from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
+
+if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
+    from dedup.aio.core import AsyncDeduplicator
 
 type AnyDeduplicator = Deduplicator | AsyncDeduplicator
 """A front door of either kind."""
@@ -154,6 +156,8 @@ class Entrance:
 
     def async_deduplicator(self) -> AsyncDeduplicator:
         """The deduplicator of an async handler's delivery (see `deduplicator`)."""
+        from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
+
         given = self.gate.given
         if given is not None:
             assert isinstance(given, AsyncDeduplicator)
@@ -193,7 +197,11 @@ class Gate:
                 f"{owner} is an async function: {self.kind.decorator} serves synchronous "
                 f"handlers only (its coroutine would never be awaited); {self.kind.instead}"
             )
-        wanted: type[AnyDeduplicator] = AsyncDeduplicator if is_async else Deduplicator
+        wanted: type[AnyDeduplicator] = Deduplicator
+        if is_async:
+            from dedup.aio.core import AsyncDeduplicator
+
+            wanted = AsyncDeduplicator
         if self.given is not None and not isinstance(self.given, wanted):
             raise ConfigError(
                 f"{owner} needs a {wanted.__name__}, got a {type(self.given).__name__}: pass "

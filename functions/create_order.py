@@ -29,6 +29,7 @@ from dedup import Delivery, Mode
 from dedup.callable_body import strict_callable
 from dedup.http import (
     IdempotentRequest,
+    ensure_firebase_app,
     idempotent_callable,
     idempotent_http,
     problem_response,
@@ -107,6 +108,11 @@ def create_order(call: IdempotentRequest) -> flask.Response:
         content_type="application/json",
         headers={"Location": f"/{ORDERS}/{order_id}"},
     )
+
+
+# firebase-functions verifies a callable's ID token through the default firebase_admin app
+# before the handler runs: it exists from the moment this module is loaded (no network call).
+ensure_firebase_app()
 
 
 @strict_callable  # a malformed body is invalid-argument, not firebase-functions' 500 INTERNAL

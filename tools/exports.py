@@ -67,6 +67,10 @@ def load_main(source: Path = ROOT) -> Any:
             raise DeclarationError(f"no main.py in {source}")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        # main.py imports a function's module on first access: import each exported one now,
+        # so an error its declaration raises is reported as main.py's, like any other.
+        for name in getattr(module, "__all__", ()):
+            getattr(module, name, None)
         return module
     except ConfigError as exc:  # e.g. an asgi_function given a trigger it cannot have
         raise DeclarationError(f"main.py: {exc}") from None

@@ -27,7 +27,8 @@ def ensure_firebase_app() -> None:
     """Create the default firebase_admin app unless it exists (no network call).
 
     ID tokens are verified through it: by `firebase_uid`, and by firebase-functions before a
-    callable's handler runs, which is why main.py calls this at import time.
+    callable's handler runs, which is why a module that declares a callable calls this at
+    import time.
     """
     import firebase_admin
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import cost, report
+from bench import cold, cost, report
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 MODES = ("baseline", "lease", "transaction", "write_only")
@@ -26,6 +26,23 @@ def test_results_hold_every_contract_key() -> None:
     assert not missing, f"bench/results.json lacks {sorted(missing)}: run `make bench`"
     for key in keys:
         assert isinstance(results[key], int | float), key
+
+
+def test_results_hold_the_cold_start_and_client_cpu_keys() -> None:
+    """Each exported function's import time, the client CPU per fresh delivery of every mode
+    and its ratio to the baseline, and how long the run took."""
+    results = json.loads(RESULTS.read_text())
+    functions = sorted(results["cold"]["per_function_import_s"])
+    assert functions == sorted(cold.exported_functions())
+    keys = {f"cold_import_s_{name}" for name in functions}
+    keys |= {f"cpu_us_per_delivery_{mode}" for mode in report.CPU_MODES}
+    keys |= {f"cpu_ratio_{mode}" for mode in ("lease", "lease_noop", "transaction", "write_only")}
+    missing = (keys | {"duration_s"}) - results.keys()
+    assert not missing, f"bench/results.json lacks {sorted(missing)}: run `make bench`"
+    for key in keys:
+        assert isinstance(results[key], int | float), key
+        assert results[key] > 0, key
+    assert results["cold"]["runs"] >= 7
 
 
 def test_every_figure_is_recomputed_from_the_raw_measurements() -> None:

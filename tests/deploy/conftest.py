@@ -45,13 +45,10 @@ def project_copy(tmp_path: Path) -> Path:
 
 def add_function(project: Path, module: str, source: str, name: str) -> None:
     """Add `functions/<module>.py` with `source` to a project copy and export `name` from its
-    main.py, as the README's "Add a function" steps do."""
+    main.py (one line in its `FUNCTIONS`), as the README's "Adding a function" steps do."""
     (project / "functions" / f"{module}.py").write_text(source)
     main = project / "main.py"
     text = main.read_text()
-    text = text.replace(
-        "\nconfigure_logging(",
-        f"\nfrom functions.{module} import {name}  # noqa: E402\n\nconfigure_logging(",
-    )
-    text = text.replace("__all__ = [", f'__all__ = ["{name}", ')
-    main.write_text(text)
+    declared = "FUNCTIONS: dict[str, str] = {\n"
+    assert declared in text, "main.py declares no FUNCTIONS table"
+    main.write_text(text.replace(declared, f'{declared}    "{name}": "functions.{module}",\n'))
