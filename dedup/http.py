@@ -121,6 +121,22 @@ class Problem:
         )
 
 
+def problem_response(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> flask.Response:
+    """An RFC 9457 problem answer (`application/problem+json`) for a handler to return:
+    `{"type": "urn:exactly-once:problem:<slug>", "title", "status", "detail", **extra}` with
+    `status` and `headers`. Returned by an `idempotent_http` handler with a status below 500,
+    it is stored and replayed like any other answer."""
+    return Problem(status, slug, title, detail, headers=headers or {}, extra=extra or {}).response()
+
+
 def _retry_after(seconds: int) -> dict[str, str]:
     return {"Retry-After": str(seconds)}
 
@@ -252,16 +268,20 @@ def settle(
     mode: Mode,
     payload: bytes,
     wait_seconds: float,
+    subject: str | None = None,
 ) -> Settlement:
     """Run `handler` once for (event_id, suffix) or find how an earlier request ended.
 
     The handler's own exceptions propagate (the core has released the lease or counted the
-    attempt first); the dedup errors become a `Settlement`.
+    attempt first); the dedup errors become a `Settlement`. `subject` is recorded for
+    `dedup list --subject` (see `caller_subject`).
     """
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            outcome = runner.run(event_id, suffix, handler, mode=mode, payload=payload)
+            outcome = runner.run(
+                event_id, suffix, handler, mode=mode, payload=payload, subject=subject
+            )
         except (LeaseHeld, LeaseLost):
             if time.monotonic() + WAIT_POLL_SECONDS > deadline:
                 return Settlement(Settled.IN_PROGRESS)
@@ -289,6 +309,13 @@ def _http_config() -> DedupConfig:
 def http_deduplicator() -> Deduplicator:
     """The process's shared deduplicator for HTTP and callable functions (see `_http_config`)."""
     return default_deduplicator(_http_config())
+
+
+def caller_subject(uid: str | None) -> str | None:
+    """The `subject` of an HTTP or callable request's record: `users/<uid>` of a signed-in
+    caller, so `dedup list --subject users/<uid>` lists that user's requests (with the records
+    of any trigger on their `users/<uid>` document); None for an anonymous endpoint."""
+    return None if uid is None else f"users/{uid}"
 
 
 def _runner_for(
@@ -430,6 +457,7 @@ def idempotent_http(
                     mode=mode,
                     payload=payload,
                     wait_seconds=wait_seconds,
+                    subject=caller_subject(uid),
                 )
             except _ServerError as error:
                 return error.response
@@ -653,6 +681,7 @@ def idempotent_callable(
                     mode=mode,
                     payload=canonical_json(rest),
                     wait_seconds=wait_seconds,
+                    subject=caller_subject(uid),
                 )
             except _CallableFailed as failed:
                 raise failed.error from None
