@@ -23,6 +23,7 @@ ROWS = (
 """The demo's table: one row per function of main.py, in this order."""
 
 
+@pytest.mark.timeout(600)  # a whole story, through the Functions emulator too: minutes
 def test_demo_story_has_exactly_once_effects(tmp_path: Path) -> None:
     """Every function's effects equal the expected count, and every delivery was acknowledged,
     although each event was delivered four times at once and failed copies were retried."""

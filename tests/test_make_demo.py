@@ -94,6 +94,7 @@ def table_rows(output: str) -> dict[str, str]:
     return found
 
 
+@pytest.mark.timeout(DEMO_TIMEOUT_SECONDS + 60)
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_demo_as_typed_in_a_checkout_with_every_port_moved(tmp_path: Path) -> None:
     """`make demo` in the copy exits 0, and its table, readable at 100 columns, has one row
