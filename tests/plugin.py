@@ -125,12 +125,24 @@ def other_user(auth_host: str) -> User:
     return sign_up(auth_host)
 
 
+_LOADED: dict[tuple[str, str, str], FlaskClient] = {}
+"""Functions of sources other than main.py, loaded once per session: a file's decorators
+register its suffixes when it is imported, which an instance does once (main.py's functions
+live in modules Python imports once anyway)."""
+
+
 def _served(signature_type: str) -> Callable[..., FlaskClient]:
     def make(name: str, source: str = MAIN) -> FlaskClient:
+        key = (name, str(source), signature_type)
+        if key in _LOADED:
+            return _LOADED[key]
         app = functions_framework.create_app(
-            target=name, source=source, signature_type=signature_type
+            target=name, source=str(source), signature_type=signature_type
         )
-        return app.test_client()
+        client = app.test_client()
+        if str(source) != MAIN:
+            _LOADED[key] = client
+        return client
 
     return make
 
