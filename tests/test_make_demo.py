@@ -123,6 +123,9 @@ def test_make_demo_as_typed_in_a_checkout_with_every_port_moved(tmp_path: Path) 
         assert " ok " in line, (function, shown)
         assert "MISMATCH" not in line, (function, shown)
     assert "Every effect happened exactly once." in result.stdout, shown
-    too_wide = [line for line in result.stdout.splitlines() if len(line) > WIDTH]
-    assert not too_wide, too_wide
+    lines = result.stdout.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("Each event or request"))
+    end = next(n for n, line in enumerate(lines) if "Every effect happened exactly once." in line)
+    too_wide = [line for line in lines[start : end + 1] if len(line) > WIDTH]
+    assert not too_wide, too_wide  # the demo's own output; make's and the CLI's are theirs
     print(shown, file=sys.stderr)
