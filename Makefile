@@ -69,10 +69,11 @@ $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
 	cd $(FIREBASE_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# The Cloud Tasks emulator starts only beside the Functions emulator (firebase-tools); the demo
-# switches the latter's background triggers off, since it delivers every event itself.
+# The Functions emulator serves the HTTP and callable functions the demo calls with the Auth
+# emulator's ID tokens (the Cloud Tasks emulator starts only beside it, firebase-tools); the demo
+# switches its background triggers off, since it delivers every event itself.
 demo: install ## The main job: the scripted story on the local emulators, checked row by row.
-	$(EMULATORS) exec --only firestore,pubsub,functions,tasks -- $(PY) -m demo
+	$(EMULATORS) exec --only firestore,pubsub,auth,functions,tasks -- $(PY) -m demo
 
 # T= a test file, folder or node id; K= a name expression (pytest -k): `make test T=tests/cli K=purge`
 T ?=
@@ -97,9 +98,9 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
 	  tools/deploy.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
+# Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
-	$(VENV)/bin/ruff check --fix .
-	$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .; findings=$$?; $(VENV)/bin/ruff format . && exit $$findings
 
 check: lint test ## What CI runs.
 

@@ -30,6 +30,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from dedup.outbox import enqueue, enqueue_task
 from demo.events import firestore_event, pubsub_event
+from demo.http_story import CALLABLE, HTTP, LineScene, Outcome, play_orders
 from demo.platform import DeliveryLog, deliver_at_least_once
 from demo.pubsub import ensure_topic, pull_all
 from demo.receiver import Receiver, running_receiver
@@ -66,11 +67,14 @@ class Row:
     detail: str
     undelivered: int
     """Copies still failing when the retry budget ran out."""
+    problems: tuple[str, ...] = ()
+    """The row's other checks that failed (an answer that disagrees with the effect, say)."""
 
     @property
     def ok(self) -> bool:
-        """Effects match the expectation and every delivery was eventually acknowledged."""
-        return self.effects == self.expected and not self.undelivered
+        """Effects match the expectation, every delivery was eventually acknowledged, and the
+        row's other checks held."""
+        return self.effects == self.expected and not self.undelivered and not self.problems
 
 
 class Story:
@@ -94,6 +98,9 @@ class Story:
         self.expected_orders = 0
         self.expected_indexed = 0
         self.relayed_tasks = 0
+        self.outcomes: dict[str, Outcome] = {}
+        self.line: LineScene | None = None
+        self.line_published: list[Any] = []
 
     # --- the platform's side ------------------------------------------------------------------
 
@@ -247,6 +254,19 @@ class Story:
         self.save_post_for_search("s4")
         self.dispatch_tasks()
 
+        self.outcomes[HTTP.function] = play_orders(self.db, HTTP)
+        self.outcomes[CALLABLE.function] = play_orders(self.db, CALLABLE)
+        self.line = LineScene(PROJECT, self.db)
+        for message in self.line.play():  # the platform delivers each one to forward_webhook
+            self.expected_webhooks += 1
+            attributes = dict(message.attributes)
+            event = pubsub_event(
+                "webhooks", message.data, project=PROJECT, message_id=message.message_id,
+                attributes=attributes,
+            )  # fmt: skip
+            self._deliver("forward_webhook", event)
+            self.line_published.append(message)
+
     # --- the count ------------------------------------------------------------------------------
 
     def relayed_orders(self) -> list[str]:
@@ -300,15 +320,39 @@ class Story:
                 if "s3" not in {d.get("postId") for d in tasks.values()}
                 else "the rolled-back post s3 was enqueued",
             ),
+            *self.http_rows(),
         ]
 
+    def http_rows(self) -> list[Row]:
+        """The rows of the functions the Functions emulator served (`demo.http_story`)."""
+        outcomes = dict(self.outcomes)
+        if self.line is not None:
+            keys = [a.idempotency_key or "" for a in self.receiver.applied("/webhooks/line")]
+            outcomes["receive_line_webhook"] = self.line.outcome(self.line_published, keys)
+        return [
+            _outcome_row(name, outcome.log, outcome.effects, outcome.expected, outcome.detail,
+                         outcome.problems)
+            for name, outcome in outcomes.items()
+        ]  # fmt: skip
+
     def _row(self, function: str, effects: int, expected: int, detail: str) -> Row:
-        log = self.logs[function]
-        failed = sum(n for status, n in log.statuses.items() if not 200 <= status < 300)
-        return Row(
-            function, log.events, log.deliveries, failed, effects, expected, detail,
-            len(log.undelivered),
-        )  # fmt: skip
+        return _outcome_row(function, self.logs[function], effects, expected, detail, [])
+
+
+def _outcome_row(
+    function: str,
+    log: DeliveryLog,
+    effects: int,
+    expected: int,
+    detail: str,
+    problems: list[str],
+) -> Row:
+    failed = sum(n for status, n in log.statuses.items() if not 200 <= status < 300)
+    shown = "; ".join(problems) if problems else detail
+    return Row(
+        function, log.events, log.deliveries, failed, effects, expected, shown,
+        len(log.undelivered), tuple(problems),
+    )  # fmt: skip
 
 
 def _distance(before: Counter[str], after: Counter[str]) -> int:

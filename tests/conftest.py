@@ -25,29 +25,19 @@ import inspect
 import os
 import subprocess
 import types
-from collections.abc import Iterator
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 import requests
 from google.cloud import firestore
 
-from demo.receiver import Receiver, running_receiver
 from tests import emulator_env
-from tools import firebase_dotenv
+from tests.plugin import receiver_port
+
+pytest_plugins = ("tests.plugin",)
+"""The fixtures of HTTP, callable and task function tests (`user`, `http_function`,
+`receiver`...), for every test under tests/: see tests/plugin.py."""
 
 PROJECT = emulator_env.PROJECT
-ENV_LOCAL = Path(__file__).resolve().parent.parent / ".env.local"
-
-
-def receiver_port(env_local: Path = ENV_LOCAL) -> int:
-    """The port `.env.local`'s NOTIFY_URL points the emulator's functions at (8765 as shipped).
-
-    The test receiver listens there, so moving it is one edit of `.env.local`.
-    """
-    url = firebase_dotenv.parse(env_local.read_text())[0].get("NOTIFY_URL", "")
-    return urlsplit(url).port or 8765
 
 
 RECEIVER_PORT = receiver_port()
@@ -202,20 +192,3 @@ def emulator_triggers(request: pytest.FixtureRequest) -> None:
         response = requests.put(f"http://{hub}/functions/disableBackgroundTriggers", timeout=120)
         if response.status_code != 400:  # 400: the Functions emulator is not running
             response.raise_for_status()
-
-
-@pytest.fixture(scope="session")
-def session_receiver() -> Iterator[Receiver]:
-    """The HTTP receiver the functions deliver to, on the port `.env.local` names."""
-    try:
-        with running_receiver(RECEIVER_PORT) as receiver:
-            yield receiver
-    except OSError as exc:
-        pytest.exit(f"port {RECEIVER_PORT} for the test receiver is taken: {exc}", returncode=2)
-
-
-@pytest.fixture
-def receiver(session_receiver: Receiver) -> Receiver:
-    """The receiver, emptied of earlier tests' requests and faults."""
-    session_receiver.reset()
-    return session_receiver

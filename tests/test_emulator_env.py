@@ -33,7 +33,8 @@ def test_each_missing_or_wrong_variable_is_named() -> None:
         {**GOOD, "FIRESTORE_EMULATOR_HOST": "127.0.0.1:9999", "GOOGLE_CLOUD_PROJECT": "my-project"}
     )
     assert len(wrong) == 2
-    assert "firebase.json puts that emulator at 127.0.0.1:8080" in wrong[0]
+    firestore = GOOD["FIRESTORE_EMULATOR_HOST"]
+    assert f"firebase.json puts that emulator at {firestore}" in wrong[0]
     assert "GOOGLE_CLOUD_PROJECT is 'my-project'" in wrong[1]
 
 

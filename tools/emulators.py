@@ -7,6 +7,8 @@ Usage (the Makefile calls these; run them by hand the same way):
     venv/bin/python tools/emulators.py start                # emulators in the foreground (Ctrl-C)
     eval "$(venv/bin/python tools/emulators.py env)"        # this shell talks to the emulators
     venv/bin/python tools/emulators.py firebase ARGS...     # the pinned Firebase CLI, same env
+    venv/bin/python tools/emulators.py token                # a new Auth-emulator user's ID token
+    venv/bin/python tools/emulators.py url NAME             # the URL of function NAME, served
 
 What it takes care of:
 
@@ -35,8 +37,9 @@ What it takes care of:
   that declares no trigger, stops it before it starts, with one line naming the function.
 * ``env`` prints the exports that point a shell at the running emulators
   (``FIRESTORE_EMULATOR_HOST``, ``PUBSUB_EMULATOR_HOST``, ``FIREBASE_EMULATOR_HUB``,
-  ``GCLOUD_PROJECT`` and ``GOOGLE_CLOUD_PROJECT``, from ``firebase.json``), and the Java and
-  emulator-binary settings the CLI is run with.
+  ``FIREBASE_AUTH_EMULATOR_HOST``, ``CLOUD_TASKS_EMULATOR_HOST``, ``GCLOUD_PROJECT`` and
+  ``GOOGLE_CLOUD_PROJECT``, from ``firebase.json``), and the Java and emulator-binary settings
+  the CLI is run with.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,6 +78,8 @@ HOST_VARIABLES = {
     "firestore": "FIRESTORE_EMULATOR_HOST",
     "pubsub": "PUBSUB_EMULATOR_HOST",
     "hub": "FIREBASE_EMULATOR_HUB",
+    "auth": "FIREBASE_AUTH_EMULATOR_HOST",
+    "tasks": "CLOUD_TASKS_EMULATOR_HOST",
 }
 """The variable that points a client library at each emulator of firebase.json."""
 
@@ -373,6 +379,34 @@ def emulator_exports() -> dict[str, str]:
     return exports
 
 
+REGION = "us-central1"
+
+
+def function_url(name: str) -> str:
+    """The URL at which the running Functions emulator serves HTTP or callable function `name`
+    (its host and port from firebase.json)."""
+    host, port = configured_ports()["functions"]
+    return f"http://{host}:{port}/{PROJECT}/{REGION}/{name}"
+
+
+def new_id_token() -> str:
+    """The ID token of a new anonymous user of the running Auth emulator (firebase.json's
+    port), signed up through its REST API as a client SDK does; valid for an hour."""
+    host, port = configured_ports()["auth"]
+    url = f"http://{host}:{port}/identitytoolkit.googleapis.com/v1/accounts:signUp?key=fake-key"
+    request = urllib.request.Request(
+        url, data=b'{"returnSecureToken": true}', headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return str(json.load(answer)["idToken"])
+    except OSError as error:
+        raise SetupError(
+            f"the Auth emulator does not answer at {host}:{port} ({error}): start the emulators "
+            "with `make emulators` in another shell"
+        ) from None
+
+
 def remove_stale_manifest() -> None:
     """Delete a functions.yaml that an interrupted deploy left; refuse a hand-written one."""
     manifest = ROOT / "functions.yaml"
@@ -402,7 +436,7 @@ def refuse_async_functions() -> None:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point; see the module docstring."""
-    if not argv or argv[0] not in {"exec", "start", "env", "firebase"}:
+    if not argv or argv[0] not in {"exec", "start", "env", "firebase", "token", "url"}:
         print(__doc__, file=sys.stderr)
         return 2
     command, rest = argv[0], list(argv[1:])
@@ -413,6 +447,14 @@ def main(argv: Sequence[str]) -> int:
             return 0
         if command == "firebase":
             return run_firebase(rest)
+        if command == "token":
+            print(new_id_token())
+            return 0
+        if command == "url":
+            if len(rest) != 1:
+                raise SetupError("`url` needs a function name: tools/emulators.py url create_order")
+            print(function_url(rest[0]))
+            return 0
         only = EMULATORS
         if rest[:1] == ["--only"] and len(rest) > 1:
             only, rest = rest[1], rest[2:]

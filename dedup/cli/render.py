@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -84,9 +85,20 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
 
+PIPED_WIDTH = 1000
+"""The width of a table written to a pipe or a file (COLUMNS unset): wide enough that no
+key is cut, as a script reading the output needs whole keys."""
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A rich console on click's current stream; markup off, as keys may contain brackets."""
-    return Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+    """A rich console on click's current stream; markup off, as keys may contain brackets.
+
+    On a terminal, the terminal's width; piped (and COLUMNS unset), `PIPED_WIDTH`, so keys
+    stay whole (tables are as wide as their content, never padded to the width)."""
+    shown = Console(stderr=stderr, markup=False, emoji=False, highlight=False)
+    if not shown.is_terminal and "COLUMNS" not in os.environ:
+        shown.width = PIPED_WIDTH
+    return shown
 
 
 def cell(value: object) -> Text:

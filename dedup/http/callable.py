@@ -20,6 +20,7 @@ from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, failure_problem
 from dedup.http.replay import (
     Settled,
     Settlement,
+    caller_subject,
     settle,
 )
 from dedup.idempotency import (
@@ -162,6 +163,7 @@ def _settle_call(
             mode=admitted.mode,
             payload=canonical_json(rest),
             wait_seconds=wait_seconds,
+            subject=caller_subject(uid),
         )
     except _CallableFailed as failed:
         raise failed.error from None

@@ -17,7 +17,7 @@ from dedup.entrance import HTTP, Entrance, gate
 from dedup.errors import ConfigError, TerminalError
 from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
 from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, Problem, failure_problem, retry_after
-from dedup.http.replay import Settled, Settlement, replay, settle, stored_answer
+from dedup.http.replay import Settled, Settlement, caller_subject, replay, settle, stored_answer
 from dedup.idempotency import (
     HEADER,
     REPLAYED_HEADER,
@@ -174,6 +174,7 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
             mode=admitted.mode,
             payload=payload,
             wait_seconds=rules.wait_seconds,
+            subject=caller_subject(uid),
         )
     except _ServerError as error:
         return error.response

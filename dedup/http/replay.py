@@ -104,8 +104,10 @@ def settle(
     mode: Mode,
     payload: bytes,
     wait_seconds: float,
+    subject: str | None = None,
 ) -> Settlement:
     """Run `handler` once for (event_id, suffix) or find how an earlier request ended.
+    `subject` is recorded for `dedup list --subject` (see `caller_subject`).
 
     The handler's own exceptions propagate (the core has released the lease or counted the
     attempt first), except a terminal failure, which ends the record as failed and becomes a
@@ -124,7 +126,9 @@ def settle(
     while True:
         try:
             with continued(from_current_request()):  # the caller's trace, from the headers
-                outcome = runner.run(event_id, suffix, watched, mode=mode, payload=payload)
+                outcome = runner.run(
+                    event_id, suffix, watched, mode=mode, payload=payload, subject=subject
+                )
         except (LeaseHeld, LeaseLost):
             if time.monotonic() + WAIT_POLL_SECONDS > deadline:
                 return Settlement(Settled.IN_PROGRESS)
@@ -158,6 +162,13 @@ def _recorded(runner: Deduplicator, event_id: str, suffix: str, *, replayed: boo
     if record is not None and record.state is State.FAILED:
         return Settlement(Settled.FAILED, error=record.last_error, replayed=replayed)
     return Settlement(Settled.COMPLETED, record.result if record is not None else None)
+
+
+def caller_subject(uid: str | None) -> str | None:
+    """The `subject` of an HTTP or callable request's record: `users/<uid>` of a signed-in
+    caller, so `dedup list --subject users/<uid>` lists that user's requests (with the records
+    of any trigger on their `users/<uid>` document); None for an anonymous endpoint."""
+    return None if uid is None else f"users/{uid}"
 
 
 def http_deduplicator() -> Deduplicator:

@@ -153,6 +153,18 @@ def test_list_keeps_each_key_on_one_line_at_80_columns(
     assert f"{event_id}-forward_webhook" in result.stdout
 
 
+def test_list_piped_keeps_whole_keys_of_any_length(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """Piped (no terminal, COLUMNS unset), the table is not cut to 80 columns: a key longer
+    than a terminal line is printed whole, on one line, for the script reading it."""
+    event_id = "Xq7" * 20 + ":0b5c6b0e-5f0c-4d55-9d0c-3c8f6a1e2b7d"
+    records.write(firestore_client, [record_fields(event_id, "create_order", age=DAY)])
+    result = invoke("list", env={"COLUMNS": None})
+    assert result.exit_code == 0, result.output
+    assert f"{event_id}-create_order" in result.stdout
+
+
 def test_list_of_nothing_says_so(invoke: Invoke) -> None:
     """An empty result is a sentence, and an empty JSON array for scripts."""
     assert "no records" in invoke("list").stdout

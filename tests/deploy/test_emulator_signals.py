@@ -35,8 +35,9 @@ def shift_ports(project: Path) -> dict[str, int]:
         if isinstance(settings, dict) and "port" in settings:
             settings["port"] += SHIFT
             ports[name] = settings["port"]
-    config["emulators"]["firestore"]["websocketPort"] = 9150 + SHIFT
-    ports["firestore websocket"] = 9150 + SHIFT
+    firestore = config["emulators"]["firestore"]
+    firestore["websocketPort"] = firestore.get("websocketPort", 9150) + SHIFT
+    ports["firestore websocket"] = firestore["websocketPort"]
     (project / "firebase.json").write_text(json.dumps(config, indent=2))
     return ports
 

@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "docs" / "operations.md"
 EVENT_ID = "4242"
 """What the runbook's EVENT_ID stands for: the event of the stuck and the poisoned record."""
+UID = "ann"
+"""What the runbook's UID stands for: the signed-in caller of an HTTP request (KEY is its
+Idempotency-Key, EVENT_ID's value)."""
 
 
 def function_suffixes() -> set[str]:
@@ -67,6 +70,8 @@ def seed(db: firestore.Client) -> None:
             # Cleaning up: records older than the retention.
             record_fields("4246", "sync_published_count", age=10 * day),
             record_fields("4247", "send_post_notification", age=8 * day),
+            # Find the record of an HTTP request: ann's order with Idempotency-Key 4242.
+            record_fields(f"{UID}:{EVENT_ID}", "create_order", subject=f"users/{UID}"),
         ],
     )
 
@@ -83,7 +88,8 @@ def test_the_runbook_has_commands() -> None:
 def test_runbook_command_works_as_typed(command: str, firestore_client: firestore.Client) -> None:
     """The command exits 0, names only real suffixes, and shows the records it is about."""
     seed(firestore_client)
-    args = shlex.split(command.replace("EVENT_ID", EVENT_ID).replace("KEY", EVENT_ID))[1:]
+    typed = command.replace("EVENT_ID", EVENT_ID).replace("KEY", EVENT_ID).replace("UID", UID)
+    args = shlex.split(typed)[1:]
     named = {args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--suffix"}
     if args[0] == "show" and len(args) > 2 and not args[2].startswith("-"):
         named.add(args[2])

@@ -10,85 +10,39 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import requests
-
+from demo.clients import (
+    AUTH_ENV,
+    LINE_SECRET,
+    User,
+    line_body,
+    line_headers,
+    new_key,
+    order_headers,
+    sign_up,
+)
 from demo.serve import ROOT, free_port
-from functions.receive_line_webhook import signature
 
-AUTH_ENV = "FIREBASE_AUTH_EMULATOR_HOST"
-LINE_SECRET = "test-line-channel-secret"
-"""The channel secret `.secret.local` gives the Functions emulator (and the tests give theirs)."""
+__all__ = [
+    "AUTH_ENV",
+    "LINE_SECRET",
+    "HttpServer",
+    "User",
+    "http_server",
+    "line_body",
+    "line_headers",
+    "new_key",
+    "order_headers",
+    "problem",
+    "sign_up",
+]
+
 FUNCTIONS_FRAMEWORK = Path(sys.executable).parent / "functions-framework"
-
-
-@dataclass(frozen=True)
-class User:
-    """A user of the Auth emulator with a fresh ID token."""
-
-    uid: str
-    id_token: str
-
-    @property
-    def bearer(self) -> dict[str, str]:
-        """The Authorization header of this user's requests."""
-        return {"Authorization": f"Bearer {self.id_token}"}
-
-
-def sign_up(auth_host: str) -> User:
-    """A new anonymous user of the Auth emulator (its REST API, as a client SDK signs up)."""
-    response = requests.post(
-        f"http://{auth_host}/identitytoolkit.googleapis.com/v1/accounts:signUp?key=fake-key",
-        json={"returnSecureToken": True},
-        timeout=30,
-    )
-    response.raise_for_status()
-    body = response.json()
-    return User(body["localId"], body["idToken"])
-
-
-def new_key() -> str:
-    """A fresh Idempotency-Key."""
-    return str(uuid.uuid4())
-
-
-def order_headers(user: User | None, key: str | None) -> dict[str, str]:
-    """Headers of a JSON request by `user` (None: no token) with `key` (None: no header)."""
-    headers = {"Content-Type": "application/json"}
-    if user is not None:
-        headers.update(user.bearer)
-    if key is not None:
-        headers["Idempotency-Key"] = key
-    return headers
-
-
-def line_body(*event_ids: str, redelivery: bool = False) -> bytes:
-    """A LINE webhook body with one message event per id."""
-    events = [
-        {
-            "type": "message",
-            "mode": "active",
-            "timestamp": 1700000000000,
-            "source": {"type": "user", "userId": "U" + "0" * 32},
-            "webhookEventId": event_id,
-            "deliveryContext": {"isRedelivery": redelivery},
-            "message": {"id": event_id[-8:], "type": "text", "text": f"hello {event_id}"},
-            "replyToken": "r" * 32,
-        }
-        for event_id in event_ids
-    ]
-    return json.dumps({"destination": "U" + "1" * 32, "events": events}).encode()
-
-
-def line_headers(body: bytes, secret: str = LINE_SECRET) -> dict[str, str]:
-    """The headers LINE sends with `body`, signed with `secret`."""
-    return {"Content-Type": "application/json", "X-Line-Signature": signature(body, secret)}
 
 
 def problem(response: Any) -> dict[str, Any]:

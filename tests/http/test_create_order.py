@@ -250,3 +250,25 @@ def test_30_concurrent_requests_with_one_key_place_one_order(
     assert len(set(created)) == 1
     [order] = orders(firestore_client)
     assert order["id"] == created[0]
+
+
+def test_dedup_list_finds_a_callers_requests_by_users_uid(
+    api: FlaskClient, user: User, other_user: User, firestore_client: firestore.Client
+) -> None:
+    """Each request's record carries the subject `users/<uid>`: `dedup list --subject
+    users/<uid>` lists that caller's requests, and only theirs (an operator knows the uid)."""
+    from click.testing import CliRunner
+
+    from dedup.cli import cli
+
+    key = new_key()
+    assert post(api, user, key).status_code == 201
+    assert post(api, other_user, new_key()).status_code == 201
+    listed = CliRunner(env={"COLUMNS": "200"}).invoke(
+        cli,
+        ["--project", firestore_client.project, "list", "--subject", f"users/{user.uid}", "--json"],
+    )
+    assert listed.exit_code == 0, listed.output
+    [record] = json.loads(listed.stdout)
+    assert record["subject"] == f"users/{user.uid}"
+    assert record["key"].startswith(f"{user.uid}:{key}")

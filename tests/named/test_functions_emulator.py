@@ -22,7 +22,7 @@ from tests.named.functions import NAMED_DATABASE
 from tests.named.probe import PROBE_MARK
 
 PORT_SHIFT = 1000
-"""Moves 8080 to 9080 and so on: free of the suite's emulators and of the receiver (8765)."""
+"""Moves every port of firebase.json up by 1000: free of the suite's emulators and receiver."""
 
 PROBED = f'''"""Counts the orders of the named database {NAMED_DATABASE} (a throwaway function)."""
 
