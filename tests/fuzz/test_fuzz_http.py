@@ -45,10 +45,11 @@ from demo.pubsub import ensure_topic
 from demo.receiver import Receiver
 from demo.tasks import task_dispatch
 from functions.index_post import FUNCTION_ID, search_index_url
+from functions.receive_line_webhook import signature
 from tests.conftest import PROJECT, RECEIVER_URL
 from tests.functions.conftest import MAIN
 from tests.fuzz.test_fuzz_boundary import Stats, stuck_records
-from tests.http.support import AUTH_ENV, LINE_SECRET, User, line_body, sign_up, signature
+from tests.http.support import AUTH_ENV, LINE_SECRET, User, line_body, sign_up
 
 EXAMPLES = int(os.environ.get("FUZZ_HTTP_EXAMPLES", "200"))
 SEED = int(os.environ.get("FUZZ_SEED", "2026"))
