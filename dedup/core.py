@@ -58,6 +58,12 @@ class DeduplicatorBase:
         self.step_hook: StepHook | None = None
         """Called with each `Step` a delivery reaches (crash tests, tracing); None: nothing."""
 
+    def record_key(self, event_id: str | None, suffix: str) -> str:
+        """The document id of the record of (event_id, suffix) in this config's key layout:
+        the one place it is computed, for every mode and trigger kind. Raises
+        `MissingEventId`/`InvalidSuffix` for a bad key."""
+        return dedup_key(event_id, suffix, self.config.key_layout)
+
     def begin(
         self,
         io: FlowIO,
@@ -77,8 +83,8 @@ class DeduplicatorBase:
         `MissingEventId`/`InvalidSuffix` for a bad key, `PayloadMismatch` for a cached key
         under that policy. `same_database`: the event came from the records' database (the
         self-trigger guard applies only then)."""
-        key = dedup_key(event_id, suffix, self.config.key_layout)
-        assert event_id is not None  # dedup_key rejects a missing id
+        key = self.record_key(event_id, suffix)
+        assert event_id is not None  # record_key rejects a missing id
         fingerprint = None
         if payload is not None:
             raw = payload.encode("utf-8") if isinstance(payload, str) else payload

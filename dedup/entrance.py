@@ -13,8 +13,9 @@ The configuration of the process is read from the environment once, by the proce
 deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
 the start-up checks use it.
 
-The record key of a delivery, in the configured layout, is `record_key(deduplicator, ...)`
-for every trigger kind (the flows compute the same from the same config).
+The record key of a delivery, in the configured layout, is computed in one place,
+`DeduplicatorBase.record_key`: the flows of every mode call it, and `record_key(deduplicator,
+...)` here is the same call for the trigger kinds that read a record back (HTTP replays).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dedup.config import DedupConfig
 from dedup.core import Deduplicator, default_deduplicator
 from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
-from dedup.keys import dedup_key, validate_suffix
+from dedup.keys import validate_suffix
 from dedup.record import Mode
 from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
 
@@ -110,8 +111,8 @@ def shared_deduplicator(kind: TriggerKind, config: DedupConfig | None = None) ->
 
 def record_key(deduplicator: AnyDeduplicator, event_id: str, suffix: str) -> str:
     """The document id of the record of (event_id, suffix) in the deduplicator's key layout:
-    the one place every trigger kind computes it."""
-    return dedup_key(event_id, suffix, deduplicator.config.key_layout)
+    `DeduplicatorBase.record_key`, which the flows of every mode use too."""
+    return deduplicator.record_key(event_id, suffix)
 
 
 def owner_of(handler: Callable[..., Any]) -> str:
