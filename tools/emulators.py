@@ -458,10 +458,11 @@ def main(argv: Sequence[str]) -> int:
         only = EMULATORS
         if rest[:1] == ["--only"] and len(rest) > 1:
             only, rest = rest[1], rest[2:]
-        check_ports_free()
+        # The project's own faults first: they are refused whether or not the ports are free.
         remove_stale_manifest()
         if "functions" in only.split(","):
             refuse_async_functions()
+        check_ports_free()
         base = ["--project", PROJECT, "--only", only]
         if command == "start":
             code = run_firebase(["emulators:start", *base])
