@@ -8,9 +8,10 @@ HTTP functions (`create_order`, `create_order_callable`, `receive_line_webhook`)
 request (`FUNCTION_SIGNATURE_TYPE=http`) and refuse malformed requests themselves, with
 problem+json (`dedup.http`, docs/http.md).
 
-`set_global_options` below is the one declaration of the functions' runtime shape: both deploy
-paths read it from the manifest the SDK builds from this file (`tools/deploy.py`, docs/deploy.md).
-It must come before the functions are declared: their decorators copy it.
+The functions' runtime shape (memory, CPU, concurrency, instances, timeout) is declared once,
+by `set_global_options` in `functions/__init__.py`: both deploy paths read it from the manifest
+the SDK builds from this file (`tools/deploy.py`, docs/deploy.md). The package runs it before
+any function module is declared, whichever is imported first (their decorators copy it).
 
 `index_post` is a task-queue function (an HTTP function Cloud Tasks calls, signature `http`),
 deployed as `indexPost`: its name is its queue's id, which may not hold "_". Both names refer
@@ -29,21 +30,11 @@ import os
 from typing import Any
 
 import functions_framework
-from firebase_functions import options
 
-options.set_global_options(
-    memory=options.MemoryOption.MB_512,
-    cpu=1,
-    concurrency=80,
-    min_instances=0,
-    max_instances=10,
-    timeout_sec=50,  # DEDUP_LEASE_SECONDS (60) must be >= this + DEDUP_RPC_TIMEOUT_SECONDS (10)
-)
-
-from dedup.logs import configure_logging  # noqa: E402
-from functions.boundary import install_boundary  # noqa: E402
-from functions.observability import configure_telemetry  # noqa: E402
-from functions.runtime import check_function_settings, refuse_unsafe_settings  # noqa: E402
+from dedup.logs import configure_logging
+from functions.boundary import install_boundary
+from functions.observability import configure_telemetry
+from functions.runtime import check_function_settings, refuse_unsafe_settings
 
 FUNCTIONS: dict[str, str] = {
     "create_order": "functions.create_order",

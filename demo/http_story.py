@@ -77,9 +77,12 @@ class Outcome:
     problems: list[str]
 
 
-def _send(post: Callable[[], requests.Response], log: DeliveryLog, done: set[int]) -> Call:
+def _send(
+    post: Callable[[], requests.Response], log: DeliveryLog, done: set[int], *, events: int = 1
+) -> Call:
     """Send one request, and again (same key) while it gets no answer or a status not in `done`
-    (409: the first request still runs); every try is logged."""
+    (409: the first request still runs); every try is logged as a delivery of each of the
+    `events` the request carries (a LINE batch carries several)."""
     call = Call()
     while len(call.statuses) < MAX_TRIES:
         try:
@@ -95,8 +98,8 @@ def _send(post: Callable[[], requests.Response], log: DeliveryLog, done: set[int
                 call.body = response.text
             break
         time.sleep(BACKOFF_SECONDS)
-    log.deliveries += len(call.statuses)
-    log.statuses.update(call.statuses)
+    log.deliveries += events * len(call.statuses)
+    log.statuses.update({status: events * n for status, n in Counter(call.statuses).items()})
     return call
 
 
@@ -206,7 +209,7 @@ class LineScene:
             post = lambda: requests.post(  # noqa: E731
                 url, data=body, headers=line_headers(body), timeout=CLIENT_TIMEOUT_SECONDS
             )
-            return _send(post, self.log, {200})
+            return _send(post, self.log, {200}, events=len(batch))
 
         calls: list[Call] = []
         with ThreadPoolExecutor(max_workers=COPIES) as pool:

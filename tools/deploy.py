@@ -266,7 +266,7 @@ def check_timeouts(manifest: Mapping[str, Any], env: Mapping[str, str]) -> None:
         timeout = endpoint.get("timeoutSeconds")
         if not isinstance(timeout, int):
             raise DeployError(
-                f"{name} declares no timeout: set timeout_sec in main.py's "
+                f"{name} declares no timeout: set timeout_sec in functions/__init__.py's "
                 "options.set_global_options(...) or in the function's decorator."
             )
         try:
