@@ -201,6 +201,23 @@ def _keyed(seen: Observed) -> list[Violation]:
     return found
 
 
+def unanswered_posts(posts_log: str, unanswered_log: str) -> set[str]:
+    """The ids of notification POSTs whose answer never reached their handler: those it logged
+    as unanswered (a timeout, a dropped connection), and those it logged as sent but neither
+    answered nor unanswered, because its process was SIGKILLed first. The receiver may read
+    such a POST after the driver saw the process die, so its arrival can fall after the end of
+    the killed delivery: the sender's own log is the evidence, not the arrival time."""
+    sent: set[str] = set()
+    answered: set[str] = set()
+    for line in posts_log.splitlines():
+        kind, _, post_id = line.partition(" ")
+        if kind == "sent":
+            sent.add(post_id)
+        elif kind == "answered":
+            answered.add(post_id)
+    return set(unanswered_log.split()) | (sent - answered)
+
+
 def effects(seen: Observed) -> int:
     """Effects observed: counter increments plus the receiver's distinct applied keys."""
     return (

@@ -39,7 +39,7 @@ from google.cloud import firestore
 
 from dedup import Record, State
 from demo.receiver import Receiver
-from soak.checks import Observed, RecordView, Violation, check, effects
+from soak.checks import Observed, RecordView, Violation, check, effects, unanswered_posts
 from soak.emulator import ROOT, SoakEmulator, free_port
 from soak.functions import (
     BATCH_COLLECTION,
@@ -48,7 +48,7 @@ from soak.functions import (
     NOTIFY_PATH,
     POST_ID_HEADER,
 )
-from soak.worker import UNANSWERED_FILE, WorkerSettings
+from soak.worker import POSTS_FILE, UNANSWERED_FILE, WorkerSettings
 
 WORDS = ("order", "post", "user", "invoice", "launch", "ticket")
 DELIVERY_TIMEOUT_SECONDS = 60.0
@@ -154,6 +154,8 @@ class Soak:
         self.faults_file.write_text("")
         self.unanswered_file = self.workdir / UNANSWERED_FILE
         self.unanswered_file.write_text("")
+        self.posts_file = self.workdir / POSTS_FILE
+        self.posts_file.write_text("")
         self.emulator = SoakEmulator(self.s.project, self.workdir)
         self.receiver = Receiver()
         self.emulator.start()
@@ -449,7 +451,9 @@ class Soak:
             (a.idempotency_key or "", a.body.decode(), a.arrived)
             for a in self.receiver.applied(NOTIFY_PATH)
         ]
-        unanswered_ids = set(self.unanswered_file.read_text().split())
+        unanswered_ids = unanswered_posts(
+            self.posts_file.read_text(), self.unanswered_file.read_text()
+        )
         unanswered = [
             (a.body.decode(), a.arrived)
             for a in self.receiver.applied(NOTIFY_PATH)

@@ -78,6 +78,11 @@ class Chaos:
     """Called with the `POST_ID_HEADER` of a notification whose answer never reached the
     handler (error, timeout, dropped connection): the receiver may have applied it anyway, and
     the retry repeats it under the same key, the downstream's documented window."""
+    posts: Callable[[str], None] = lambda line: None
+    """Called with `sent <post id>` just before each notification POST and `answered <post
+    id>` when an answer (2xx or not) reached the handler: a POST sent and neither answered nor
+    `unanswered` had a sender that died before the answer (its process was SIGKILLed), even
+    when the receiver read it only after the driver saw the process die."""
 
     def maybe_fail(self, where: str) -> None:
         """Raise `InjectedFailure` with probability `handler_failure_rate`."""
@@ -109,14 +114,17 @@ def handler_for(function: Function, chaos: Chaos, receiver_url: str) -> Callable
                 },
                 method="POST",
             )
+            chaos.posts(f"sent {post_id}")
             try:
                 with urllib.request.urlopen(request, timeout=RECEIVER_TIMEOUT_SECONDS) as answer:
                     answer.read()
             except urllib.error.HTTPError as exc:  # the receiver's answer arrived: a refusal
+                chaos.posts(f"answered {post_id}")
                 raise InjectedFailure(f"receiver did not accept the notification: {exc}") from exc
             except (urllib.error.URLError, OSError) as exc:
                 chaos.unanswered(post_id)
                 raise InjectedFailure(f"receiver did not accept the notification: {exc}") from exc
+            chaos.posts(f"answered {post_id}")
             chaos.maybe_crash("after-effect")
 
         return notify

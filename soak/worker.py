@@ -28,6 +28,9 @@ from soak.functions import BY_NAME, Chaos, InjectedFailure, handler_for
 UNANSWERED_FILE = "unanswered.log"
 """Beside the faults file: the id of each notification POST whose answer its handler never
 got, one per line (see `soak.functions.Chaos.unanswered`)."""
+POSTS_FILE = "posts.log"
+"""Beside the faults file: `sent <id>` before each notification POST, `answered <id>` once its
+answer reached the handler (see `soak.functions.Chaos.posts`)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ def serve(settings: WorkerSettings) -> None:
     """Serve the soak functions on 127.0.0.1:`port` until killed."""
     log = FaultLog(settings.faults_file)
     unanswered = FaultLog(str(Path(settings.faults_file).with_name(UNANSWERED_FILE)))
+    posts = FaultLog(str(Path(settings.faults_file).with_name(POSTS_FILE)))
     interceptor = LostResponses(
         write_rate=settings.lost_response_rate,
         read_rate=settings.read_fault_rate,
@@ -92,6 +96,7 @@ def serve(settings: WorkerSettings) -> None:
             log,
             random.Random(seed),
             unanswered=unanswered,
+            posts=posts,
         )
 
     class Handler(BaseHTTPRequestHandler):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dedup import dedup_key
-from soak.checks import Observed, RecordView, check, effects
+from soak.checks import Observed, RecordView, check, effects, unanswered_posts
 from soak.functions import FUNCTIONS
 
 EVENTS = ["order-1", "post-2"]
@@ -88,6 +88,16 @@ def test_a_repeat_is_excused_when_the_first_answer_never_reached_its_sender() ->
     assert checks_of(clean(notify_applied=thrice, unanswered=[("order-1", 1.0)])) == [
         "repeated without a crash"
     ]
+
+
+def test_a_post_whose_sender_died_before_the_answer_counts_as_unanswered() -> None:
+    """A POST logged as sent and never answered: its process was SIGKILLed before the answer
+    (the receiver may read it after the driver saw the process die). A POST whose answer its
+    handler got, 2xx or not, is never excused that way."""
+    posts = "sent a\nanswered a\nsent b\nsent c\nsent d\nanswered d\n"
+    assert unanswered_posts(posts, "c\n") == {"b", "c"}
+    assert unanswered_posts("", "") == set()
+    assert unanswered_posts("sent a\nanswered a\n", "") == set()
 
 
 def test_a_stuck_lease_too_many_attempts_and_unacknowledged_deliveries_are_violations() -> None:
