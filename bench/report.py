@@ -366,7 +366,7 @@ def _cpu_figures(cpu: dict[str, Any], add: Add) -> None:
 
 
 def _async_figures(results: dict[str, Any], add: Add) -> None:
-    """Async handlers against sync ones, per mode, at concurrency 8 and 80 (issue 14)."""
+    """Async handlers against sync ones, per mode, at concurrency 8 and 80."""
     for level in results["async_throughput"]:
         c = level["concurrency"]
         rates = level["events_per_s"]
@@ -388,7 +388,7 @@ def _async_figures(results: dict[str, Any], add: Add) -> None:
 
 
 def async_markdown(results: dict[str, Any]) -> list[str]:
-    """Events per second of async and sync handlers per mode and concurrency (issue 14)."""
+    """Events per second of async and sync handlers per mode and concurrency."""
     levels = results.get("async_throughput", [])
     if not levels:
         return []

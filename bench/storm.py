@@ -1,4 +1,4 @@
-"""A storm: 50 concurrent copies of each of 20 events over 10 instances (issue 19's protocol).
+"""A storm: 50 concurrent copies of each of 20 events over 10 instances (the storm protocol).
 
 Each instance has its own Firestore client and the sent-keys cache off, so every copy goes to
 Firestore as on instances that never saw the event. The 1,000 copies are released at once;
@@ -10,7 +10,8 @@ apart), every RPC sent (`bench.rpc_count`) per delivery and per copy.
 
 `warm` storms run on the shared emulator, which has served the rest of the benchmark; `cold`
 storms on a Firestore emulator started right before (`demo.own_firestore`), whose first
-seconds under load answer with lock timeouts and deadlines: the store errors of issue 19.
+seconds under load answer with lock timeouts and deadlines: the store errors the storms
+exercise.
 """
 
 from __future__ import annotations

@@ -307,8 +307,8 @@ class Soak:
                 samples.append(message)
             slower_than_lease = ended - started >= self.s.lease_seconds
             # The store refused "sent" until (about) the lease's end, after the POST: the
-            # takeover repeats it under the same key, the documented window (issue 19). The
-            # delivery may end up to one retry pause before lease_seconds have passed.
+            # takeover repeats it under the same key, the documented window (docs/guarantees.md).
+            # The delivery may end up to one retry pause before lease_seconds have passed.
             sent_never_recorded = outcome == "StoreUnavailable" and "could not mark sent" in message
             if chain.function == "notify" and (
                 slower_than_lease or sent_never_recorded or self._overlaps_restart(started, ended)

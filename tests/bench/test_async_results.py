@@ -1,4 +1,4 @@
-"""The committed benchmark results hold the async figures of issue 14."""
+"""The committed benchmark results hold the async handlers' figures."""
 
 from __future__ import annotations
 

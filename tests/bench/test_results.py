@@ -1,4 +1,4 @@
-"""The committed benchmark results keep the contract of issue 15: every key, every figure.
+"""The committed benchmark results keep their contract: every key, every figure.
 
 `make bench` writes bench/results.json; other tools read these keys from outside, so their
 spellings are part of the contract.

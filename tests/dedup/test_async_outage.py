@@ -43,7 +43,7 @@ def _counter(client: firestore.Client) -> dict[str, object] | None:
 def test_store_errors_on_mark_sent_are_retried_not_reported(
     fault: Fault, read_record: ReadRecord, firestore_client: firestore.Client
 ) -> None:
-    """Issue 19, async: when "sent" fails after the handler ran (contention, a deadline, a
+    """Async: when "sent" fails after the handler ran (contention, a deadline, a
     lost response), the delivery keeps trying until it is recorded (the write is fenced), so
     no copy runs the effect again. Commit 1 is the claim, 2 the handler's write."""
     dedup = faulty_async_dedup(nth("Commit", {3, 4, 5}, fault))

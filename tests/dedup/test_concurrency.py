@@ -137,7 +137,7 @@ def test_fifty_threads_write_only_mode_commit_the_effect_once(
     [
         (Mode.LEASE, "sync"),
         (Mode.TRANSACTION, "sync"),
-        *((mode, "async") for mode in Mode),  # issue 14: async handlers, each on its own loop
+        *((mode, "async") for mode in Mode),  # async handlers, each on its own loop
     ],
 )
 def test_four_processes_run_the_handler_once(

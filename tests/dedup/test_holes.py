@@ -156,8 +156,8 @@ def test_invalid_argument_from_a_lease_mode_handler_is_terminal(
 
 def test_an_async_handler_is_never_marked_sent_unawaited() -> None:
     """An `async def` handler must not be marked sent without ever running (its coroutine
-    never awaited): `trigger_once` makes it an `async def` function that awaits it (issue 14,
-    tests/dedup/test_async_modes.py), and the sync `Deduplicator.run` refuses one."""
+    never awaited): `trigger_once` makes it an `async def` function that awaits it
+    (tests/dedup/test_async_modes.py), and the sync `Deduplicator.run` refuses one."""
 
     async def handler(event: object, delivery: AsyncDelivery) -> None:  # pragma: no cover
         raise AssertionError("never called")
@@ -345,7 +345,7 @@ def test_transaction_calls_are_bounded_by_the_rpc_timeout(method: str, firestore
     assert time.monotonic() - started < 45  # well under one library default of 60 s
 
 
-# --- Issue 19: a store error after the effect never runs the effect again ------------------------
+# --- A store error after the effect never runs the effect again ---------------------------------
 
 
 @pytest.mark.parametrize("fault", [Fault.ABORT, Fault.DEADLINE, Fault.LOSE_RESPONSE])
