@@ -47,12 +47,14 @@ def named_probe(
 
 
 def shift_ports(project: Path) -> None:
-    """Move every emulator port of the copy's firebase.json by `PORT_SHIFT`."""
+    """Move every emulator port of the copy's firebase.json by `PORT_SHIFT`, the Firestore
+    emulator's websocket port included."""
     path = project / "firebase.json"
     config = json.loads(path.read_text())
     for settings in config["emulators"].values():
-        if isinstance(settings, dict) and "port" in settings:
-            settings["port"] += PORT_SHIFT
+        for key in ("port", "websocketPort"):
+            if isinstance(settings, dict) and key in settings:
+                settings[key] += PORT_SHIFT
     path.write_text(json.dumps(config, indent=2))
 
 
