@@ -6,7 +6,7 @@ shares). Used by the record stores (`dedup.store`, `dedup.aio.store`); no dedup 
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import AsyncRetry, Retry, if_exception_type
@@ -36,12 +36,23 @@ PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
 
 
 class BoundedTransaction(Transaction):
-    """A `firestore.Transaction` whose begin, commit and rollback are bounded in time.
+    """A `firestore.Transaction` whose begin, commit and rollback are bounded in time, and
+    which begins only when the handler first reads through it.
 
     google-cloud-firestore passes no timeout to these calls (the library's default is 60 s), so
     a Firestore outage would hold a transaction-mode delivery far past `rpc_timeout_seconds`.
     The overrides are the library's own methods (2.34, pinned in requirements.txt) with a
     timeout added; commit is not retried here (a lost response is resolved by reading).
+
+    **Begun on the first read.** A transaction is only needed for reads: its writes (the
+    handler's and the marker, with its precondition) commit atomically in one Commit whether
+    or not a transaction id comes with them. So `_begin` only arms the transaction, and the
+    BeginTransaction call is made when a read first asks for the id (every read of the
+    library does, through `get_transaction_id`). A handler that only writes (an Increment, a
+    set) commits its writes and the marker as one atomic Commit, one round trip fewer; a
+    handler that reads gets the same transaction as before, from its first read on. A begin
+    that fails is the failure of the read that asked for it: the handler raises it, and the
+    delivery records a failed attempt like any other error of the handler's reads.
     """
 
     def __init__(
@@ -55,24 +66,46 @@ class BoundedTransaction(Transaction):
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
         bounded by `timeout` seconds. Begin and commit go through `committer` (`dedup.wire`),
         which also takes plain `Write` messages in `_write_pbs`."""
+        self._armed = False
+        self._retry_id: bytes | None = None
         super().__init__(client, max_attempts=max_attempts)
         self._rpc_timeout = timeout
         self._committer = committer or Committer(client)
 
+    @property
+    def in_progress(self) -> bool:
+        """True once begun, or armed to begin on the first read."""
+        return self._armed or self._id is not None
+
+    @property
+    def id(self) -> bytes | None:
+        """The transaction's id, beginning it now if it is armed (a read is about to use it)."""
+        if self._id is None and self._armed:
+            options = self._options_protobuf(self._retry_id)
+            timeout = self._rpc_timeout
+            begin = sync_retry(timeout)(self._committer.begin)
+            transaction_id: Any = begin(options, timeout=timeout)
+            self._id = transaction_id
+            self._armed = False
+            self._retry_id = self._retry_id or transaction_id  # a retry names the first one
+        return self._id
+
     def _begin(self, retry_id: bytes | None = None) -> None:
         if self.in_progress:
             raise ValueError(f"transaction {self._id!r} has already begun")
-        options = self._options_protobuf(retry_id)
-        timeout = self._rpc_timeout
-        begin = sync_retry(timeout)(self._committer.begin)
-        transaction_id: Any = begin(options, timeout=timeout)
-        self._id = transaction_id
+        self._armed = True
+        self._retry_id = retry_id or self._retry_id
+
+    def _clean_up(self) -> None:
+        super()._clean_up()
+        self._armed = False
 
     def _rollback(self) -> None:
         if not self.in_progress:
             raise ValueError("no transaction is in progress")
         try:
-            self._client._firestore_api.rollback(**rollback_call(self, self._rpc_timeout))
+            if self._id is not None:  # armed, never begun: nothing to roll back
+                self._client._firestore_api.rollback(**rollback_call(self, self._rpc_timeout))
         finally:
             self._clean_up()
 
@@ -80,7 +113,7 @@ class BoundedTransaction(Transaction):
         if not self.in_progress:
             raise ValueError("no transaction is in progress")
         response = self._committer.commit(
-            self._write_pbs, timeout=self._rpc_timeout, transaction=cast(bytes, self._id)
+            self._write_pbs, timeout=self._rpc_timeout, transaction=self._id or b""
         )
         return committed(self, response)
 

@@ -39,14 +39,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from opentelemetry import metrics, trace
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from dedup.delivery import OutcomeKind
 from dedup.errors import InvalidSuffix, MissingEventId
 from dedup.record import Mode, Record
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics
 
 INSTRUMENTATION_NAME = "dedup"
 """The instrumentation scope of the tracer and the meter."""
@@ -150,6 +153,8 @@ class Telemetry:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """Use these providers (default: the global ones); `clock` measures the overhead."""
+        from opentelemetry import metrics  # here: an instance's import stays lighter
+
         self._clock = clock
         self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
         meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=meter_provider)

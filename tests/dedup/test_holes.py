@@ -334,15 +334,48 @@ def test_an_id_with_a_lone_surrogate_maps_to_a_key(
 # --- 10. Transactions are bounded by the RPC timeout ---------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["BeginTransaction", "Commit"])
-def test_transaction_calls_are_bounded_by_the_rpc_timeout(method: str, firestore_host: str) -> None:
+def read_in_transaction(delivery: Delivery) -> None:
+    """A handler body that reads through its transaction (which begins it), then writes."""
+    assert delivery.transaction is not None
+    ref = delivery.client.collection(EFFECTS).document("read-first")
+    ref.get(transaction=delivery.transaction)
+    delivery.transaction.set(ref, {"key": delivery.key})
+
+
+@pytest.mark.parametrize(
+    ("method", "raised"),
+    [("BeginTransaction", api_exceptions.RetryError), ("Commit", StoreUnavailable)],
+)
+def test_transaction_calls_are_bounded_by_the_rpc_timeout(
+    method: str, raised: type[Exception], firestore_host: str
+) -> None:
     """A transaction whose begin or commit hangs gives up after about
-    `rpc_timeout_seconds` (here 2 s), not the client library's 60 s."""
+    `rpc_timeout_seconds` (here 2 s), not the client library's 60 s. A transaction begins at
+    the handler's first read through it, so a begin that fails is that read failing: the
+    handler raises (the library's retry of the begin ran out of time), the record is released
+    for the platform's retry. A commit that fails is the store's (`StoreUnavailable`)."""
     dedup = faulty_dedup(method, set(range(1, 100)), Fault.HANG, rpc_timeout_seconds=2)
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable):
-        dedup.run("e1", "s", Counting(), mode=Mode.TRANSACTION)
+    with pytest.raises(raised):
+        dedup.run("e1", "s", Counting(read_in_transaction), mode=Mode.TRANSACTION)
     assert time.monotonic() - started < 45  # well under one library default of 60 s
+
+
+@pytest.mark.parametrize(("body", "begins"), [(add_effect, 0), (read_in_transaction, 1)])
+def test_a_transaction_begins_at_the_handlers_first_read(
+    body: Callable[[Delivery], None], begins: int, read_record: ReadRecord
+) -> None:
+    """A handler that only writes commits its writes and the marker in one atomic Commit, no
+    BeginTransaction; one that reads gets its transaction at that read. Both commit once."""
+    client = faulty_client(lambda method, n: Fault.PASS)
+    dedup = Deduplicator(DedupConfig(cache_size=0), client=client)
+    handler = Counting(body)
+    assert dedup.run("e1", "s", handler, mode=Mode.TRANSACTION).kind is OutcomeKind.RAN
+    assert dedup.run("e1", "s", handler, mode=Mode.TRANSACTION).kind is OutcomeKind.DUPLICATE
+    calls = client.interceptor.calls
+    assert (calls["BeginTransaction"], calls["Commit"], handler.calls) == (begins, 1, 1)
+    assert calls["Rollback"] == 0
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 
 
 # --- A store error after the effect never runs the effect again ---------------------------------
