@@ -319,7 +319,8 @@ def test_list_finds_unknown_records_and_revive_runs_them_again(
     it back so that the next delivery runs the handler (not ambiguous: a released lease)."""
     dedup = Deduplicator(DedupConfig(max_attempts=3, cache_size=0), client=firestore_client)
     (key,) = records.write(
-        firestore_client, [record_fields("e1", state=State.IN_PROGRESS, lease="expired")]
+        firestore_client,
+        [record_fields("e1", state=State.IN_PROGRESS, lease="expired", age=timedelta(minutes=5))],
     )
     runs: list[Delivery] = []
     skipped = dedup.run("e1", "sendEmail", runs.append, on_ambiguous="skip")
