@@ -23,7 +23,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from dedup.claims import ON_AMBIGUOUS, RERUN
+from dedup.claims import ON_AMBIGUOUS
 from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
 from dedup.runs import SYNC_DELIVERIES, DeliveryKinds, Run
@@ -80,8 +80,3 @@ def arm(
         return answer
 
     run.reconcile = ask
-
-
-def armed(reconcile: object, on_ambiguous: str) -> bool:
-    """Anything to give a run: a `reconcile`, or an `on_ambiguous` other than the default."""
-    return reconcile is not None or on_ambiguous != RERUN

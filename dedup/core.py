@@ -25,7 +25,7 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.ambiguity import Reconcile, arm, armed, check_ambiguity, check_sync_reconcile
+from dedup.ambiguity import Reconcile, arm, check_ambiguity, check_sync_reconcile
 from dedup.blocking import BlockingIO
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DEFAULT_DATABASE, DedupConfig
@@ -261,7 +261,8 @@ class Deduplicator(DeduplicatorBase):
         ("rerun" or "skip"; see `dedup.ambiguity`): outcomes `reconciled` and `ambiguous`.
         """
         mode = Mode(mode)
-        if armed(reconcile, on_ambiguous):
+        choice = reconcile is not None or on_ambiguous != "rerun"
+        if choice:
             check_ambiguity("Deduplicator.run", reconcile, on_ambiguous)
             check_sync_reconcile("Deduplicator.run", reconcile)
         if is_async_handler(handler):
@@ -293,7 +294,7 @@ class Deduplicator(DeduplicatorBase):
             )
             if isinstance(started, Outcome):
                 return started
-            if on_ambiguous != "rerun" or reconcile is not None:
+            if choice:
                 arm(started, store.client, reconcile, on_ambiguous)
             invoke = invoker(started, store.client, observed.timed(handler))
             return drive(settle(started, invoke))

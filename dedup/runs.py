@@ -81,8 +81,23 @@ is_terminal = error_terminal
 """A handler error that no retry can cure (`dedup.claims.error_terminal`)."""
 
 
+class LeaseState:
+    """What only an ambiguous or noting lease-mode delivery sets: the ambiguity choice and the
+    notes. Plain class attributes (not dataclass fields), so a
+    delivery that never sets them pays nothing for them."""
+
+    reconcile: Callable[[], Awaitable[bool | None]] | None = None
+    """Asks whether an earlier attempt produced the effect (`dedup.ambiguity.arm`)."""
+    on_ambiguous: str = RERUN
+    """What an ambiguous take-over does when nothing could tell (`dedup.claims`)."""
+    ambiguous: bool = False
+    """This delivery took over an expired lease (`dedup.claims.takeover_ambiguous`)."""
+    notes: Mapping[str, Any] = NO_NOTES
+    """What was noted for the event so far (the record's `notes`, then this delivery's)."""
+
+
 @dataclass
-class Run:
+class Run(LeaseState):
     """One `Deduplicator.run` call: who it is, what it found, and the instance it runs on."""
 
     config: DedupConfig
@@ -105,14 +120,6 @@ class Run:
     """The last outcome `finish` reported (read by `dedup.telemetry`)."""
     found: Record | None = None
     """The final record a duplicate found (read by `dedup.telemetry`: its trace id)."""
-    reconcile: Callable[[], Awaitable[bool | None]] | None = None
-    """Lease mode: asks whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
-    on_ambiguous: str = RERUN
-    """What an ambiguous take-over does when nothing could tell (`dedup.claims`)."""
-    ambiguous: bool = False
-    """Lease mode: this delivery took over an expired lease (`takeover_ambiguous`)."""
-    notes: Mapping[str, Any] = NO_NOTES
-    """What was noted for the event so far (the record's `notes`, then this delivery's)."""
     owner: str | None = None
     """Lease mode: this delivery's owner token once it holds the lease."""
     token: datetime | None = None
@@ -233,7 +240,7 @@ class Run:
             message += "; payload fingerprint differs from the recorded event's"
         if kind is OutcomeKind.DEAD:
             message += f"; gave up after {self.config.max_attempts} attempts, inspect the record"
-        elif kind in _EXPLAINED:
+        elif kind is OutcomeKind.AMBIGUOUS or kind is OutcomeKind.RECONCILED:
             message += _EXPLAINED[kind]
         logs.log_delivery(
             level,

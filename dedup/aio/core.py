@@ -19,7 +19,7 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
-from dedup.ambiguity import Reconcile, arm, armed, check_ambiguity
+from dedup.ambiguity import Reconcile, arm, check_ambiguity
 from dedup.cache import KeyTurns
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.core import DeduplicatorBase, database_of
@@ -133,7 +133,8 @@ class AsyncDeduplicator(DeduplicatorBase):
         `on_ambiguous` as for `Deduplicator.run`; `reconcile` may be `def` or `async def`
         (awaited), and gets an `AsyncDelivery`.
         """
-        if armed(reconcile, on_ambiguous):
+        choice = reconcile is not None or on_ambiguous != "rerun"
+        if choice:
             check_ambiguity("AsyncDeduplicator.run", reconcile, on_ambiguous)
         if not is_async_handler(handler):
             raise ConfigError(
@@ -163,7 +164,7 @@ class AsyncDeduplicator(DeduplicatorBase):
             )
             if isinstance(started, Outcome):
                 return started
-            if on_ambiguous != "rerun" or reconcile is not None:
+            if choice:
                 arm(started, io.client, reconcile, on_ambiguous, ASYNC_DELIVERIES)
             return await settle(started, _invoker(started, io.client, _timed(observed, handler)))
 
