@@ -6,12 +6,14 @@ shares). Used by the record stores (`dedup.store`, `dedup.aio.store`); no dedup 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 from google.cloud.firestore_v1.transaction import Transaction
+
+from dedup.wire import Committer
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
@@ -42,20 +44,29 @@ class BoundedTransaction(Transaction):
     timeout added; commit is not retried here (a lost response is resolved by reading).
     """
 
-    def __init__(self, client: firestore.Client, *, max_attempts: int, timeout: float) -> None:
+    def __init__(
+        self,
+        client: firestore.Client,
+        *,
+        max_attempts: int,
+        timeout: float,
+        committer: Committer | None = None,
+    ) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
-        bounded by `timeout` seconds."""
+        bounded by `timeout` seconds. Begin and commit go through `committer` (`dedup.wire`),
+        which also takes plain `Write` messages in `_write_pbs`."""
         super().__init__(client, max_attempts=max_attempts)
         self._rpc_timeout = timeout
+        self._committer = committer or Committer(client)
 
     def _begin(self, retry_id: bytes | None = None) -> None:
         if self.in_progress:
             raise ValueError(f"transaction {self._id!r} has already begun")
-        call = begin_call(self, retry_id, self._rpc_timeout)
-        response = self._client._firestore_api.begin_transaction(
-            **call, retry=sync_retry(self._rpc_timeout)
-        )
-        self._id = response.transaction
+        options = self._options_protobuf(retry_id)
+        timeout = self._rpc_timeout
+        begin = sync_retry(timeout)(self._committer.begin)
+        transaction_id: Any = begin(options, timeout=timeout)
+        self._id = transaction_id
 
     def _rollback(self) -> None:
         if not self.in_progress:
@@ -68,7 +79,9 @@ class BoundedTransaction(Transaction):
     def _commit(self) -> list[Any]:
         if not self.in_progress:
             raise ValueError("no transaction is in progress")
-        response = self._client._firestore_api.commit(**commit_call(self, self._rpc_timeout))
+        response = self._committer.commit(
+            self._write_pbs, timeout=self._rpc_timeout, transaction=cast(bytes, self._id)
+        )
         return committed(self, response)
 
 

@@ -27,6 +27,7 @@ from dedup.errors import StoreUnavailable
 from dedup.record import Record
 from dedup.rpc import PRECONDITION_ERRORS, TRANSIENT_ERRORS, BoundedTransaction, sync_retry
 from dedup.transitions import Fields
+from dedup.wire import Committer, create_write, first_update_time, update_write
 
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
@@ -117,7 +118,22 @@ class StoreBase[C]:
 
 
 class RecordStore(StoreBase[firestore.Client]):
-    """The dedup collection of one Firestore client; safe to use from many threads."""
+    """The dedup collection of one Firestore client; safe to use from many threads.
+
+    Its record writes go on the wire directly (`dedup.wire`): the same messages as the
+    client library's, at about half the client CPU."""
+
+    def __init__(
+        self, client: firestore.Client, collection: str, *, rpc_timeout_seconds: float = 10
+    ) -> None:
+        """Operate on `collection` (a collection path) through `client`; each call gives up
+        after `rpc_timeout_seconds`, its retries of transient errors included."""
+        super().__init__(client, collection, rpc_timeout_seconds=rpc_timeout_seconds)
+        self._committer = Committer(client)
+
+    def name(self, key: str) -> str:
+        """The record's full document name, `projects/<p>/databases/<d>/documents/...`."""
+        return f"{self.client._database_string}/documents/{self.collection}/{key}"
 
     def ref(self, key: str) -> firestore.DocumentReference:
         """Reference to the record's document."""
@@ -126,8 +142,17 @@ class RecordStore(StoreBase[firestore.Client]):
     def transaction(self, *, max_attempts: int) -> BoundedTransaction:
         """A new transaction whose RPCs are bounded like every other call of this store."""
         return BoundedTransaction(
-            self.client, max_attempts=max_attempts, timeout=self.rpc_timeout_seconds
+            self.client,
+            max_attempts=max_attempts,
+            timeout=self.rpc_timeout_seconds,
+            committer=self._committer,
         )
+
+    def marker(self, key: str, fields: Fields, guard: datetime | None) -> Any:
+        """The marker `Write` of a transaction or batch: a create if `guard` is None, else an
+        update guarded by that update time (as `add_marker` adds it)."""
+        name = self.name(key)
+        return create_write(name, fields) if guard is None else update_write(name, fields, guard)
 
     def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
@@ -138,9 +163,12 @@ class RecordStore(StoreBase[firestore.Client]):
         the record exists. Transient errors are retried for `budget` seconds (default: the
         RPC timeout), then `StoreUnavailable`.
         """
-        ref = self.ref(key)
+        write = create_write(self.name(key), fields)
         return self._conditional(
-            action, key, lambda timeout: ref.create(fields, retry=None, timeout=timeout), budget
+            action,
+            key,
+            lambda timeout: first_update_time(self._committer.commit([write], timeout=timeout)),
+            budget,
         )
 
     def update_if_unchanged(
@@ -157,12 +185,11 @@ class RecordStore(StoreBase[firestore.Client]):
         Returns the new update time, or a `Conflict` if the record changed (or vanished) since.
         Transient errors are retried for `budget` seconds (default: the RPC timeout).
         """
-        ref = self.ref(key)
-        option = self.client.write_option(last_update_time=update_time)
+        write = update_write(self.name(key), fields, update_time)
         return self._conditional(
             action,
             key,
-            lambda timeout: ref.update(fields, option=option, retry=None, timeout=timeout),
+            lambda timeout: first_update_time(self._committer.commit([write], timeout=timeout)),
             budget,
         )
 
@@ -180,8 +207,11 @@ class RecordStore(StoreBase[firestore.Client]):
         lost response is resolved by reading); what `fill` returned first."""
         batch = self.client.batch()
         result, fields = fill(batch)
-        add_marker(batch, self.ref(key), fields, guard, "write_only")
-        batch.commit(retry=None, timeout=self.rpc_timeout_seconds)
+        require_one_database(batch, self.ref(key), "write_only")  # the handler's writes
+        marker = self.marker(key, fields, guard)
+        self._committer.commit(
+            [*(write._pb for write in batch._write_pbs), marker], timeout=self.rpc_timeout_seconds
+        )
         return result
 
     def run_transaction(
@@ -198,7 +228,9 @@ class RecordStore(StoreBase[firestore.Client]):
 
         def body(transaction: firestore.Transaction) -> Any:
             result, fields = fill(transaction)
-            add_marker(transaction, ref, fields, guard, "transaction")
+            require_one_database(transaction, ref, "transaction")  # the handler's writes
+            marker = self.marker(key, fields, guard)
+            transaction._write_pbs.append(marker)  # committed by BoundedTransaction._commit
             return result
 
         return firestore.transactional(body)(self.transaction(max_attempts=attempts))
@@ -207,13 +239,13 @@ class RecordStore(StoreBase[firestore.Client]):
         self,
         action: str,
         key: str,
-        write: Callable[[float], Any],
+        write: Callable[[float], datetime],
         budget: float | None,
     ) -> datetime | Conflict:
         tries = ConditionalTries(self, action, key, budget)
         while True:
             try:
-                return written_time(write(tries.timeout()))
+                return write(tries.timeout())
             except Exception as exc:
                 pause = tries.after(exc)
             if isinstance(pause, Conflict):
