@@ -520,10 +520,10 @@ def test_stats_json_counts_and_finds_the_oldest_leases(
     assert result.exit_code == 0, result.output
     stats = json.loads(result.stdout)
     assert stats["counts"] == {
-        "a": {"in_progress": 2, "sent": 2, "failed": 0, "dead": 0},
-        "b": {"in_progress": 3, "sent": 0, "failed": 0, "dead": 1},
+        "a": {"in_progress": 2, "sent": 2, "failed": 0, "dead": 0, "unknown": 0},
+        "b": {"in_progress": 3, "sent": 0, "failed": 0, "dead": 1, "unknown": 0},
     }
-    assert stats["totals"] == {"in_progress": 5, "sent": 2, "failed": 0, "dead": 1}
+    assert stats["totals"] == {"in_progress": 5, "sent": 2, "failed": 0, "dead": 1, "unknown": 0}
     assert stats["inProgress"] == {"live": 2, "expired": 2, "released": 1}
     assert stats["oldestStuck"]["key"] == "stuck-old-b"
     assert stats["oldestLiveLease"]["leaseStatus"] == "live"
