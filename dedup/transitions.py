@@ -5,9 +5,10 @@ line (`dedup.cli`), so a record means the same thing whoever wrote it. Each func
 the fields of one write; preconditions are the caller's business (`dedup.store`).
 
 `owner` is the token (uuid4 hex) of the attempt that wrote the transition. It is kept when the
-lease ends (sent, failed, dead, released): the lease is `leaseStartedAt`, and the owner says
-who wrote the record last, so an attempt can recognise its own write when the response to it
-was lost, and a running owner whose lease an operator released can still record its outcome.
+lease ends (sent, failed, dead, unknown, released): the lease is `leaseStartedAt`, and the
+owner says who wrote the record last, so an attempt can recognise its own write when the
+response to it was lost, and a running owner whose lease an operator released can still
+record its outcome.
 """
 
 from __future__ import annotations
