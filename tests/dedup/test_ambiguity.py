@@ -7,6 +7,7 @@ The emulator tests with real SIGKILLs and store outages are in test_ambiguity_cr
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,13 +141,18 @@ def test_by_default_the_handler_runs_again_with_the_same_key() -> None:
     assert world.record.state is State.SENT
 
 
-def test_skip_ends_unknown_and_never_runs_again() -> None:
+def test_skip_ends_unknown_and_never_runs_again(caplog: pytest.LogCaptureFixture) -> None:
     """skip: at most once. The record ends unknown, the delivery returns (acknowledged) with
-    the outcome ambiguous, and later deliveries are duplicates."""
+    the outcome ambiguous and a WARNING line saying so, and later deliveries are duplicates."""
     world = World()
     world.crash_after_effect()
-    outcome = world.instance().run(EVENT, SUFFIX, world.handler, on_ambiguous="skip")
+    with caplog.at_level(logging.INFO, logger="dedup"):
+        outcome = world.instance().run(EVENT, SUFFIX, world.handler, on_ambiguous="skip")
     assert outcome.kind is OutcomeKind.AMBIGUOUS
+    [line] = [r for r in caplog.records if r.getMessage().startswith("ambiguous:")]
+    assert line.levelno == logging.WARNING
+    assert "not run again" in line.getMessage()
+    assert "dedup revive" in line.getMessage()
     assert world.effects == [KEY]
     record = world.record
     assert record is not None
