@@ -7,7 +7,7 @@ an instance clock). Nothing here touches Firestore.
 | record                                        | claim     |
 |-----------------------------------------------|-----------|
 | absent                                        | CREATE    |
-| sent, failed or dead                          | SKIP      |
+| sent, failed, dead or unknown                 | SKIP      |
 | a lease that is live at the read time         | WAIT      |
 | a lease that expired (its owner crashed)      | BURY if attempts are used up, else TAKE_OVER |
 | no lease (released, or an atomic attempt failed) | TAKE_OVER |
@@ -15,6 +15,19 @@ an instance clock). Nothing here touches Firestore.
 A released record is taken over even when its attempts are used up: every flow buries an
 exhausted record itself instead of releasing it, so a released one was handed back on purpose
 (`dedup release`) and the operator asked for one more run.
+
+A take-over of an expired lease is **ambiguous** (`takeover_ambiguous`): the attempt that held
+it may have produced the effect before it died, or before the store failed for the rest of its
+lease after the handler returned (that owner never releases its lease). A released lease is
+not: its handler raised, or an operator handed the record back. A fresh event never is. What
+an ambiguous take-over does (`after_ambiguity`, lease mode):
+
+| `reconcile(delivery)` returned    | `on_ambiguous` | next                                    |
+|-----------------------------------|----------------|-----------------------------------------|
+| True (the effect happened)        | any            | RECONCILED: sent, `reconciled: true`    |
+| False (it did not)                | any            | RUN: the handler runs                   |
+| None, or no `reconcile`           | "rerun"        | RUN: the handler runs, same key         |
+| None, or no `reconcile`           | "skip"         | SKIP: unknown, acknowledged             |
 
 What a handler that raised leaves behind, in every mode (`after_failure`):
 
@@ -69,8 +82,9 @@ def record_sent(record: Record) -> bool:
 
 
 def record_finished(record: Record) -> bool:
-    """Failed (terminal) or dead (poison): skipped like a duplicate, the state is reported."""
-    return record.state in (State.FAILED, State.DEAD)
+    """Failed (terminal), dead (poison) or unknown (an ambiguous delivery skipped on purpose):
+    skipped like a duplicate, the state is reported."""
+    return record.state in (State.FAILED, State.DEAD, State.UNKNOWN)
 
 
 def lease_live(record: Record, read_time: datetime) -> bool:
@@ -86,6 +100,13 @@ def lease_expired(record: Record, read_time: datetime) -> bool:
 def lease_released(record: Record) -> bool:
     """No lease: the last attempt failed and gave it back, or an operator released it."""
     return not record.has_lease
+
+
+def takeover_ambiguous(record: Record, read_time: datetime) -> bool:
+    """Taking this record over is ambiguous: its lease expired, so the attempt that held it
+    may have produced the effect without recording "sent" (it died, or the store failed until
+    its lease ran out after the handler returned). A released lease is not ambiguous."""
+    return lease_expired(record, read_time)
 
 
 def attempts_exhausted(record: Record, max_attempts: int) -> bool:
@@ -121,6 +142,37 @@ def decide(record: Record | None, read_time: datetime, max_attempts: int) -> Cla
     if lease_released(record):
         return Claim.TAKE_OVER
     raise AssertionError(f"unreachable claim state for {record!r}")  # pragma: no cover
+
+
+RERUN = "rerun"
+"""`on_ambiguous="rerun"` (the default): an ambiguous delivery runs the handler again, with the
+same `Delivery.key` (exactly once only if the receiver honours it)."""
+SKIP_AMBIGUOUS = "skip"
+"""`on_ambiguous="skip"`: an ambiguous delivery that nothing reconciled ends the record as
+`unknown` and is acknowledged (at most once)."""
+ON_AMBIGUOUS = (RERUN, SKIP_AMBIGUOUS)
+"""The values of `on_ambiguous`."""
+
+
+class AfterAmbiguity(Enum):
+    """What an ambiguous take-over does once `reconcile` answered (`after_ambiguity`)."""
+
+    RECONCILED = "reconciled"
+    """The effect happened: record "sent" with `reconciled: true`; the handler does not run."""
+    RUN = "run"
+    """Run the handler (it did not happen, or on_ambiguous="rerun" and nobody could tell)."""
+    SKIP = "skip"
+    """Nobody could tell and on_ambiguous="skip": record `unknown`, acknowledge."""
+
+
+def after_ambiguity(verdict: bool | None, on_ambiguous: str) -> AfterAmbiguity:
+    """The next step of an ambiguous take-over whose `reconcile` returned `verdict` (None when
+    it could not tell, or there is no `reconcile`)."""
+    if verdict is True:
+        return AfterAmbiguity.RECONCILED
+    if verdict is False or on_ambiguous == RERUN:
+        return AfterAmbiguity.RUN
+    return AfterAmbiguity.SKIP
 
 
 def written_by(record: Record | None, owner: str) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 
 from google.cloud import firestore
 
+from dedup.ambiguity import Reconcile, arm, check_ambiguity, check_sync_reconcile
 from dedup.blocking import BlockingIO
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DEFAULT_DATABASE, DedupConfig
@@ -238,6 +239,8 @@ class Deduplicator(DeduplicatorBase):
         document_path: str | None = None,
         subject: str | None = None,
         database: str | None = None,
+        reconcile: Reconcile | None = None,
+        on_ambiguous: str = "rerun",
     ) -> Outcome:
         """Run `handler` for this event unless its record says it already ran.
 
@@ -252,8 +255,16 @@ class Deduplicator(DeduplicatorBase):
         default `document_path`) is recorded for operators (`dedup list --subject`);
         `database` is the database the event came from (see `records_database`). Observed by
         `telemetry`: one span, one count, one overhead.
+
+        Lease mode: a delivery that takes over an expired lease (the earlier attempt may have
+        produced the effect) asks `reconcile(delivery)` first, then follows `on_ambiguous`
+        ("rerun" or "skip"; see `dedup.ambiguity`): outcomes `reconciled` and `ambiguous`.
         """
         mode = Mode(mode)
+        choice = reconcile is not None or on_ambiguous != "rerun"
+        if choice:
+            check_ambiguity("Deduplicator.run", reconcile, on_ambiguous)
+            check_sync_reconcile("Deduplicator.run", reconcile)
         if is_async_handler(handler):
             raise ConfigError(
                 f"{getattr(handler, '__qualname__', handler)!r} is an async function: "
@@ -283,6 +294,8 @@ class Deduplicator(DeduplicatorBase):
             )
             if isinstance(started, Outcome):
                 return started
+            if choice:
+                arm(started, store.client, reconcile, on_ambiguous)
             invoke = invoker(started, store.client, observed.timed(handler))
             return drive(settle(started, invoke))
 

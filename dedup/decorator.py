@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
+from dedup.ambiguity import Reconcile
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.delivery import Delivery
@@ -77,6 +78,8 @@ def trigger_once(
     deduplicator: Deduplicator | AsyncDeduplicator | None = None,
     registry: SuffixRegistry | None = None,
     event_id_from: Callable[[Any], str | None] | None = None,
+    reconcile: Reconcile | None = None,
+    on_ambiguous: str = "rerun",
 ) -> HandlerDecorator:
     """Make a handler's effect happen once per event, however often the event is delivered.
 
@@ -97,9 +100,24 @@ def trigger_once(
     entity rather than once per event: `event_id_from=lambda e: f"post-{e.params['postId']}"`
     notifies once per post, however many writes publish it. It must be deterministic. Events
     sharing a key then differ by design, so their payloads are not compared.
+
+    Lease mode's one window (an attempt produced the effect, then died or lost the store before
+    "sent" was recorded) is each function's choice: on a delivery that takes over such an
+    attempt's expired lease, `reconcile(delivery)` is asked first (True: the effect happened,
+    recorded as sent with `reconciled: true`; False: the handler runs; None: cannot tell;
+    `async def` allowed for an `async def` handler), then `on_ambiguous` decides: "rerun"
+    (default) runs the handler again with the same key, "skip" records `unknown` and returns
+    (at most once). `ConfigError` here for any other value or a `reconcile` not callable.
     """
     entry = gate(
-        EVENTS, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+        EVENTS,
+        suffix,
+        mode=mode,
+        config=config,
+        deduplicator=deduplicator,
+        registry=registry,
+        reconcile=reconcile,
+        on_ambiguous=on_ambiguous,
     )
 
     def arguments(event: object) -> tuple[str | None, dict[str, Any]]:
@@ -114,6 +132,8 @@ def trigger_once(
             "document_path": info.document_path,
             "subject": info.subject,
             "database": info.database,  # the records follow a named database's events
+            "reconcile": entry.reconcile,
+            "on_ambiguous": entry.on_ambiguous,
         }
 
     def decorate(handler: Any) -> Any:

@@ -8,12 +8,16 @@ points a delivery passes, for test hooks (crash injection) and tracing.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Protocol
 
 from google.cloud import firestore
+
+from dedup.errors import ConfigError
+from dedup.flow_io import drive
 
 
 class OutcomeKind(StrEnum):
@@ -44,6 +48,13 @@ class OutcomeKind(StrEnum):
     """Firestore failed: `StoreUnavailable` raised (log only)."""
     PAYLOAD_MISMATCH = "payload_mismatch"
     """Recorded fingerprint differs and the policy is "raise": `PayloadMismatch` raised."""
+    AMBIGUOUS = "ambiguous"
+    """Lease mode, `on_ambiguous="skip"`: an earlier attempt may have produced the effect and
+    nothing could tell whether it did; the handler did not run, the record is `unknown`,
+    returned normally (at most once)."""
+    RECONCILED = "reconciled"
+    """Lease mode: `reconcile` found that an earlier attempt produced the effect; recorded as
+    sent (`reconciled: true`) without running the handler, returned normally."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,25 @@ class Step(StrEnum):
     """The outcome is recorded (lease mode) or committed (atomic modes)."""
 
 
+NO_NOTES: Mapping[str, Any] = MappingProxyType({})
+"""The notes of a delivery when nothing was noted (read-only, shared)."""
+
+
+class Notebook(Protocol):
+    """Where a delivery's notes live: its run (`dedup.runs.Run`), which writes them fenced by
+    the delivery's lease."""
+
+    @property
+    def notes(self) -> Mapping[str, Any]:
+        """What was noted for this event so far."""
+        ...
+
+    def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
+        """Record `fields` with the notes (one fenced write); raises `LeaseLost` when the lease
+        is no longer this delivery's, `ConfigError` outside lease mode."""
+        ...
+
+
 @dataclass(frozen=True)
 class DeliveryIdentity:
     """Who a delivery is: the fields a sync `Delivery` and an async `dedup.aio.AsyncDelivery`
@@ -94,6 +124,23 @@ class DeliveryIdentity:
     """1-based attempt number (see `Mode` for which attempts each mode counts)."""
     path: str
     """The record's document path, `triggerEvents/<key>`."""
+    notebook: Notebook | None = field(default=None, kw_only=True, repr=False, compare=False)
+    """Where `note` writes (set by the deduplicator; None for a delivery built by hand)."""
+
+    @property
+    def notes(self) -> Mapping[str, Any]:
+        """What was noted for this event (`note`) before this delivery: on a delivery that
+        takes over from an earlier attempt, what that attempt noted before its effect, for
+        `reconcile` to look the effect up; empty on a fresh delivery. After this delivery's own
+        `note`, its fields too. Read-only."""
+        return self.notebook.notes if self.notebook is not None else NO_NOTES
+
+    def _book(self) -> Notebook:
+        if self.notebook is None:
+            raise ConfigError(
+                "this delivery was not made by a deduplicator: there is no record to note into"
+            )
+        return self.notebook
 
 
 @dataclass(frozen=True)
@@ -109,6 +156,16 @@ class Delivery(DeliveryIdentity):
     batch: firestore.WriteBatch | None = field(default=None, kw_only=True)
     """Mode.WRITE_ONLY: add writes to it; they commit with the marker's create. Annotate the
     handler's parameter as `WriteOnlyDelivery` to have it typed as always present."""
+
+    def note(self, **fields: Any) -> None:
+        """Record `fields` (Firestore values) in the record's `notes` before the effect, for a
+        later delivery's `reconcile` to find it (`notes`): a message id the handler chose, a
+        provider's reference. Lease mode only (`ConfigError` otherwise).
+
+        One write, fenced by this delivery's lease exactly like "sent": a delivery that lost
+        its lease gets `LeaseLost` and writes nothing. Fields merge with the notes already
+        there. A handler that never calls it costs nothing more."""
+        drive(self._book().note(fields))
 
 
 @dataclass(frozen=True)

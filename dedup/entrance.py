@@ -9,6 +9,9 @@ a given deduplicator of the wrong kind is refused, the suffix is registered, and
 `Entrance` copies the handler's name onto the wrapper (`Entrance.identify`) and resolves the
 deduplicator of each delivery (`Entrance.deduplicator`).
 
+Each factory's `reconcile` and `on_ambiguous` (what a delivery that may repeat an effect does,
+`dedup.ambiguity`) are checked here too, and every delivery of the function passes them on.
+
 The configuration of the process is read from the environment once, by the process's default
 deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
 the start-up checks use it.
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator, default_deduplicator
 from dedup.delivery import is_async_handler
@@ -146,6 +150,16 @@ class Entrance:
         """The dedup mode of every delivery."""
         return self.gate.mode
 
+    @property
+    def reconcile(self) -> Reconcile | None:
+        """Asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
+        return self.gate.reconcile
+
+    @property
+    def on_ambiguous(self) -> str:
+        """What an ambiguous delivery does when nothing could tell: "rerun" or "skip"."""
+        return self.gate.on_ambiguous
+
     def deduplicator(self) -> Deduplicator:
         """The deduplicator of a sync handler's delivery: the given one, else the shared one
         (created on the first delivery, not at import)."""
@@ -184,15 +198,22 @@ class Gate:
     given: AnyDeduplicator | None
     config: DedupConfig | None
     registry: SuffixRegistry
+    reconcile: Reconcile | None = None
+    """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
+    on_ambiguous: str = "rerun"
+    """Lease mode: what an ambiguous delivery does when nothing could tell."""
 
     def admit(self, handler: Callable[..., Any]) -> Entrance:
         """Check `handler` against the trigger kind and register its suffix.
 
-        Raises `ConfigError` for an `async def` handler the kind cannot serve, or a given
-        deduplicator of the other kind; `DuplicateSuffix` for a suffix already taken.
+        Raises `ConfigError` for an `async def` handler the kind cannot serve, a given
+        deduplicator of the other kind, or an `async def` reconcile of a `def` handler;
+        `DuplicateSuffix` for a suffix already taken.
         """
         owner = owner_of(handler)
         is_async = is_async_handler(handler)
+        if not is_async:
+            check_sync_reconcile(owner, self.reconcile)
         if is_async and not self.kind.serves_async:
             raise ConfigError(
                 f"{owner} is an async function: {self.kind.decorator} serves synchronous "
@@ -221,11 +242,15 @@ def gate(
     config: DedupConfig | None,
     deduplicator: AnyDeduplicator | None,
     registry: SuffixRegistry | None,
+    reconcile: Reconcile | None = None,
+    on_ambiguous: str = "rerun",
 ) -> Gate:
     """Check a decorator factory's arguments at import time: `InvalidSuffix` for a bad suffix,
-    `ConfigError` for both `config` and `deduplicator`, for an unknown mode, or (HTTP kinds)
-    for a deduplicator that would not refuse a reused key."""
+    `ConfigError` for both `config` and `deduplicator`, for an unknown mode, for an
+    `on_ambiguous` other than "rerun"/"skip" or a `reconcile` that is not callable (naming the
+    function), or (HTTP kinds) for a deduplicator that would not refuse a reused key."""
     validate_suffix(suffix)
+    check_ambiguity(f"{kind.decorator}({suffix!r})", reconcile, on_ambiguous)
     if config is not None and deduplicator is not None:
         raise ConfigError(f"pass either config or deduplicator to {kind.decorator}, not both")
     try:
@@ -249,4 +274,6 @@ def gate(
         given=deduplicator,
         config=config,
         registry=registry if registry is not None else DEFAULT_REGISTRY,
+        reconcile=reconcile,
+        on_ambiguous=on_ambiguous,
     )

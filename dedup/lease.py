@@ -16,8 +16,16 @@ owner gets `LeaseLost` and records nothing. Once the handler has returned, the d
 the outcome: it keeps trying to record "sent" (retrying is safe, the write is fenced) until it
 succeeds or its lease runs out; a write whose response was lost is recognised by the owner
 token and counts as done. The one window left: the process dies, or Firestore stays
-unreachable for the rest of the lease, after the effect and before "sent" is recorded; the
-next delivery after the lease then runs the handler again with the same `Delivery.key`.
+unreachable for the rest of the lease, after the effect and before "sent" is recorded. Such an
+owner never releases its lease, so the next delivery after the lease takes over an expired
+lease: an **ambiguous** delivery (`dedup.claims.takeover_ambiguous`). It asks `reconcile`
+first, if there is one (True: record "sent" with `reconciled: true`, handler not run), then
+follows `on_ambiguous`: "rerun" runs the handler again with the same `Delivery.key`, "skip"
+records `unknown` and returns (at most once). A `reconcile` that raises leaves the lease to
+expire: the next delivery after it is ambiguous again and asks again.
+
+`delivery.note(...)` writes the record's `notes` under the lease, fenced like "sent"; a
+handler that notes nothing writes nothing more.
 
 The flow is written once, as coroutines over `Run.io` (`dedup.flow_io`): the sync front door
 drives it without an event loop, the async one awaits it.
@@ -29,18 +37,23 @@ import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from dedup.claims import (
+    RERUN,
+    AfterAmbiguity,
     AfterConflict,
     AfterFailure,
     Claim,
+    after_ambiguity,
     after_failure,
     after_fenced_conflict,
     decide,
+    takeover_ambiguous,
     written_by,
 )
-from dedup.delivery import Outcome, OutcomeKind, Step
-from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
+from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
+from dedup.errors import ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
 from dedup.flow_io import Invoke
 from dedup.record import Mode, State, error_text
 from dedup.runs import Run, bury, precondition
@@ -50,6 +63,7 @@ from dedup.transitions import (
     finished,
     lease_taken,
     new_record,
+    noted,
     released,
     storable_result,
 )
@@ -85,9 +99,12 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
         )
     owner = uuid.uuid4().hex
     try_create = True
+    ambiguous = False  # the latest claim write took over an expired lease
+    notes = NO_NOTES  # what the record it took over had noted
     sent_at = time.monotonic()  # when the latest claim write was sent: our lease starts later
     for _ in range(CLAIM_ROUNDS):
         if try_create:
+            ambiguous, notes = False, NO_NOTES
             sent_at = time.monotonic()
             fields = new_record(
                 event_id=run.event_id,
@@ -112,6 +129,7 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
             run.attempt = record.attempts
             if record.state is State.DEAD:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
+            run.ambiguous, run.notes = ambiguous, notes
             return _owned(run, owner, precondition(snapshot), sent_at)
         claim = decide(record, snapshot.read_time, config.max_attempts)
         try_create = claim is Claim.CREATE
@@ -127,6 +145,8 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
             if await bury(run, record, snapshot, owner):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
+        ambiguous = takeover_ambiguous(record, snapshot.read_time)
+        notes = record.notes or NO_NOTES
         sent_at = time.monotonic()
         taken = await store.update_if_unchanged(
             run.key,
@@ -141,6 +161,7 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
         )
         if isinstance(taken, datetime):
             run.attempt = record.attempts + 1
+            run.ambiguous, run.notes = ambiguous, notes
             return _owned(run, owner, taken, sent_at)
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
@@ -158,32 +179,85 @@ def _owned(run: Run, owner: str, token: datetime, sent_at: float) -> tuple[str, 
 async def _run_owned(
     run: Run, invoke: Invoke, owner: str, token: datetime, sent_at: float
 ) -> Outcome:
-    """Run the handler under our lease; record its outcome fenced by our last update time."""
+    """Run the handler under our lease; record its outcome fenced by our last update time
+    (`run.token`, which a `delivery.note` moves on)."""
     config = run.config
     lease_ends = sent_at + config.lease_seconds  # a lower bound of the lease's real end
+    run.owner, run.token, run.lease_ends = owner, token, lease_ends
     try:
         run.step(Step.AFTER_CLAIM)
+        if run.ambiguous and (run.reconcile is not None or run.on_ambiguous != RERUN):
+            settled = await _settle_ambiguity(run, owner)
+            if settled is not None:
+                return settled
         try:
             result = await invoke(None)
         except Exception as exc:
+            if run.outcome is OutcomeKind.LEASE_LOST:  # a note found the lease taken over
+                raise
             error = error_text(exc)
             after = after_failure(exc, run.attempt, config.max_attempts)
             if after is AfterFailure.RELEASED:
                 fields = released(error=error, expire_at=run.expire_at())
-                await _record(run, owner, token, fields, after.state, "release", None)
+                await _record(run, owner, run.token, fields, after.state, "release", None)
             else:
                 fields = finished(after.state, owner=owner, expire_at=run.expire_at(), error=error)
                 action = f"mark {after.state.value}"
-                await _record(run, owner, token, fields, after.state, action, lease_ends)
+                await _record(run, owner, run.token, fields, after.state, action, lease_ends)
             return run.failed(after, error, exc)
         run.step(Step.AFTER_EFFECT)
         stored = storable_result(result)
         fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
-        await _record(run, owner, token, fields, State.SENT, "mark sent", lease_ends)
+        await _record(run, owner, run.token, fields, State.SENT, "mark sent", lease_ends)
         run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
+
+
+async def _settle_ambiguity(run: Run, owner: str) -> Outcome | None:
+    """An ambiguous take-over (`dedup.claims.after_ambiguity`): ask `reconcile`, then record
+    "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
+    verdict: bool | None = None
+    if run.reconcile is not None:
+        try:
+            verdict = await run.reconcile()
+        except Exception as exc:
+            # Nothing written: our lease expires, and the next delivery is ambiguous again.
+            run.finish(
+                OutcomeKind.UNAVAILABLE,
+                error=f"reconcile raised {error_text(exc)}; the next delivery after this "
+                "lease asks again",
+            )
+            raise
+    after = after_ambiguity(verdict, run.on_ambiguous)
+    if after is AfterAmbiguity.RUN:
+        return None
+    token = run.token
+    assert token is not None
+    if after is AfterAmbiguity.RECONCILED:
+        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
+        await _record(run, owner, token, fields, State.SENT, "mark sent", run.lease_ends)
+        run.sent_keys.add(run.key, run.payload_hash)
+        return run.finish(OutcomeKind.RECONCILED)
+    fields = finished(State.UNKNOWN, owner=owner, expire_at=run.expire_at())
+    await _record(run, owner, token, fields, State.UNKNOWN, "mark unknown", run.lease_ends)
+    return run.finish(OutcomeKind.AMBIGUOUS)
+
+
+async def write_note(run: Run, fields: dict[str, Any]) -> None:
+    """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced by the
+    delivery's lease like "sent" (retried until the lease's end on store errors). Raises
+    `LeaseLost` when another delivery took the lease over, `StoreUnavailable` when the store
+    kept failing, `ConfigError` when the delivery holds no lease (yet)."""
+    owner, token = run.owner, run.token
+    if owner is None or token is None:
+        raise ConfigError(f"{run.path}: delivery.note is for a handler holding the lease")
+    notes = {**run.notes, **fields}
+    run.token = await _record(
+        run, owner, token, noted(notes), State.IN_PROGRESS, "note on", run.lease_ends, notes=True
+    )
+    run.notes = notes
 
 
 async def _record(
@@ -194,10 +268,14 @@ async def _record(
     state: State,
     action: str,
     until: float | None,
-) -> None:
-    """Write an owner's outcome, fenced by `token`, retrying transient errors until `until`
-    (a monotonic time; None: one RPC timeout). Raises `LeaseLost` if another delivery moved
-    the record, `StoreUnavailable` if the store kept failing until the deadline."""
+    *,
+    notes: bool = False,
+) -> datetime:
+    """Write an owner's outcome (or notes), fenced by `token`, retrying transient errors until
+    `until` (a monotonic time; None: one RPC timeout); returns the record's new update time.
+    Raises `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store
+    kept failing until the deadline. `notes`: the write keeps the lease, so a record still ours
+    is written over rather than taken for this write (which it cannot be told from)."""
     store = run.io
     deadline = until if until is not None else time.monotonic() + run.config.rpc_timeout_seconds
     round_ = refreshes = 0
@@ -207,7 +285,7 @@ async def _record(
                 run.key, fields, token, action=action, budget=max(0.5, deadline - time.monotonic())
             )
             if isinstance(result, datetime):
-                return
+                return result
             # The precondition failed: our own earlier try may have landed (lost response),
             # an operator may have released our lease, or another delivery took it over.
             snapshot = await store.read(run.key, action=action)
@@ -219,8 +297,10 @@ async def _record(
             await store.sleep(pause)
             continue
         after = after_fenced_conflict(snapshot.record, owner, state)
+        if after is AfterConflict.RECORDED and notes:
+            after = AfterConflict.REFRESH
         if after is AfterConflict.RECORDED:
-            return  # our write is there
+            return precondition(snapshot)  # our write is there
         if after is AfterConflict.REFRESH and refreshes < CLAIM_ROUNDS:
             # Still ours (an operator released the lease, or edited the record by hand):
             # record the outcome over what is there now.

@@ -9,7 +9,8 @@ Field               Type                 Meaning
 ==================  ===================  ===================================================
 eventId             string               The original event id (before any safe-id mapping).
 suffix              string               The function's suffix.
-state               string               "in_progress" | "sent" | "failed" | "dead".
+state               string               "in_progress" | "sent" | "failed" | "dead" |
+                                         "unknown".
 sent                bool                 True once the effect is done (state "sent").
 owner               string | null        Token (uuid4 hex) of the attempt that wrote the record
                                          last; with leaseStartedAt set, the lease's owner.
@@ -36,6 +37,12 @@ traceId             string | null        Trace id (32 hex digits) of the deliver
                                          the record first, when it ran inside a trace: a
                                          duplicate's or a replay's span names it
                                          (docs/observability.md).
+reconciled          bool (absent)        True when "sent" was recorded because `reconcile`
+                                         found the effect of an earlier attempt (the handler
+                                         did not run again); absent otherwise.
+notes               map (absent)         What handlers noted with `delivery.note(...)` before
+                                         their effect (lease mode), for `reconcile`; absent
+                                         when no handler noted anything.
 ==================  ===================  ===================================================
 
 Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
@@ -57,7 +64,7 @@ MAX_ERROR_CHARS = 1000
 
 
 class State(StrEnum):
-    """Lifecycle of a record; `sent`, `failed` and `dead` are final."""
+    """Lifecycle of a record; `sent`, `failed`, `dead` and `unknown` are final."""
 
     IN_PROGRESS = "in_progress"
     """A delivery holds (or held, then released) the lease; the effect is not done."""
@@ -67,6 +74,10 @@ class State(StrEnum):
     """The handler raised `TerminalError`: not retried."""
     DEAD = "dead"
     """`max_attempts` was reached: a poison event, not retried."""
+    UNKNOWN = "unknown"
+    """Lease mode, `on_ambiguous="skip"`: an earlier attempt may have produced the effect
+    (its lease expired before "sent" was recorded) and nothing could tell whether it did; the
+    event is not run again (at most once) until an operator revives it (`dedup revive`)."""
 
 
 class Mode(StrEnum):
@@ -88,7 +99,7 @@ class Mode(StrEnum):
     transaction mode."""
 
 
-FINAL_STATES = frozenset({State.SENT, State.FAILED, State.DEAD})
+FINAL_STATES = frozenset({State.SENT, State.FAILED, State.DEAD, State.UNKNOWN})
 
 
 class Field:
@@ -112,6 +123,8 @@ class Field:
     SUBJECT = "subject"
     RESULT = "result"
     TRACE_ID = "traceId"
+    RECONCILED = "reconciled"
+    NOTES = "notes"
 
 
 class SnapshotLike(Protocol):
@@ -153,6 +166,10 @@ class Record:
     """What the handler returned when it ran, stored with "sent" (None if nothing)."""
     trace_id: str | None = None
     """Trace id of the delivery that wrote the record first (None outside a trace)."""
+    reconciled: bool = False
+    """"sent" was recorded by `reconcile`, not by the handler running (lease mode)."""
+    notes: dict[str, Any] | None = None
+    """What handlers noted before their effect (`delivery.note`), None when nothing."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -183,6 +200,8 @@ class Record:
             subject=data.get(Field.SUBJECT),
             result=data.get(Field.RESULT),
             trace_id=data.get(Field.TRACE_ID),
+            reconciled=bool(data.get(Field.RECONCILED, False)),
+            notes=data.get(Field.NOTES),
         )
 
     @property
@@ -192,7 +211,8 @@ class Record:
 
     @property
     def is_final(self) -> bool:
-        """True for `sent`, `failed` and `dead`: no delivery will run the handler again."""
+        """True for `sent`, `failed`, `dead` and `unknown`: no delivery will run the handler
+        again (until an operator revives the record)."""
         return self.state in FINAL_STATES
 
     @property

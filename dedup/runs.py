@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from dedup import logs
 from dedup.cache import LiveLeases, SentKeys
-from dedup.claims import AfterFailure, belongs_to, error_terminal, record_sent
+from dedup.claims import RERUN, AfterFailure, belongs_to, error_terminal, record_sent
 from dedup.config import DedupConfig
 from dedup.delivery import (
+    NO_NOTES,
     Delivery,
     HandlerResult,
     Outcome,
@@ -29,7 +30,7 @@ from dedup.delivery import (
     TransactionDelivery,
     WriteOnlyDelivery,
 )
-from dedup.errors import KeyCollision, LeaseHeld, PayloadMismatch
+from dedup.errors import ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
 from dedup.flow_io import FlowIO
 from dedup.record import Mode, Record, State
 from dedup.store import Snapshot
@@ -61,6 +62,18 @@ _SEVERITY = {
     OutcomeKind.DEAD: logging.ERROR,
     OutcomeKind.LEASE_LOST: logging.ERROR,
     OutcomeKind.PAYLOAD_MISMATCH: logging.ERROR,
+    OutcomeKind.AMBIGUOUS: logging.WARNING,
+    OutcomeKind.RECONCILED: logging.INFO,
+}
+
+_EXPLAINED = {
+    OutcomeKind.AMBIGUOUS: (
+        "; an earlier attempt may have produced the effect and nothing could tell: not run "
+        "again (on_ambiguous='skip'), the record is unknown; `dedup revive` runs it again"
+    ),
+    OutcomeKind.RECONCILED: (
+        "; reconcile found the earlier attempt's effect: recorded as sent, handler not run"
+    ),
 }
 
 
@@ -68,8 +81,23 @@ is_terminal = error_terminal
 """A handler error that no retry can cure (`dedup.claims.error_terminal`)."""
 
 
+class LeaseState:
+    """What only an ambiguous or noting lease-mode delivery sets: the ambiguity choice and the
+    notes. Plain class attributes (not dataclass fields), so a
+    delivery that never sets them pays nothing for them."""
+
+    reconcile: Callable[[], Awaitable[bool | None]] | None = None
+    """Asks whether an earlier attempt produced the effect (`dedup.ambiguity.arm`)."""
+    on_ambiguous: str = RERUN
+    """What an ambiguous take-over does when nothing could tell (`dedup.claims`)."""
+    ambiguous: bool = False
+    """This delivery took over an expired lease (`dedup.claims.takeover_ambiguous`)."""
+    notes: Mapping[str, Any] = NO_NOTES
+    """What was noted for the event so far (the record's `notes`, then this delivery's)."""
+
+
 @dataclass
-class Run:
+class Run(LeaseState):
     """One `Deduplicator.run` call: who it is, what it found, and the instance it runs on."""
 
     config: DedupConfig
@@ -92,6 +120,12 @@ class Run:
     """The last outcome `finish` reported (read by `dedup.telemetry`)."""
     found: Record | None = None
     """The final record a duplicate found (read by `dedup.telemetry`: its trace id)."""
+    owner: str | None = None
+    """Lease mode: this delivery's owner token once it holds the lease."""
+    token: datetime | None = None
+    """Lease mode: the update time of this owner's last write (what its writes are fenced by)."""
+    lease_ends: float = 0.0
+    """Lease mode: a monotonic lower bound of the end of this delivery's lease."""
 
     @property
     def path(self) -> str:
@@ -116,8 +150,20 @@ class Run:
         index, writer_field = _DELIVERY_OF[self.mode]
         identity = (*self.identity(), client)
         if writer is None or writer_field is None:
-            return kinds[0](*identity)
-        return kinds[index](*identity, **{writer_field: writer})
+            return kinds[0](*identity, notebook=self)
+        return kinds[index](*identity, notebook=self, **{writer_field: writer})
+
+    def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
+        """Write `fields` into the record's notes, fenced by this delivery's lease
+        (`dedup.lease.write_note`); `ConfigError` outside lease mode."""
+        if self.mode is not Mode.LEASE:
+            raise ConfigError(
+                f"delivery.note serves lease mode only ({self.path} runs in {self.mode.value} "
+                "mode, whose effect commits with the record: nothing is ever ambiguous)"
+            )
+        from dedup.lease import write_note  # the lease flow imports this module
+
+        return write_note(self, fields)
 
     def expire_at(self) -> datetime:
         """`expireAt` for a write made now: instance time plus the retention."""
@@ -194,6 +240,8 @@ class Run:
             message += "; payload fingerprint differs from the recorded event's"
         if kind is OutcomeKind.DEAD:
             message += f"; gave up after {self.config.max_attempts} attempts, inspect the record"
+        elif kind is OutcomeKind.AMBIGUOUS or kind is OutcomeKind.RECONCILED:
+            message += _EXPLAINED[kind]
         logs.log_delivery(
             level,
             message,

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, HttpsError
 
+from dedup.ambiguity import Reconcile
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.delivery import Delivery
@@ -147,6 +148,8 @@ def task_once(
     config: DedupConfig | None = None,
     deduplicator: Deduplicator | None = None,
     registry: SuffixRegistry | None = None,
+    reconcile: Reconcile | None = None,
+    on_ambiguous: str = "rerun",
 ) -> TaskDecorator:
     """Make a task handler's effect happen once per task, however often the task is dispatched.
 
@@ -156,10 +159,18 @@ def task_once(
     (`TASK_NAME_HEADER`), logs the platform's counters, and calls `Deduplicator.run`. It
     returns None (200) when Cloud Tasks should stop, and raises when it should retry, with the
     status of the module's table. A dispatch without a task name is refused with 400 before
-    any record is read or written.
+    any record is read or written. `reconcile` and `on_ambiguous`: as for `trigger_once` (a
+    skipped ambiguous task is answered 200, so Cloud Tasks stops).
     """
     entry = gate(
-        TASKS, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+        TASKS,
+        suffix,
+        mode=mode,
+        config=config,
+        deduplicator=deduplicator,
+        registry=registry,
+        reconcile=reconcile,
+        on_ambiguous=on_ambiguous,
     )
 
     def decorate(handler: TaskHandler) -> TaskFunction:
@@ -192,6 +203,8 @@ def task_once(
                         run_handler,
                         mode=admitted.mode,
                         payload=task_payload(request.data),
+                        reconcile=entry.reconcile,
+                        on_ambiguous=entry.on_ambiguous,
                     )
             except LeaseHeld as exc:
                 raise HttpsError(FunctionsErrorCode.RESOURCE_EXHAUSTED, str(exc)) from exc

@@ -5,9 +5,10 @@ line (`dedup.cli`), so a record means the same thing whoever wrote it. Each func
 the fields of one write; preconditions are the caller's business (`dedup.store`).
 
 `owner` is the token (uuid4 hex) of the attempt that wrote the transition. It is kept when the
-lease ends (sent, failed, dead, released): the lease is `leaseStartedAt`, and the owner says
-who wrote the record last, so an attempt can recognise its own write when the response to it
-was lost, and a running owner whose lease an operator released can still record its outcome.
+lease ends (sent, failed, dead, unknown, released): the lease is `leaseStartedAt`, and the
+owner says who wrote the record last, so an attempt can recognise its own write when the
+response to it was lost, and a running owner whose lease an operator released can still
+record its outcome.
 """
 
 from __future__ import annotations
@@ -125,9 +126,11 @@ def finished(
     expire_at: datetime,
     error: str | None = None,
     result: dict[str, Any] | None = None,
+    reconciled: bool = False,
 ) -> Fields:
-    """The record ends in a final state (sent, failed or dead); the lease is dropped. A sent
-    record keeps the handler's `result` (see `storable_result`)."""
+    """The record ends in a final state (sent, failed, dead or unknown); the lease is dropped.
+    A sent record keeps the handler's `result` (see `storable_result`); `reconciled`: "sent"
+    because `reconcile` found an earlier attempt's effect (the field is written only then)."""
     sent = state is State.SENT
     fields: Fields = {
         Field.STATE: state.value,
@@ -140,6 +143,8 @@ def finished(
     if sent:
         fields[Field.SENT_AT] = SERVER_TIMESTAMP
         fields[Field.RESULT] = result
+    if reconciled:
+        fields[Field.RECONCILED] = True
     return fields
 
 
@@ -176,9 +181,16 @@ def operator_released() -> Fields:
     return {Field.STATE: State.IN_PROGRESS.value, Field.LEASE_STARTED_AT: None}
 
 
+def noted(notes: Mapping[str, Any]) -> Fields:
+    """A lease owner records what it noted before its effect (`delivery.note`): the whole
+    `notes` map, the earlier attempts' notes merged with its own."""
+    return {Field.NOTES: dict(notes)}
+
+
 def revived() -> Fields:
-    """`dedup revive`: a failed or dead record becomes runnable again with a full attempt
-    budget (attempts back to 0, `lastError` kept).
+    """`dedup revive`: a failed, dead or unknown record becomes runnable again with a full
+    attempt budget (attempts back to 0, `lastError` and `notes` kept). The next delivery finds
+    a released lease, which is never ambiguous: it runs the handler.
 
     Attempts restart at 0 because a dead record has used `max_attempts` already: a revived
     event gets the full retry budget, as if it were new.

@@ -89,6 +89,16 @@ class FcmNotifier:
             )
 
 
+def on_ambiguous_from_env() -> str:
+    """What `send_post_notification` does when a delivery may repeat a notification (its
+    earlier attempt's lease expired before "sent" was recorded; `dedup.ambiguity`), chosen by
+    the transport `notifier_from_env` picks: "rerun" over HTTP (`NOTIFY_URL` set), whose
+    receiver drops a copy by its `Idempotency-Key`; "skip" over FCM, which has no idempotency
+    key of its own and cannot be asked whether a message went out, and where a push
+    notification is better lost than doubled. Read once, at import."""
+    return "rerun" if os.environ.get("NOTIFY_URL", "").strip() else "skip"
+
+
 def notifier_from_env() -> Notifier:
     """`HttpNotifier(NOTIFY_URL)` when that variable is set, else `FcmNotifier()`; a
     `ConfigError` for a NOTIFY_URL that is not an http(s) URL."""

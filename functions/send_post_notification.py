@@ -6,8 +6,15 @@ Fires on every write to `posts/{postId}`; only a write that makes a well-formed 
 not the event: a post published, unpublished and published again notifies once.
 
 Exactly once, lease mode: the notification leaves the process, so it cannot join a Firestore
-transaction. A crash after sending and before recording "sent" is retried with the same
-idempotency key (`Idempotency-Key` header over HTTP, `idempotencyKey` in FCM data).
+transaction. A crash after sending and before recording "sent" (or Firestore unreachable for
+the rest of the lease) makes the next delivery ambiguous: the notification may have gone out.
+What happens then follows the transport (`functions.notifier.on_ambiguous_from_env`):
+
+* over HTTP (`NOTIFY_URL`), `on_ambiguous="rerun"`: sent again with the same idempotency key
+  (`Idempotency-Key` header), which the receiver uses to drop the copy: exactly once there;
+* over FCM, `on_ambiguous="skip"`: FCM honours no idempotency key and cannot be asked whether
+  a message went out, and a push notification is better lost than doubled, so the event ends
+  `unknown` (at most once; `dedup list --state unknown`, `dedup revive` to send it after all).
 
 Bad input: the author document missing, or no follower with a token, sends nothing and is
 recorded as sent (there is nobody to notify; a retry would not change that). An `authorId` or
@@ -27,7 +34,13 @@ from google.cloud.firestore import DocumentSnapshot
 from dedup import Delivery, TerminalError, trigger_once
 from functions.boundary import validated
 from functions.ids import id_problem
-from functions.notifier import Notification, Notifier, notifier_from_env, unique_tokens
+from functions.notifier import (
+    Notification,
+    Notifier,
+    notifier_from_env,
+    on_ambiguous_from_env,
+    unique_tokens,
+)
 from functions.runtime import startup_check
 
 SUFFIX = "send_post_notification"
@@ -56,7 +69,11 @@ def _notifier() -> Notifier:
     return notifier_from_env()
 
 
-@trigger_once(SUFFIX, event_id_from=lambda event: f"post-{event.params['postId']}")
+@trigger_once(
+    SUFFIX,
+    event_id_from=lambda event: f"post-{event.params['postId']}",
+    on_ambiguous=on_ambiguous_from_env(),  # rerun over HTTP (keyed), skip over FCM (not)
+)
 def _notify_followers_once(event: PostEvent, delivery: Delivery) -> None:
     after = event.data.after
     assert after is not None

@@ -19,6 +19,7 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
+from dedup.ambiguity import Reconcile, arm, check_ambiguity
 from dedup.cache import KeyTurns
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.core import DeduplicatorBase, database_of
@@ -120,14 +121,21 @@ class AsyncDeduplicator(DeduplicatorBase):
         document_path: str | None = None,
         subject: str | None = None,
         database: str | None = None,
+        reconcile: Reconcile | None = None,
+        on_ambiguous: str = "rerun",
     ) -> Outcome:
         """Await `handler` for this event unless its record says it already ran.
 
         Returns, raises and is observed exactly as `Deduplicator.run` (`database`: the
         event's, see `store_for`); `ConfigError` for a handler that
         is not an `async def` (use `Deduplicator` for those). The handler gets an
-        `AsyncDelivery` whose client is this instance's `AsyncClient`.
+        `AsyncDelivery` whose client is this instance's `AsyncClient`. `reconcile` and
+        `on_ambiguous` as for `Deduplicator.run`; `reconcile` may be `def` or `async def`
+        (awaited), and gets an `AsyncDelivery`.
         """
+        choice = reconcile is not None or on_ambiguous != "rerun"
+        if choice:
+            check_ambiguity("AsyncDeduplicator.run", reconcile, on_ambiguous)
         if not is_async_handler(handler):
             raise ConfigError(
                 f"{getattr(handler, '__qualname__', handler)!r} is not an async function: "
@@ -156,6 +164,8 @@ class AsyncDeduplicator(DeduplicatorBase):
             )
             if isinstance(started, Outcome):
                 return started
+            if choice:
+                arm(started, io.client, reconcile, on_ambiguous, ASYNC_DELIVERIES)
             return await settle(started, _invoker(started, io.client, _timed(observed, handler)))
 
 

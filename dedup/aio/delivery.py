@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.cloud.firestore import AsyncClient, AsyncTransaction, AsyncWriteBatch
 
@@ -31,6 +32,11 @@ class AsyncDelivery(DeliveryIdentity):
     batch: AsyncWriteBatch | None = field(default=None, kw_only=True)
     """Mode.WRITE_ONLY: add writes (`batch.set(...)`, not awaited); they commit with the
     marker's create. Annotate the parameter as `AsyncWriteOnlyDelivery`."""
+
+    async def note(self, **fields: Any) -> None:
+        """`await delivery.note(...)`: `dedup.Delivery.note`, awaited (one fenced write of the
+        record's `notes`, lease mode only; `LeaseLost` once the lease is not this delivery's)."""
+        await self._book().note(fields)
 
 
 @dataclass(frozen=True)

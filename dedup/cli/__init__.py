@@ -3,7 +3,7 @@
     dedup show EVENT_ID SUFFIX | KEY [--json]      one record, readable or as JSON
     dedup list [--state S] [--suffix S] [--older-than 10m] [--limit N] [--json]
     dedup release KEY... [--yes]                   hand in-progress leases back
-    dedup revive --state dead|failed [--suffix S] [--yes]
+    dedup revive KEY... | --state dead|failed|unknown [--suffix S] [--yes]
     dedup purge --older-than 7d [--dry-run] [--force]  delete old records (no TTL policy)
     dedup stats [--json]                           counts, oldest live lease, stuck records
 

@@ -18,7 +18,7 @@ class LeaseStatus(StrEnum):
     RELEASED = "released"
     """In progress with no lease: the next delivery runs the handler."""
     NONE = "none"
-    """A final record (sent, failed, dead): no lease."""
+    """A final record (sent, failed, dead, unknown): no lease."""
 
 
 def lease_status(record: Record, now: datetime) -> LeaseStatus:

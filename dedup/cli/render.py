@@ -74,6 +74,8 @@ def record_json(record: Record, path: str, now: datetime) -> dict[str, Any]:
         Field.SUBJECT: record.subject,
         Field.RESULT: record.result,
         Field.TRACE_ID: record.trace_id,
+        Field.RECONCILED: record.reconciled,
+        Field.NOTES: record.notes,
         "leaseExpiresAt": iso(record.lease_expires_at),
         "leaseStatus": lease_status(record, now).value,
         "readTime": iso(now),
@@ -156,6 +158,8 @@ def record_grid(record: Record, path: str, now: datetime) -> Table:
         (Field.PAYLOAD_HASH, record.payload_hash),
         (Field.LAST_ERROR, record.last_error),
         (Field.TRACE_ID, record.trace_id),
+        (Field.RECONCILED, record.reconciled),
+        (Field.NOTES, record.notes),
     ]
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")

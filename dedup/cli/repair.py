@@ -16,8 +16,9 @@ from dedup.cli.target import Target
 from dedup.record import Record, State
 from dedup.transitions import operator_released, revived
 
-REVIVABLE_STATES = (State.DEAD.value, State.FAILED.value)
-"""States `revive` hands back: final states other than sent, whose effect never happened."""
+REVIVABLE_STATES = (State.DEAD.value, State.FAILED.value, State.UNKNOWN.value)
+"""States `revive` hands back: final states other than sent. Dead and failed: the effect never
+happened; unknown: nobody could tell whether it did, and the function skips such events."""
 
 
 # --- release ----------------------------------------------------------------------------------
@@ -71,29 +72,69 @@ def _release_problem(record: Record | None) -> str | None:
 
 
 @click.command()
-@click.option(
-    "--state", type=click.Choice(REVIVABLE_STATES), required=True, help="Which final records."
-)
-@click.option("--suffix", type=SUFFIX, help="Only this function's records.")
+@click.argument("keys", nargs=-1, metavar="[KEY...]")
+@click.option("--state", type=click.Choice(REVIVABLE_STATES), help="Every record in this state.")
+@click.option("--suffix", type=SUFFIX, help="With --state: only this function's records.")
 @yes_option
 @click.pass_obj
-def revive(target: Target, state: str, suffix: str | None, yes: bool) -> None:
-    """Make dead or failed records runnable again (attempts reset to 0).
+def revive(
+    target: Target, keys: tuple[str, ...], state: str | None, suffix: str | None, yes: bool
+) -> None:
+    """Make dead, failed or unknown records runnable again (attempts reset to 0).
 
-    Each becomes in_progress and released: the next delivery of the event runs its handler
-    with a full `max_attempts` budget (`lastError` is kept). The platform does not redeliver
-    an event on its own once its record was final, and instances that saw the record final
-    may skip it from their in-memory cache: see the README runbook.
+    Name the records by KEY, or all of one state with --state (and --suffix). Each becomes
+    in_progress and released: the next delivery of the event runs its handler with a full
+    `max_attempts` budget (`lastError` and `notes` are kept). A released record is never
+    ambiguous, so an unknown record's handler runs even under on_ambiguous="skip": revive one
+    only once you know its effect did not happen, or that a second one is acceptable.
+
+    Revive delivers nothing: the platform stopped retrying when the record became final, and
+    instances that saw it sent may skip it from their cache; see the README runbook. A KEY
+    whose record is missing or not dead, failed or unknown (sent: its effect happened;
+    in_progress: a delivery owns it, use `release`) is refused: exit status 1.
     """
+    if bool(keys) == (state is not None):
+        raise click.UsageError("name the records by KEY or by --state, not both nor neither")
+    if suffix is not None and keys:
+        raise click.UsageError("--suffix goes with --state")
     now = target.database_now()
-    snapshots = [s for s in filtered(target.records, state, suffix).stream() if s.exists]
-    if not snapshots:
-        click.echo(f"no {state} records" + (f" with suffix {suffix}" if suffix else ""))
+    problems = 0
+    if keys:
+        snapshots = []
+        for snapshot in (target.document(key).get() for key in dict.fromkeys(keys)):
+            problem = _revive_problem(Record.from_snapshot(snapshot))
+            if problem is None:
+                snapshots.append(snapshot)
+            else:
+                problems += 1
+                click.echo(f"{target.path(snapshot.id)}: cannot revive: {problem}")
+        what = "revivable"
+    else:
+        assert state is not None
+        snapshots = [s for s in filtered(target.records, state, suffix).stream() if s.exists]
+        what = state
+    if not snapshots and not problems:
+        click.echo(f"no {what} records" + (f" with suffix {suffix}" if suffix else ""))
         return
-    writes = [GuardedWrite(s, revived()) for s in snapshots]
-    _confirm_writes(target, writes, now, f"Revive {state}", yes)
-    tally = apply_guarded(target.client, writes)
-    _report(target, tally, "revived")
+    if snapshots:
+        writes = [GuardedWrite(s, revived()) for s in snapshots]
+        _confirm_writes(target, writes, now, f"Revive {what}", yes)
+        tally = apply_guarded(target.client, writes)
+        _report(target, tally, "revived")
+        problems += len(tally.changed)
+    if problems:
+        raise click.ClickException(f"{problems} record(s) were not revived")
+
+
+def _revive_problem(record: Record | None) -> str | None:
+    """Why `record` cannot be revived (missing, sent or in progress), or None."""
+    if record is None:
+        return "no such record (check the key with `dedup list`)"
+    if record.state.value in REVIVABLE_STATES:
+        return None
+    if record.state is State.SENT:
+        return "state is sent: its effect happened, there is nothing to run again"
+    return "state is in_progress, not dead, failed or unknown (a delivery owns it: see `release`)"
 
 
 # --- shared by both ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 from firebase_functions import https_fn
 
+from dedup.ambiguity import Reconcile
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.decorator import SuffixRegistry
@@ -43,6 +44,7 @@ CALLABLE_CODES: Mapping[str, https_fn.FunctionsErrorCode] = {
     "request-in-progress": https_fn.FunctionsErrorCode.ABORTED,
     "idempotency-key-reused": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
     "response-not-stored": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
+    "outcome-unknown": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
     "store-unavailable": https_fn.FunctionsErrorCode.UNAVAILABLE,
     "handler-failed": https_fn.FunctionsErrorCode.INTERNAL,
     "request-unprocessable": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
@@ -77,6 +79,8 @@ def idempotent_callable(
     deduplicator: Deduplicator | None = None,
     config: DedupConfig | None = None,
     registry: SuffixRegistry | None = None,
+    reconcile: Reconcile | None = None,
+    on_ambiguous: str = "rerun",
 ) -> Callable[[CallableHandler], Callable[[https_fn.CallableRequest[Any]], Any]]:
     """The callable variant of `idempotent_http`, under `https_fn.on_call()`.
 
@@ -84,10 +88,19 @@ def idempotent_callable(
     (firebase-functions verified the token; call `ensure_firebase_app()` at import so it can).
     The fingerprint is the canonical JSON of the data without the key. The returned value, or
     an `HttpsError` with a status below 500, is stored and replayed; refusals raise the
-    `HttpsError` of `CALLABLE_CODES`.
+    `HttpsError` of `CALLABLE_CODES`. `reconcile` and `on_ambiguous`: as for
+    `idempotent_http`; a call skipped as ambiguous, and every retry with its key, raises
+    `outcome-unknown` (FAILED_PRECONDITION).
     """
     entry = gate(
-        CALLABLE, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+        CALLABLE,
+        suffix,
+        mode=mode,
+        config=config,
+        deduplicator=deduplicator,
+        registry=registry,
+        reconcile=reconcile,
+        on_ambiguous=on_ambiguous,
     )
 
     def decorate(handler: CallableHandler) -> Callable[[https_fn.CallableRequest[Any]], Any]:
@@ -164,6 +177,8 @@ def _settle_call(
             payload=canonical_json(rest),
             wait_seconds=wait_seconds,
             subject=caller_subject(uid),
+            reconcile=admitted.reconcile,
+            on_ambiguous=admitted.on_ambiguous,
         )
     except _CallableFailed as failed:
         raise failed.error from None
@@ -196,6 +211,12 @@ def _callable_answer(settled: Settlement, retry_after_seconds: int) -> Any:
         )
     if settled.kind is Settled.UNAVAILABLE:
         raise _https_error("store-unavailable", "retry with the same idempotencyKey")
+    if settled.kind is Settled.UNKNOWN:
+        raise _https_error(
+            "outcome-unknown",
+            "an earlier attempt of the call with this idempotencyKey may have taken effect and "
+            "it is not run again: check whether it did before calling with a new key",
+        )
     if settled.kind is Settled.FAILED:  # the same refusal for the first call and its retries
         problem = failure_problem(settled.error)
         raise _https_error(

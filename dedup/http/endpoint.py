@@ -10,13 +10,20 @@ from typing import Any
 
 import flask
 
+from dedup.ambiguity import Reconcile
 from dedup.config import DedupConfig
 from dedup.core import Deduplicator
 from dedup.delivery import Delivery, HandlerResult
 from dedup.entrance import HTTP, Entrance, gate
 from dedup.errors import ConfigError, TerminalError
 from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
-from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, Problem, failure_problem, retry_after
+from dedup.http.problems import (
+    DEFAULT_RETRY_AFTER_SECONDS,
+    Problem,
+    failure_problem,
+    retry_after,
+    unknown_problem,
+)
 from dedup.http.replay import Settled, Settlement, caller_subject, replay, settle, stored_answer
 from dedup.idempotency import (
     HEADER,
@@ -81,6 +88,8 @@ def idempotent_http(
     deduplicator: Deduplicator | None = None,
     config: DedupConfig | None = None,
     registry: SuffixRegistry | None = None,
+    reconcile: Reconcile | None = None,
+    on_ambiguous: str = "rerun",
 ) -> Callable[[HttpHandler], Callable[[flask.Request], flask.Response]]:
     """Make an HTTP handler run once per (caller, Idempotency-Key); see the module docstring.
 
@@ -91,10 +100,20 @@ def idempotent_http(
     token (`verify_token`, default `firebase_uid`). `methods`: the others are refused with 405.
     `json_body`: the body must be JSON (415,
     400 otherwise) and is fingerprinted canonically. `wait_seconds`: how long a request whose
-    key is running waits for the first to finish before answering 409.
+    key is running waits for the first to finish before answering 409. `reconcile` and
+    `on_ambiguous`: as for `trigger_once` (lease mode); a request skipped as ambiguous, and
+    every retry with its key, is answered 409 `outcome-unknown` (`unknown_problem`), and one
+    that `reconcile` confirmed 410 `response-not-stored` (there is no response to replay).
     """
     entry = gate(
-        HTTP, suffix, mode=mode, config=config, deduplicator=deduplicator, registry=registry
+        HTTP,
+        suffix,
+        mode=mode,
+        config=config,
+        deduplicator=deduplicator,
+        registry=registry,
+        reconcile=reconcile,
+        on_ambiguous=on_ambiguous,
     )
     if max_body_bytes < 1 or wait_seconds < 0 or retry_after_seconds < 0:
         raise ConfigError(
@@ -175,6 +194,8 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
             payload=payload,
             wait_seconds=rules.wait_seconds,
             subject=caller_subject(uid),
+            reconcile=admitted.reconcile,
+            on_ambiguous=admitted.on_ambiguous,
         )
     except _ServerError as error:
         return error.response
@@ -285,6 +306,11 @@ def _answer(
         return replay(StoredResponse.from_result(settled.result))
     if settled.kind is Settled.FAILED:  # never a replay unless an earlier request failed
         response = failure_problem(settled.error).response()
+        if settled.replayed:
+            response.headers[REPLAYED_HEADER] = "true"
+        return response
+    if settled.kind is Settled.UNKNOWN:
+        response = unknown_problem().response()
         if settled.replayed:
             response.headers[REPLAYED_HEADER] = "true"
         return response

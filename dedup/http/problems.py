@@ -94,3 +94,19 @@ def failure_problem(error: str | None) -> Problem:
         "the request failed permanently and was recorded as failed: retrying it with the same "
         "key returns this answer again; send a corrected request with a new Idempotency-Key",
     )
+
+
+def unknown_problem() -> Problem:
+    """The answer to a request whose outcome is unknown (an `unknown` record: an earlier
+    attempt may have taken effect, nothing could tell, and the function skips such requests,
+    `on_ambiguous="skip"`): 409 `outcome-unknown`, without `Retry-After`. The first answer and
+    every retry with the key are the same; the request is never run again unless an operator
+    revives its record (`dedup revive`)."""
+    return Problem(
+        409,
+        "outcome-unknown",
+        "Outcome unknown",
+        "an earlier attempt of the request with this Idempotency-Key may have taken effect, and "
+        "whether it did could not be established; it is not run again: check whether it took "
+        "effect before sending it again with a new Idempotency-Key",
+    )

@@ -4,7 +4,13 @@ whose key completed. Shared by the HTTP and the callable adapters.
 
 A handler that fails terminally (`TerminalError`, or Firestore refusing its data as invalid)
 leaves a failed record: the request is answered with `failure_problem`, not as a replay, and
-every retry with the key gets that same answer, marked replayed."""
+every retry with the key gets that same answer, marked replayed.
+
+A request whose earlier attempt may have taken effect without its outcome being recorded (lease
+mode, see `dedup.ambiguity`) and that nothing reconciled, under `on_ambiguous="skip"`, leaves
+an `unknown` record: that request and every retry with the key get `unknown_problem` (409
+`outcome-unknown`, no `Retry-After`), never a rerun, until an operator revives the record. One
+that `reconcile` confirmed has no response to replay: 410 `response-not-stored`."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from typing import Any
 
 import flask
 
+from dedup.ambiguity import Reconcile
 from dedup.core import Deduplicator
 from dedup.delivery import Delivery, HandlerResult, OutcomeKind
 from dedup.entrance import HTTP, record_key, shared_deduplicator
@@ -44,7 +51,8 @@ def replay(stored: StoredResponse | NotStored) -> flask.Response:
         else:
             detail = (
                 "the request with this key ended without a response to replay (it failed "
-                "too many times); send it again with a new Idempotency-Key"
+                "too many times, or it took effect and its response was lost); check the "
+                "resource, or send it again with a new Idempotency-Key"
             )
         problem = Problem(410, "response-not-stored", "Response not stored", detail, extra=extra)
         response = problem.response()
@@ -81,6 +89,9 @@ class Settled(StrEnum):
     FAILED = "failed"
     """The handler failed terminally, now (`replayed` False) or for an earlier request with
     the key (`replayed` True); `error` is the record's `lastError`."""
+    UNKNOWN = "unknown"
+    """Whether the request took effect is unknown and it is not run again (`on_ambiguous=
+    "skip"`): decided now (`replayed` False) or for an earlier request (`replayed` True)."""
 
 
 @dataclass(frozen=True)
@@ -105,9 +116,12 @@ def settle(
     payload: bytes,
     wait_seconds: float,
     subject: str | None = None,
+    reconcile: Reconcile | None = None,
+    on_ambiguous: str = "rerun",
 ) -> Settlement:
     """Run `handler` once for (event_id, suffix) or find how an earlier request ended.
-    `subject` is recorded for `dedup list --subject` (see `caller_subject`).
+    `subject` is recorded for `dedup list --subject` (see `caller_subject`); `reconcile` and
+    `on_ambiguous` go to `Deduplicator.run`.
 
     The handler's own exceptions propagate (the core has released the lease or counted the
     attempt first), except a terminal failure, which ends the record as failed and becomes a
@@ -127,7 +141,14 @@ def settle(
         try:
             with continued(from_current_request()):  # the caller's trace, from the headers
                 outcome = runner.run(
-                    event_id, suffix, watched, mode=mode, payload=payload, subject=subject
+                    event_id,
+                    suffix,
+                    watched,
+                    mode=mode,
+                    payload=payload,
+                    subject=subject,
+                    reconcile=reconcile,
+                    on_ambiguous=on_ambiguous,
                 )
         except (LeaseHeld, LeaseLost):
             if time.monotonic() + WAIT_POLL_SECONDS > deadline:
@@ -140,6 +161,8 @@ def settle(
             return Settlement(Settled.UNAVAILABLE)
         if outcome.kind is OutcomeKind.RAN:
             return Settlement(Settled.RAN, outcome.result)
+        if outcome.kind is OutcomeKind.AMBIGUOUS:
+            return Settlement(Settled.UNKNOWN)
         if outcome.kind is OutcomeKind.FAILED:  # this request's handler failed terminally
             if raised:
                 return Settlement(Settled.FAILED, error=error_text(raised[-1]))
@@ -161,6 +184,8 @@ def _recorded(runner: Deduplicator, event_id: str, suffix: str, *, replayed: boo
         return Settlement(Settled.UNAVAILABLE)
     if record is not None and record.state is State.FAILED:
         return Settlement(Settled.FAILED, error=record.last_error, replayed=replayed)
+    if record is not None and record.state is State.UNKNOWN:
+        return Settlement(Settled.UNKNOWN, replayed=replayed)
     return Settlement(Settled.COMPLETED, record.result if record is not None else None)
 
 

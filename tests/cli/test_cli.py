@@ -311,6 +311,54 @@ def test_a_revived_dead_event_runs_on_its_next_delivery(
     assert [d.attempt for d in runs] == [1]
 
 
+def test_list_finds_unknown_records_and_revive_runs_them_again(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """An ambiguous delivery skipped on purpose (`on_ambiguous="skip"`) leaves an unknown
+    record: `list --state unknown` finds it, later deliveries skip it, and `revive KEY` hands
+    it back so that the next delivery runs the handler (not ambiguous: a released lease)."""
+    dedup = Deduplicator(DedupConfig(max_attempts=3, cache_size=0), client=firestore_client)
+    (key,) = records.write(
+        firestore_client,
+        [record_fields("e1", state=State.IN_PROGRESS, lease="expired", age=timedelta(minutes=5))],
+    )
+    runs: list[Delivery] = []
+    skipped = dedup.run("e1", "sendEmail", runs.append, on_ambiguous="skip")
+    assert (skipped.kind, runs) == (OutcomeKind.AMBIGUOUS, [])
+
+    listed = invoke("list", "--state", "unknown", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [r["key"] for r in json.loads(listed.stdout)] == [key]
+    assert dedup.run("e1", "sendEmail", runs.append, on_ambiguous="skip").kind is (
+        OutcomeKind.DUPLICATE
+    )
+
+    revived = invoke("revive", key, "--yes")
+    assert revived.exit_code == 0, revived.output
+    assert "revived 1 record(s)" in revived.stdout
+    outcome = dedup.run("e1", "sendEmail", runs.append, on_ambiguous="skip")
+    assert (outcome.kind, [d.attempt for d in runs]) == (OutcomeKind.RAN, [1])
+
+
+@pytest.mark.parametrize(
+    ("state", "lease", "says"),
+    [(State.SENT, None, "its effect happened"), (State.IN_PROGRESS, "live", "see `release`")],
+)
+def test_revive_refuses_a_record_that_is_not_dead_failed_or_unknown(
+    invoke: Invoke, firestore_client: firestore.Client, state: State, lease: str | None, says: str
+) -> None:
+    """A sent or in-progress record named by key is refused, unchanged, with exit status 1;
+    so is a missing one."""
+    (key,) = records.write(firestore_client, [record_fields("e1", state=state, lease=lease)])
+    before = records.raw(firestore_client, [key])
+    result = invoke("revive", key, "no-such-key", "--yes")
+    assert result.exit_code == 1, result.output
+    assert f"cannot revive: state is {state.value}" in result.output
+    assert says in result.output
+    assert "no-such-key: cannot revive: no such record" in result.output
+    assert records.raw(firestore_client, [key]) == before
+
+
 def test_release_of_a_crashed_last_attempt_runs_the_handler_on_the_next_delivery(
     invoke: Invoke, firestore_client: firestore.Client
 ) -> None:
@@ -472,10 +520,10 @@ def test_stats_json_counts_and_finds_the_oldest_leases(
     assert result.exit_code == 0, result.output
     stats = json.loads(result.stdout)
     assert stats["counts"] == {
-        "a": {"in_progress": 2, "sent": 2, "failed": 0, "dead": 0},
-        "b": {"in_progress": 3, "sent": 0, "failed": 0, "dead": 1},
+        "a": {"in_progress": 2, "sent": 2, "failed": 0, "dead": 0, "unknown": 0},
+        "b": {"in_progress": 3, "sent": 0, "failed": 0, "dead": 1, "unknown": 0},
     }
-    assert stats["totals"] == {"in_progress": 5, "sent": 2, "failed": 0, "dead": 1}
+    assert stats["totals"] == {"in_progress": 5, "sent": 2, "failed": 0, "dead": 1, "unknown": 0}
     assert stats["inProgress"] == {"live": 2, "expired": 2, "released": 1}
     assert stats["oldestStuck"]["key"] == "stuck-old-b"
     assert stats["oldestLiveLease"]["leaseStatus"] == "live"

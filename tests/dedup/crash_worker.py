@@ -1,12 +1,16 @@
 """A separate process that delivers one event through a Deduplicator (used by the tests).
 
     python -m tests.dedup.crash_worker EVENT_ID SUFFIX --lease 3 [--hang] [--start-at EPOCH]
-        [--mode lease] [--async]
+        [--mode lease] [--async] [--die-after-effect] [--note]
 
 The handler's effect is one new document in `effects` (so the test can count effects). With
 --hang the handler records its effect, prints STARTED and sleeps: the test SIGKILLs it while
 it holds the lease. With --async the handler is an `async def` run by an AsyncDeduplicator
-in an event loop. The outcome is printed as one JSON line on stdout.
+in an event loop. With --die-after-effect the handler returns after its effect and the process
+prints STARTED and sleeps at `Step.AFTER_EFFECT`, before "sent" is written: the test SIGKILLs
+it there (lease mode's ambiguous window). With --note the handler notes a `messageId` it chose
+(`delivery.note`) before its effect, and the effect carries it. The outcome is printed as one
+JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import asyncio
 import json
 import sys
 import time
+import uuid
 
 from google.cloud import firestore
 
@@ -28,6 +33,7 @@ from dedup import (
     Delivery,
     Mode,
     Outcome,
+    Step,
 )
 
 EFFECTS = "effects"
@@ -43,14 +49,24 @@ def main() -> int:
     parser.add_argument("--start-at", type=float, default=0.0)
     parser.add_argument("--mode", default=Mode.LEASE.value)
     parser.add_argument("--async", dest="use_async", action="store_true")
+    parser.add_argument("--die-after-effect", action="store_true")
+    parser.add_argument("--note", action="store_true")
     args = parser.parse_args()
+
+    def stop_after_effect(step: Step, key: str) -> None:
+        if step is Step.AFTER_EFFECT:
+            print("STARTED", flush=True)
+            time.sleep(120)
 
     client = firestore.Client(project="demo-exactly-once")
     deduplicator = Deduplicator(DedupConfig(lease_seconds=args.lease), client=client)
     client.collection(EFFECTS).document("warmup").get()  # connect before the start line
 
     def handler(delivery: Delivery) -> None:
-        effect = {"key": delivery.key, "attempt": delivery.attempt}
+        effect: dict[str, object] = {"key": delivery.key, "attempt": delivery.attempt}
+        if args.note:
+            delivery.note(messageId=uuid.uuid4().hex)
+            effect["messageId"] = delivery.notes["messageId"]
         if delivery.transaction is not None:
             delivery.transaction.create(client.collection(EFFECTS).document(), effect)
         elif delivery.batch is not None:
@@ -62,7 +78,10 @@ def main() -> int:
             time.sleep(120)
 
     async def async_handler(delivery: AsyncDelivery) -> None:
-        effect = {"key": delivery.key, "attempt": delivery.attempt}
+        effect: dict[str, object] = {"key": delivery.key, "attempt": delivery.attempt}
+        if args.note:
+            await delivery.note(messageId=uuid.uuid4().hex)
+            effect["messageId"] = delivery.notes["messageId"]
         ref = delivery.client.collection(EFFECTS).document()
         if delivery.transaction is not None:
             delivery.transaction.create(ref, effect)
@@ -79,10 +98,14 @@ def main() -> int:
             DedupConfig(lease_seconds=args.lease),
             client_factory=lambda: firestore.AsyncClient(project="demo-exactly-once"),
         )
+        if args.die_after_effect:
+            dedup.step_hook = stop_after_effect
         await dedup.store.client.collection(EFFECTS).document("warmup").get()  # connect
         await asyncio.sleep(max(0.0, args.start_at - time.time()))
         return await dedup.run(args.event_id, args.suffix, async_handler, mode=Mode(args.mode))
 
+    if args.die_after_effect:
+        deduplicator.step_hook = stop_after_effect
     try:
         if args.use_async:
             outcome = asyncio.run(deliver_async())

@@ -38,7 +38,13 @@ def start_worker(*args: str) -> subprocess.Popen[str]:
 def kill_inside_handler(*args: str) -> None:
     """Start a `--hang` worker with `args`, wait until its handler has started (its effect
     made or buffered), SIGKILL it and wait for it to be gone."""
-    worker = start_worker(*args, "--hang")
+    kill_when_started(*args, "--hang")
+
+
+def kill_when_started(*args: str) -> None:
+    """Start a worker with `args` (`--hang` or `--die-after-effect`), wait until it prints
+    STARTED, SIGKILL it and wait for it to be gone."""
+    worker = start_worker(*args)
     assert worker.stdout is not None
     assert worker.stdout.readline().strip() == "STARTED"
     worker.send_signal(signal.SIGKILL)

@@ -43,6 +43,7 @@ from dedup import (
 from dedup.errors import DatabaseMismatch
 from dedup.telemetry import OUTCOMES, Telemetry
 from tests.dedup.grpc_faults import Fault, faulty_client
+from tests.dedup.support import write_foreign_lease
 
 PROJECT = "demo-exactly-once"
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,6 +196,21 @@ def _error(o: Observed) -> None:
         o.dedup().run("e1", SUFFIX, writes_elsewhere, mode=Mode.TRANSACTION)  # type: ignore[arg-type]
 
 
+def _expired_lease(o: Observed) -> None:
+    """The record of an attempt whose lease expired: it may have produced its effect."""
+    write_foreign_lease(o.client, "e1-s", started=datetime.now(UTC) - timedelta(minutes=5))
+
+
+def _ambiguous(o: Observed) -> None:
+    _expired_lease(o)
+    o.dedup().run("e1", SUFFIX, ok, on_ambiguous="skip")
+
+
+def _reconciled(o: Observed) -> None:
+    _expired_lease(o)
+    o.dedup().run("e1", SUFFIX, ok, reconcile=lambda delivery: True)
+
+
 SCENARIOS: dict[str, Callable[[Observed], None]] = {
     "ran": _ran,
     "duplicate": _duplicate,
@@ -210,6 +226,8 @@ SCENARIOS: dict[str, Callable[[Observed], None]] = {
     "payload_mismatch": _payload_mismatch,
     "invalid_key": _invalid_key,
     "error": _error,
+    "ambiguous": _ambiguous,
+    "reconciled": _reconciled,
 }
 ERROR_STATUS = {"released", "failed", "dead", "lease_held", "lease_lost", "unavailable",
                 "payload_mismatch", "invalid_key", "error"}  # fmt: skip

@@ -67,6 +67,8 @@ def seed(db: firestore.Client) -> None:
             record_fields("4243", "forward_webhook", state=State.FAILED, last_error="400"),
             record_fields("4244", "forward_webhook", state=State.IN_PROGRESS, lease="expired"),
             record_fields("4245", "relay_outbox", state=State.DEAD, attempts=10),
+            # An effect that may or may not have happened: an ambiguous notification skipped.
+            record_fields("4248", "send_post_notification", state=State.UNKNOWN),
             # Cleaning up: records older than the retention.
             record_fields("4246", "sync_published_count", age=10 * day),
             record_fields("4247", "send_post_notification", age=8 * day),
