@@ -59,6 +59,23 @@ class DeduplicatorBase:
         self.step_hook: StepHook | None = None
         """Called with each `Step` a delivery reaches (crash tests, tracing); None: nothing."""
 
+    _records: Any = None
+    """The records given at construction (a test's in-memory store), else None: Firestore."""
+
+    def store_for(self, event_database: str | None = None) -> Any:
+        """The Firestore record store for an event from `event_database` (each front door's)."""
+        raise NotImplementedError
+
+    def records_for(self, event_database: str | None = None) -> tuple[Any, bool]:
+        """Where the records of an event from `event_database` are kept (the records given at
+        construction, else `store_for`), and whether that is the event's own database (the
+        self-trigger guard only applies there). The one place both front doors choose."""
+        if self._records is not None:
+            return self._records, True
+        store = self.store_for(event_database)
+        same = event_database is None or event_database == database_of(store.client)
+        return store, same
+
     def record_key(self, event_id: str | None, suffix: str) -> str:
         """The document id of the record of (event_id, suffix) in this config's key layout:
         the one place it is computed, for every mode and trigger kind. Raises
@@ -186,8 +203,10 @@ class Deduplicator(DeduplicatorBase):
     @property
     def records(self) -> Records:
         """Where this instance keeps its records: the `records` it was given, else the
-        Firestore record store (`store`). Read a record through this, never `store`."""
-        return self._records if self._records is not None else self.store
+        Firestore record store where the flows write an event without a database of its own
+        (`records_for`). Read a record through this, never `store`."""
+        records: Records = self.records_for()[0]
+        return records
 
     @property
     def io(self) -> BlockingIO:
@@ -273,12 +292,7 @@ class Deduplicator(DeduplicatorBase):
                 "handler with `def`"
             )
         with self.telemetry.delivery(suffix, mode) as observed:
-            store: Records
-            if self._records is not None:
-                store, same_database = self._records, True
-            else:
-                store = self.store_for(database)
-                same_database = database is None or database == database_of(store.client)
+            store, same_database = self.records_for(database)
             io = BlockingIO(store, self._turns)
             started = self.begin(
                 io,

@@ -69,7 +69,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         """The record store of the running event loop, creating its client on first use."""
         return self.store_for(None)
 
-    def store_for(self, event_database: str | None) -> AsyncRecordStore:
+    def store_for(self, event_database: str | None = None) -> AsyncRecordStore:
         """The running loop's record store for an event from `event_database`: records live
         in the config's database (DEDUP_DATABASE), else the event's, else the first client's
         (as `Deduplicator.records_database`); clients are created on first use."""
@@ -145,11 +145,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         mode = Mode(mode)
         with self.telemetry.delivery(suffix, mode) as observed:
             io: FlowIO
-            if self._records is not None:
-                io, same_database = self._records, True
-            else:
-                io = self.store_for(database)
-                same_database = database is None or database == database_of(io.client)
+            io, same_database = self.records_for(database)
             started = self.begin(
                 io,
                 event_id,
