@@ -12,6 +12,9 @@ an instance clock). Nothing here touches Firestore.
 | a lease that expired (its owner crashed)      | BURY if attempts are used up, else TAKE_OVER |
 | no lease (released, or an atomic attempt failed) | TAKE_OVER |
 
+Before burying an expired lease, lease mode asks the function's `reconcile` (if any) whether
+that last attempt produced the effect: if so the record is marked sent (`dedup.lease`).
+
 A released record is taken over even when its attempts are used up: every flow buries an
 exhausted record itself instead of releasing it, so a released one was handed back on purpose
 (`dedup release`) and the operator asked for one more run.

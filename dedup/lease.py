@@ -55,9 +55,9 @@ from dedup.claims import (
 from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.errors import ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
 from dedup.flow_io import Invoke
-from dedup.record import Mode, State, error_text
+from dedup.record import Mode, Record, State, error_text
 from dedup.runs import Run, bury, precondition
-from dedup.store import backoff
+from dedup.store import Snapshot, backoff
 from dedup.transitions import (
     Fields,
     finished,
@@ -142,6 +142,10 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
         if claim is Claim.WAIT:
             run.raise_lease_held(record, snapshot.read_time)
         if claim is Claim.BURY:
+            if run.reconcile is not None and takeover_ambiguous(record, snapshot.read_time):
+                reconciled = await _reconcile_before_burial(run, record, snapshot, owner)
+                if reconciled is not None:
+                    return reconciled
             if await bury(run, record, snapshot, owner):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
@@ -215,21 +219,26 @@ async def _run_owned(
         run.live_leases.drop(run.key)
 
 
+async def _ask(run: Run) -> bool | None:
+    """`reconcile`'s answer (None without one). One that raises is reported and re-raised:
+    nothing is written, so the next delivery after this lease asks again."""
+    if run.reconcile is None:
+        return None
+    try:
+        return await run.reconcile()
+    except Exception as exc:
+        run.finish(
+            OutcomeKind.UNAVAILABLE,
+            error=f"reconcile raised {error_text(exc)}; the next delivery after this "
+            "lease asks again",
+        )
+        raise
+
+
 async def _settle_ambiguity(run: Run, owner: str) -> Outcome | None:
     """An ambiguous take-over (`dedup.claims.after_ambiguity`): ask `reconcile`, then record
     "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
-    verdict: bool | None = None
-    if run.reconcile is not None:
-        try:
-            verdict = await run.reconcile()
-        except Exception as exc:
-            # Nothing written: our lease expires, and the next delivery is ambiguous again.
-            run.finish(
-                OutcomeKind.UNAVAILABLE,
-                error=f"reconcile raised {error_text(exc)}; the next delivery after this "
-                "lease asks again",
-            )
-            raise
+    verdict = await _ask(run)
     after = after_ambiguity(verdict, run.on_ambiguous)
     if after is AfterAmbiguity.RUN:
         return None
@@ -243,6 +252,27 @@ async def _settle_ambiguity(run: Run, owner: str) -> Outcome | None:
     fields = finished(State.UNKNOWN, owner=owner, expire_at=run.expire_at())
     await _record(run, owner, token, fields, State.UNKNOWN, "mark unknown", run.lease_ends)
     return run.finish(OutcomeKind.AMBIGUOUS)
+
+
+async def _reconcile_before_burial(
+    run: Run, record: Record, snapshot: Snapshot, owner: str
+) -> Outcome | None:
+    """The last allowed attempt's lease expired: before burying the event, ask `reconcile`
+    whether that attempt produced the effect. True records "sent" (`reconciled: true`),
+    guarded by the record as read; anything else returns None (bury it). A reconcile that
+    raises writes nothing and is asked again by the next delivery."""
+    run.notes = record.notes or NO_NOTES
+    verdict = await _ask(run)
+    if verdict is not True:
+        return None
+    fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
+    written = await run.io.update_if_unchanged(
+        run.key, fields, precondition(snapshot), action="mark sent"
+    )
+    if not isinstance(written, datetime):
+        return None  # the record moved meanwhile: burying it re-reads and decides again
+    run.sent_keys.add(run.key, run.payload_hash)
+    return run.finish(OutcomeKind.RECONCILED)
 
 
 async def write_note(run: Run, fields: dict[str, Any]) -> None:

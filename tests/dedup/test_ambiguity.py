@@ -53,16 +53,16 @@ class World:
     def record(self) -> Record | None:
         return Record.from_snapshot(self.store.document(self.store.path(KEY)))
 
-    def instance(self) -> Deduplicator:
-        config = DedupConfig(lease_seconds=LEASE, cache_size=0, max_attempts=5)
+    def instance(self, max_attempts: int = 5) -> Deduplicator:
+        config = DedupConfig(lease_seconds=LEASE, cache_size=0, max_attempts=max_attempts)
         return Deduplicator(config, records=self.store)
 
     def handler(self, delivery: Delivery) -> None:
         self.effects.append(delivery.key)
 
-    def crash_after_effect(self) -> None:
+    def crash_after_effect(self, max_attempts: int = 5) -> None:
         """One delivery produces the effect, then its process dies before "sent"."""
-        dying = self.instance()
+        dying = self.instance(max_attempts)
 
         def die(step: Step, key: str) -> None:
             if step is Step.AFTER_EFFECT:
@@ -174,6 +174,32 @@ def test_reconcile_true_records_sent_without_running_the_handler() -> None:
     assert (record.state, record.reconciled, record.has_lease) == (State.SENT, True, False)
     assert [d.key for d in world.asked] == [KEY]
     assert world.asked[0].attempt == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind", "state"),
+    [
+        (True, OutcomeKind.RECONCILED, State.SENT),
+        (False, OutcomeKind.DEAD, State.DEAD),
+        (None, OutcomeKind.DEAD, State.DEAD),
+    ],
+)
+def test_the_last_allowed_attempt_is_reconciled_before_it_is_buried(
+    answer: bool | None, kind: OutcomeKind, state: State
+) -> None:
+    """No attempt is left to run the handler (max_attempts=1), but reconcile is still asked:
+    an effect it finds is recorded sent, not buried dead; otherwise the event is buried."""
+    world = World()
+    world.crash_after_effect(max_attempts=1)
+    outcome = world.instance(max_attempts=1).run(
+        EVENT, SUFFIX, world.handler, reconcile=world.asks(answer)
+    )
+    assert outcome.kind is kind
+    assert world.effects == [KEY]
+    assert [d.key for d in world.asked] == [KEY]
+    record = world.record
+    assert record is not None
+    assert (record.state, record.reconciled, record.has_lease) == (state, answer is True, False)
 
 
 @pytest.mark.parametrize("on_ambiguous", ["rerun", "skip"])
