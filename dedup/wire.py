@@ -9,13 +9,18 @@ timestamps, nulls and server timestamps), so its `Write` can be built as the pla
 message the library would end up sending, and committed with one gRPC call: about half the
 client CPU of a record write, measured by `make bench` (`cpu_us_per_delivery_<mode>`).
 
-What goes on the wire is exactly what the library sends for the same fields: the same
-document, mask, precondition and server-timestamp transforms (`tests/test_wire.py` compares
-them message for message). Any value or field name outside that flat shape (a map, a list, a
-dotted path) is built by the library itself. Errors are the library's too: a failed call
-raises the `google.api_core` exception the generated client would raise (`from_grpc_error`),
-so the stores' retry and conflict rules are unchanged. Only the sync client takes this path;
-the async store keeps the library's calls.
+What goes on the wire is what the library sends for the same fields: the same document,
+mask, precondition and server-timestamp transforms (`tests/dedup/test_wire.py` compares them
+message for message), except that an update's guard keeps the nanoseconds of its update time,
+which the library's wrapper drops. Any value or field name outside that flat shape (a map, a
+list, a dotted name) is built by the library itself. Errors are the library's too: a failed
+call raises the `google.api_core` exception the generated client would raise
+(`from_grpc_error`), so the stores' retry and conflict rules are unchanged. The sync record
+store (`dedup.store`) and its transactions (`dedup.rpc.BoundedTransaction`: begin and commit)
+take this path; the async store keeps the library's calls. It reaches into the client
+(`_firestore_api`, `_rpc_metadata`) and the library's `_helpers` of the google-cloud-firestore
+version pinned in requirements.txt: an upgrade that changes them fails `test_wire.py` and the
+emulator suite, not production.
 """
 
 from __future__ import annotations
