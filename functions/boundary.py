@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import unquote
 
-import firebase_admin
 import flask
 from cloudevents.abstract import CloudEvent
 from firebase_functions import firestore_fn, pubsub_fn
@@ -72,6 +71,7 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
+from dedup.firebase_app import default_app
 from dedup.logs import log_delivery
 from functions.ids import id_problem
 
@@ -271,8 +271,6 @@ def _check_firestore(raw: CloudEvent, trigger: Trigger) -> None:
 
 def _parse_firestore(raw: CloudEvent, trigger: Trigger) -> Any:
     """firebase-functions' own parse of a Firestore event (the event its handler receives)."""
-    if not firebase_admin._apps:  # what the parser does; a failure here is not the request's
-        firebase_admin.initialize_app()
     assert trigger.document_pattern is not None
     pattern = PathPattern(trigger.document_pattern)
     parsed: list[Any] = []
@@ -338,6 +336,7 @@ def parsed_event(raw: CloudEvent, trigger: Trigger) -> Any:
     _check_common(raw, trigger)
     if trigger.event_type.startswith(FIRESTORE_PREFIX):
         _check_firestore(raw, trigger)
+        default_app()  # before the parser's own unguarded check; a failure is not the request's
         parse = _parse_firestore
     elif trigger.event_type == PUBSUB_TYPE:
         _check_pubsub(raw, trigger)

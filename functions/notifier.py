@@ -63,11 +63,11 @@ class FcmNotifier:
 
     def send(self, notification: Notification, *, idempotency_key: str) -> None:
         """Send to every token; raise when any token failed for a reason worth retrying."""
-        import firebase_admin
         from firebase_admin import messaging
 
-        if not firebase_admin._apps:
-            firebase_admin.initialize_app()
+        from dedup.firebase_app import default_app
+
+        default_app()
         message = messaging.MulticastMessage(
             tokens=list(notification.tokens),
             data={

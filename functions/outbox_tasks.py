@@ -25,31 +25,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from typing import Any
 
-import firebase_admin
 from firebase_admin import exceptions, functions
 from google.api_core.exceptions import NotFound
 from google.cloud import firestore
 
 from dedup import TerminalError, propagation
+from dedup.firebase_app import default_app
 from dedup.outbox import FUNCTION_PATTERN, task_id_for
 from functions.region import task_function_resource
 
 EMULATOR_HOST_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
 """Set (by `firebase emulators:exec`): the Admin SDK sends tasks to the Cloud Tasks emulator."""
-_app_lock = threading.Lock()
 logger = logging.getLogger(__name__)
-
-
-def firebase_app() -> firebase_admin.App:
-    """The instance's default Firebase app, initialized once (thread-safe)."""
-    with _app_lock:
-        try:
-            return firebase_admin.get_app()
-        except ValueError:
-            return firebase_admin.initialize_app()
 
 
 def outbox_task(fields: dict[str, Any]) -> tuple[str, Any]:
@@ -69,7 +58,7 @@ def create_task(function_name: str, data: Any, task_id: str) -> bool:
     """Create the task `task_id` carrying `{"data": data}`; True if created now, False if it
     already existed. Raises as the module's table says. A bare `function_name` is the
     functions' own region's (`functions.region`), not the Admin SDK's default us-central1."""
-    queue = functions.task_queue(task_function_resource(function_name), app=firebase_app())
+    queue = functions.task_queue(task_function_resource(function_name), app=default_app())
     # The task's dispatch continues the relay's trace (`task_once` reads these headers).
     options = functions.TaskOptions(task_id=task_id, headers=propagation.headers() or None)
     try:

@@ -3,10 +3,11 @@ default `TokenVerifier`) and the bearer token of a request."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import flask
+
+from dedup.firebase_app import default_app
 
 
 class InvalidToken(Exception):
@@ -20,21 +21,16 @@ class AuthUnavailable(Exception):
 TokenVerifier = Callable[[str], str]
 """`verify(id_token) -> uid`; raises `InvalidToken` or `AuthUnavailable`."""
 
-_app_lock = threading.Lock()
-
 
 def ensure_firebase_app() -> None:
-    """Create the default firebase_admin app unless it exists (no network call).
+    """Create the default firebase_admin app unless it exists (no network call; thread-safe,
+    `dedup.firebase_app`).
 
     ID tokens are verified through it: by `firebase_uid`, and by firebase-functions before a
     callable's handler runs, which is why a module that declares a callable calls this at
     import time.
     """
-    import firebase_admin
-
-    with _app_lock:
-        if not firebase_admin._apps:
-            firebase_admin.initialize_app()
+    default_app()
 
 
 def firebase_uid(id_token: str, *, check_revoked: bool = False) -> str:
