@@ -9,10 +9,10 @@ write_only), `--naive-storm-seconds S` and `--naive-storm-copies N` (the naive p
 storms: how long a copy keeps being redelivered, default 20, and copies per event, default
 10; the other storms send 50),
 `--throughput-events N` (fresh events per round and concurrency, default 400),
-`--cold-runs N` (default 7), `--markdown` (print results.json as Markdown and exit),
+`--cold-runs N` (default 15), `--markdown` (print results.json as Markdown and exit),
 `--only async` (measure async against sync handlers only, `--throughput-events` per round,
 and merge the figures into the existing results.json). A longer run, about 25 minutes:
-`--deliveries 1000 --cpu-deliveries 2000 --cold-runs 15 --naive-storm-seconds 150
+`--deliveries 1000 --cpu-deliveries 2000 --cold-runs 31 --naive-storm-seconds 150
 --naive-storm-copies 50` (the naive storms as the others).
 Exit status: 0 whether or not targets are met; 1 if the benchmark itself broke; 2 on misuse.
 """
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-events", type=int, default=10_000)
     parser.add_argument("--storms", default=",".join(STORMS))
     parser.add_argument("--throughput-events", type=int, default=400)
-    parser.add_argument("--cold-runs", type=int, default=7)
+    parser.add_argument("--cold-runs", type=int, default=15)
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--only", choices=["async"], default=None)
     args = parser.parse_args(argv)

@@ -24,8 +24,8 @@ The record key of a delivery, in the configured layout, is computed in one place
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile
 from dedup.config import DedupConfig
@@ -43,8 +43,7 @@ type AnyDeduplicator = Deduplicator | AsyncDeduplicator
 """A front door of either kind."""
 
 
-@dataclass(frozen=True)
-class TriggerKind:
+class TriggerKind(NamedTuple):
     """What one kind of delivery can serve; the rest of its adapter is its own module's."""
 
     decorator: str
@@ -128,8 +127,7 @@ def owner_of(handler: Callable[..., Any]) -> str:
 _COPIED_ATTRIBUTES = ("__module__", "__name__", "__qualname__", "__doc__")
 
 
-@dataclass(frozen=True)
-class Entrance:
+class Entrance(NamedTuple):
     """An admitted handler: what each delivery of its trigger kind needs from the entrance."""
 
     gate: Gate
@@ -188,8 +186,7 @@ class Entrance:
         return wrapper
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(NamedTuple):
     """A decorator factory's checked arguments, waiting for the handler (`admit`)."""
 
     kind: TriggerKind

@@ -24,9 +24,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from cloudevents.abstract import CloudEvent as RawCloudEvent
 from firebase_functions import core as ff_core
@@ -43,8 +42,7 @@ SUPPORTED_EVENTS = (
 )
 
 
-@dataclass(frozen=True)
-class EventInfo:
+class EventInfo(NamedTuple):
     """What the deduplicator needs from one event."""
 
     event_id: str | None

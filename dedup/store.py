@@ -14,10 +14,9 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
@@ -38,8 +37,7 @@ def backoff(round_: int) -> float:
     return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**round_))
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """A record as read, with the database times that make decisions clock-safe."""
 
     record: Record | None
@@ -50,8 +48,7 @@ class Snapshot:
     """The document's last update time: the precondition for changing what was read."""
 
 
-@dataclass(frozen=True)
-class Conflict:
+class Conflict(NamedTuple):
     """A conditional write found the record not as expected; this try wrote nothing."""
 
     maybe_applied: bool

@@ -35,6 +35,7 @@ exception, such as `DatabaseMismatch`: a bug or a setting to fix, never an event
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +51,9 @@ from dedup.record import Mode, Record
 
 if TYPE_CHECKING:
     from opentelemetry import metrics
+
+_METRICS_API = "opentelemetry.metrics"
+"""The module that holds the global meter provider (`set_meter_provider`)."""
 
 INSTRUMENTATION_NAME = "dedup"
 """The instrumentation scope of the tracer and the meter."""
@@ -143,6 +147,12 @@ class Telemetry:
     By default they come from the global providers: no-ops until an SDK is installed, and
     bound to it once it is (whenever that happens). Tests and applications may pass their own
     providers. Creating one touches no network.
+
+    The instruments are created at the first delivery that can be measured: with a given
+    `meter_provider`, or once anything in the process has imported the OpenTelemetry metrics
+    API. A process that never imported it cannot have set a meter provider, so its
+    measurements would have gone to the no-op meter: such an instance skips that import (a
+    few milliseconds of its first event) and records nothing, exactly as before.
     """
 
     def __init__(
@@ -153,19 +163,33 @@ class Telemetry:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """Use these providers (default: the global ones); `clock` measures the overhead."""
-        from opentelemetry import metrics  # here: an instance's import stays lighter
-
         self._clock = clock
         self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=meter_provider)
-        self._deliveries = meter.create_counter(
-            DELIVERIES, unit="{delivery}", description="Deliveries by suffix and outcome"
-        )
-        self._overhead = meter.create_histogram(
-            OVERHEAD,
-            unit="ms",
-            description="Time a delivery spent in dedup (Firestore calls, waits), handler excluded",
-        )
+        self._meter_provider = meter_provider
+        self._instruments: tuple[metrics.Counter, metrics.Histogram] | None = None
+
+    def _measured(self) -> tuple[metrics.Counter, metrics.Histogram] | None:
+        """The counter and the histogram, created on first need; None while no meter provider
+        can exist (the metrics API was never imported and none was given)."""
+        if self._instruments is None:
+            if self._meter_provider is None and _METRICS_API not in sys.modules:
+                return None
+            from opentelemetry import metrics
+
+            meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=self._meter_provider)
+            self._instruments = (
+                meter.create_counter(
+                    DELIVERIES, unit="{delivery}", description="Deliveries by suffix and outcome"
+                ),
+                meter.create_histogram(
+                    OVERHEAD,
+                    unit="ms",
+                    description=(
+                        "Time a delivery spent in dedup (Firestore calls, waits), handler excluded"
+                    ),
+                ),
+            )
+        return self._instruments
 
     @contextmanager
     def delivery(self, suffix: str, mode: Mode) -> Iterator[DeliveryTrace]:
@@ -194,9 +218,12 @@ class Telemetry:
             _duplicate_event(span, run.found if run is not None else None)
         if outcome in _ERROR_OUTCOMES:
             span.set_status(Status(StatusCode.ERROR, f"dedup outcome {outcome}"))
-        labels = {"suffix": suffix, "outcome": outcome}
-        self._deliveries.add(1, labels)
-        self._overhead.record(observed.overhead_ms(), labels)
+        instruments = self._measured()
+        if instruments is not None:
+            deliveries, overhead = instruments
+            labels = {"suffix": suffix, "outcome": outcome}
+            deliveries.add(1, labels)
+            overhead.record(observed.overhead_ms(), labels)
 
 
 def _duplicate_event(span: trace.Span, found: Record | None) -> None:

@@ -54,8 +54,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import unquote
 
 import flask
@@ -123,8 +122,7 @@ def _refuse(why: str, error: type[HTTPException] = BadRequest) -> _Refused:
 # --- The function's trigger -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Trigger:
+class Trigger(NamedTuple):
     """What a firebase-functions event function was declared for (its `__firebase_endpoint__`)."""
 
     event_type: str

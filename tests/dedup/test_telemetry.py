@@ -343,3 +343,49 @@ def test_firestore_calls_are_child_spans_once_the_functions_switch_telemetry_on(
         ("dedup.overhead", "ran"),
         ("dedup.overhead", "duplicate"),
     }
+
+
+_LATE_METER_PROVIDER = """
+import json, sys
+from dedup.record import Mode
+from dedup.telemetry import Telemetry
+
+telemetry = Telemetry()
+with telemetry.delivery("late", Mode.LEASE):
+    pass
+imported_before = "opentelemetry.metrics" in sys.modules
+
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+with telemetry.delivery("late", Mode.LEASE):
+    pass
+counted = [
+    point.value
+    for resource in reader.get_metrics_data().resource_metrics
+    for scope in resource.scope_metrics
+    for metric in scope.metrics
+    if metric.name == "dedup.deliveries"
+    for point in metric.data.data_points
+]
+print(json.dumps({"imported_before": imported_before, "counted": counted}))
+"""
+
+
+def test_no_metrics_api_import_until_a_meter_provider_can_exist() -> None:
+    """A process that never imported the metrics API records its deliveries nowhere and does
+    not import it (its first event stays lighter); once a global meter provider is set, even
+    after the Telemetry was created, the next delivery is counted by it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LATE_METER_PROVIDER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {"imported_before": False, "counted": [1]}
