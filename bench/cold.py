@@ -26,7 +26,9 @@ that the rest of the machine's load and its drift hit both alike; each target fi
 median of `runs` (15 by default). On a shared virtual machine one run can be 20-40 % slower
 than its neighbour for reasons of the host, which moves a median of 7 by several percent
 either way; the fastest run of each variant (`*_ratio_fastest`, no target) shows the cost
-without that noise, since noise only ever adds time.
+with less of that noise, since noise only ever adds time. Where valgrind is installed, the
+instructions each import executes are counted too (`cold_import_instructions_ratio`, no
+target): a figure the host cannot move.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from __future__ import annotations
 import compileall
 import json
 import os
+import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -138,6 +142,47 @@ def import_times(
     return float(wall), float(cpu)
 
 
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def import_instructions(source: Path | None) -> int | None:
+    """Instructions the interpreter executes to import `source` with its target resolved (None:
+    functions-framework alone), counted by valgrind's callgrind; None without valgrind.
+
+    Unlike times, the count does not move with the rest of the machine's load (the same total
+    run after run, to a tenth of a percent): the work an import does, without what a shared
+    host adds (memory faults served by the hypervisor, other tenants)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    code = "import functions_framework" if source is None else _IMPORT
+    arguments = [] if source is None else [str(ROOT), str(source), FUNCTION]
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
+         code, *arguments],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**_environment(), "FUNCTION_TARGET": FUNCTION},
+        check=False,
+        timeout=600,
+    )  # fmt: skip
+    found = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind on {source} failed: {done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def instructions_ratio() -> float | None:
+    """Instructions of main.py's import / the bare file's, functions-framework's own import
+    taken out of both (None without valgrind)."""
+    server = import_instructions(None)
+    bare, main = import_instructions(BARE), import_instructions(MAIN)
+    if server is None or bare is None or main is None:
+        return None
+    return round((main - server) / (bare - server), 3)
+
+
 def first_event_seconds(source: Path, client: firestore.Client) -> float:
     """Seconds from starting functions-framework on `source` to its first 2xx answer."""
     post = client.collection("posts").document(f"bench-cold-{uuid.uuid4().hex[:10]}")
@@ -216,6 +261,7 @@ def measure(client: firestore.Client, runs: int = 15) -> dict[str, Any]:
         imports["main_every_function"].append(import_seconds(MAIN, tuple(functions)))
         for name in functions:
             per_function[name].append(import_seconds(MAIN, (name,)))
+    instructions = instructions_ratio()
     med = {k: statistics.median(v) for k, v in imports.items()}
     first = {k: statistics.median(v) for k, v in firsts.items()}
     return {
@@ -231,6 +277,7 @@ def measure(client: firestore.Client, runs: int = 15) -> dict[str, Any]:
             statistics.median(cpu["main"]) / statistics.median(cpu["bare"]), 3
         ),
         "cold_first_event_ratio": round(first["main"] / first["bare"], 3),
+        "cold_import_instructions_ratio": instructions,
         "cold_import_ratio_fastest": round(min(imports["main"]) / min(imports["bare"]), 3),
         "cold_first_event_ratio_fastest": round(min(firsts["main"]) / min(firsts["bare"]), 3),
         "lazy_import_saving_s": round(med["main_every_function"] - med["main"], 4),

@@ -274,6 +274,15 @@ def _scale_figures(results: dict[str, Any], add: Add) -> None:
         f"<= {COLD_RATIO_TARGET:.2f}",
         _at_most(COLD_RATIO_TARGET),
     )
+    if cold.get("cold_import_instructions_ratio") is not None:
+        add(
+            "cold_import_instructions_ratio",
+            "cold start: instructions executed by the import, main.py / bare (callgrind; "
+            "the same figure run after run)",
+            cold["cold_import_instructions_ratio"],
+            "-",
+            None,
+        )
     for key, what in (
         ("cold_import_ratio_fastest", "import"),
         ("cold_first_event_ratio_fastest", "first event"),
