@@ -1,11 +1,12 @@
 """The instance's default Firebase Admin app, created once however many requests race for it.
 
 `firebase_admin.initialize_app()` raises ValueError when the default app already exists, and
-firebase-functions' own Firestore and callable parsers create it with an unguarded
-check-then-create. On a cold instance serving several requests at once, two of them can both
-see no app and one of them fails. Every caller in this project goes through `default_app()`
-before anything that needs the app (firebase-functions' parsers included), so the app exists
-before the first unguarded check runs.
+firebase-functions' own Firestore event parser (like its auth-blocking token check) creates it
+with an unguarded check-then-create. On a cold instance serving several requests at once, two
+of them can both see no app and one of them fails. Every user of the app in this project calls
+`default_app()` first (the event boundary before that parser runs, the ID-token check, FCM, the
+task relay), so the app exists before an unguarded check can run
+(`tests/functions/test_cold_instance_race.py`).
 """
 
 from __future__ import annotations

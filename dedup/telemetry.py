@@ -36,6 +36,7 @@ exception, such as `DatabaseMismatch`: a bug or a setting to fix, never an event
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -151,8 +152,8 @@ class Telemetry:
     The instruments are created at the first delivery that can be measured: with a given
     `meter_provider`, or once anything in the process has imported the OpenTelemetry metrics
     API. A process that never imported it cannot have set a meter provider, so its
-    measurements would have gone to the no-op meter: such an instance skips that import (a
-    few milliseconds of its first event) and records nothing, exactly as before.
+    measurements would go to the no-op meter: such an instance skips that import (a few
+    milliseconds of its first event) and records nothing, which is what the no-op meter does.
     """
 
     def __init__(
@@ -167,13 +168,18 @@ class Telemetry:
         self._tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
         self._meter_provider = meter_provider
         self._instruments: tuple[metrics.Counter, metrics.Histogram] | None = None
+        self._instruments_lock = threading.Lock()
 
     def _measured(self) -> tuple[metrics.Counter, metrics.Histogram] | None:
         """The counter and the histogram, created on first need; None while no meter provider
         can exist (the metrics API was never imported and none was given)."""
-        if self._instruments is None:
-            if self._meter_provider is None and _METRICS_API not in sys.modules:
-                return None
+        if self._instruments is not None:
+            return self._instruments
+        if self._meter_provider is None and _METRICS_API not in sys.modules:
+            return None
+        with self._instruments_lock:  # concurrent deliveries create them once
+            if self._instruments is not None:
+                return self._instruments
             from opentelemetry import metrics
 
             meter = metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=self._meter_provider)
