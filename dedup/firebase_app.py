@@ -22,9 +22,14 @@ _lock = threading.Lock()
 
 def default_app() -> firebase_admin.App:
     """The default app, initialized with the instance's credentials on first call (no network
-    call); thread-safe: concurrent first calls create it once and all return it."""
+    call); thread-safe: concurrent first calls create it once and all return it. Once it
+    exists, a call takes no lock of this module (the event boundary calls it per event)."""
     import firebase_admin
 
+    try:
+        return firebase_admin.get_app()
+    except ValueError:
+        pass
     with _lock:
         try:
             return firebase_admin.get_app()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dedup.errors import ConfigError
+from dedup.firebase_app import default_app
 from functions.http_delivery import post_once
 
 
@@ -64,8 +65,6 @@ class FcmNotifier:
     def send(self, notification: Notification, *, idempotency_key: str) -> None:
         """Send to every token; raise when any token failed for a reason worth retrying."""
         from firebase_admin import messaging
-
-        from dedup.firebase_app import default_app
 
         default_app()
         message = messaging.MulticastMessage(
