@@ -135,7 +135,8 @@ def test_manifest_writes_retries_on_and_check_refuses_the_sdk_default(source: Pa
     refused = run_dedup("manifest", "--check", str(source))
     assert refused.returncode == 1, refused
     assert "welcome" in refused.stderr and "tick" in refused.stderr, refused.stderr
-    assert "plain_schedule" not in refused.stderr and "hello" not in refused.stderr
+    assert "plain_schedule" not in refused.stderr
+    assert "hello" not in refused.stderr
     assert not (source / "functions.yaml").exists(), "--check wrote a manifest"
 
     written = run_dedup("manifest", str(source))
@@ -193,7 +194,8 @@ def test_setup_dry_run_prints_the_ttl_command_and_the_rules_block() -> None:
     lines = done.stdout.splitlines()
     ttl = [line for line in lines if "gcloud firestore fields ttls update expireAt" in line]
     assert len(ttl) == 1 and "--collection-group=triggerEvents" in ttl[0], lines
-    assert "--project=demo-x" in ttl[0] and "--enable-ttl" in ttl[0]
+    assert "--project=demo-x" in ttl[0]
+    assert "--enable-ttl" in ttl[0]
     assert sum("indexes fields update" in line for line in lines) == len(UNINDEXED_FIELDS)
     assert rules_block() in done.stderr
 
