@@ -17,9 +17,10 @@ The manifest is the SDK's own (firebase-functions builds it from `main.py`, runt
 included), completed with what depends on the target project:
 
 * `retry: true` on every event trigger (`dedup.cli.project.with_retries`, the code of
-  `dedup manifest`): firebase-functions-python writes `retry: false` for Firestore triggers (firebase/firebase-functions-python#165), and without retries a released
-  lease is never retried. The Firebase CLI reads a static `functions.yaml` in the source folder
-  instead of asking the SDK, so `make deploy-firebase` writes this one, deploys, and removes it.
+  `dedup manifest`): firebase-functions-python writes `retry: false` for Firestore triggers
+  (firebase/firebase-functions-python#165), and without retries a released lease is never
+  retried. The Firebase CLI reads a static `functions.yaml` in the source folder instead of
+  asking the SDK, so `make deploy-firebase` writes this one, deploys, and removes it.
 * `region: [REGION]` on every function, and the Firestore database's location on every
   Firestore trigger (`--firestore-location`, else read with `gcloud firestore databases
   describe`; a multi-region database such as nam5 or eur3 keeps its own name).

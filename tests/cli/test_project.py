@@ -134,7 +134,8 @@ def test_manifest_writes_retries_on_and_check_refuses_the_sdk_default(source: Pa
     true on the Firestore trigger and retryCount 1 on the dedup schedule, and --check passes."""
     refused = run_dedup("manifest", "--check", str(source))
     assert refused.returncode == 1, refused
-    assert "welcome" in refused.stderr and "tick" in refused.stderr, refused.stderr
+    assert "welcome" in refused.stderr, refused.stderr
+    assert "tick" in refused.stderr, refused.stderr
     assert "plain_schedule" not in refused.stderr
     assert "hello" not in refused.stderr
     assert not (source / "functions.yaml").exists(), "--check wrote a manifest"
@@ -163,7 +164,8 @@ def test_check_reads_a_present_functions_yaml_that_lacks_retry(source: Path) -> 
     path.write_text(yaml.safe_dump(manifest))
     refused = run_dedup("manifest", "--check", str(source))
     assert refused.returncode == 1
-    assert "welcome" in refused.stderr and "tick" not in refused.stderr, refused.stderr
+    assert "welcome" in refused.stderr, refused.stderr
+    assert "tick" not in refused.stderr, refused.stderr
 
 
 @pytest.mark.subprocesses
@@ -193,7 +195,8 @@ def test_setup_dry_run_prints_the_ttl_command_and_the_rules_block() -> None:
     assert done.returncode == 0, done
     lines = done.stdout.splitlines()
     ttl = [line for line in lines if "gcloud firestore fields ttls update expireAt" in line]
-    assert len(ttl) == 1 and "--collection-group=triggerEvents" in ttl[0], lines
+    assert len(ttl) == 1, lines
+    assert "--collection-group=triggerEvents" in ttl[0]
     assert "--project=demo-x" in ttl[0]
     assert "--enable-ttl" in ttl[0]
     assert sum("indexes fields update" in line for line in lines) == len(UNINDEXED_FIELDS)
