@@ -4,7 +4,7 @@
 of `SOURCE_DIR/main.py` with retries on (`with_retries`): firebase-functions writes
 `retry: false` on Firestore, Storage and Database triggers, and without a retry a released lease
 is never delivered again. The Firebase CLI reads a static `functions.yaml` in the source folder
-instead of asking the SDK, so run it as `firebase.json`'s `predeploy` (docs/library.md shows the
+instead of asking the SDK, so run it as `firebase.json`'s `predeploy` (docs/operations.md shows the
 lines). `--check` writes nothing: it exits 1 naming every dedup function whose trigger would
 deploy without retries (`retry_gaps`), from the `functions.yaml` present, else from the SDK's.
 
