@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -262,3 +264,25 @@ def test_make_ttl_runs_the_setup_ttl_command() -> None:
         commands = [line for line in shown.splitlines() if line.startswith("gcloud")]
         command = setup_commands("demo-x", expected, steps=["ttl"])[0]
         assert commands == [shlex.join(command)], shown
+
+
+@pytest.mark.skipif(shutil.which("gcloud") is None, reason="the Google Cloud CLI is not installed")
+def test_gcloud_accepts_every_argument_of_setup(tmp_path: Path) -> None:
+    """Each command of `dedup setup` fails only for want of credentials (a fresh gcloud config
+    with no account), never for an argument or flag gcloud refuses."""
+    env = {**os.environ, "CLOUDSDK_CONFIG": str(tmp_path), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
+    commands = setup_commands(
+        "demo-x", "orders-db", "triggerEvents", "fn@demo-x.iam.gserviceaccount.com"
+    )
+    with ThreadPoolExecutor(4) as pool:
+        results = list(
+            pool.map(
+                lambda cmd: subprocess.run(
+                    cmd, env=env, capture_output=True, text=True, timeout=300, check=False
+                ),
+                commands,
+            )
+        )
+    for cmd, result in zip(commands, results, strict=True):
+        assert result.returncode != 0, cmd
+        assert "active account" in result.stderr, (cmd, result.stderr[-600:])
