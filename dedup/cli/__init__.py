@@ -93,9 +93,10 @@ def _fail_api(exc: Exception, hint: str) -> NoReturn:
 def cli(
     ctx: click.Context, project: str | None, database: str | None, collection: str | None
 ) -> None:
-    """Inspect and repair the dedup records of exactly-once functions.
+    """Inspect and repair the dedup records of exactly-once functions; set a project up for them.
 
-    Uses the Firestore emulator when FIRESTORE_EMULATOR_HOST is set, else the real project
+    manifest and setup prepare a deploy (retries on; TTL, indexes, roles, rules). The record
+    commands use the Firestore emulator when FIRESTORE_EMULATOR_HOST is set, else the real project
     through Application Default Credentials. EVENT_ID SUFFIX map to a key in the functions'
     layout, DEDUP_KEY_LAYOUT (plain or spread).
     """
