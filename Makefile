@@ -136,9 +136,10 @@ deploy-gcloud: $(STAMP_PY) guard-project topics queues ## Deploy with gcloud (2n
 rules: install guard-project ## Deploy firestore.rules and firestore.indexes.json (gcloud users too).
 	$(EMULATORS) firebase deploy --only firestore --project $(PROJECT)
 
-ttl: guard-project ## Turn on the TTL policy that deletes dedup records at expireAt (DATABASE= a named one).
-	gcloud firestore fields ttls update expireAt --collection-group=$(DEDUP_COLLECTION) \
-	  --database='$(or $(DATABASE),(default))' --enable-ttl --project=$(PROJECT) --quiet
+# The command is `dedup setup`'s own (its TTL step), so a library user runs the same one.
+ttl: $(STAMP_PY) guard-project ## Turn on the TTL policy that deletes dedup records at expireAt (DATABASE= a named one).
+	$(shell $(PY) -m dedup setup --only ttl --dry-run --project='$(PROJECT)' \
+	  --database='$(or $(DATABASE),(default))' --collection='$(DEDUP_COLLECTION)' || echo '@exit 2')
 
 topics: $(STAMP_PY) guard-project ## Create the triggers' Pub/Sub topics and TOPICS (existing ones are kept).
 	$(call planned,topics)

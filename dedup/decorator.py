@@ -70,6 +70,11 @@ class HandlerDecorator(Protocol):
         ...
 
 
+USES_DEDUP = "__dedup_suffix__"
+"""The attribute `trigger_once` sets on the function it returns (its suffix); the SDK's decorators
+copy it onto theirs, so `dedup manifest` can tell which functions use dedup."""
+
+
 def trigger_once(
     suffix: str,
     *,
@@ -149,6 +154,7 @@ def trigger_once(
                 with continued(from_event(event)):
                     await admitted.async_deduplicator().run(event_id, suffix, run_async, **options)
 
+            setattr(once_async, USES_DEDUP, suffix)
             return admitted.identify(once_async)
 
         def once(event: Any) -> None:
@@ -160,6 +166,7 @@ def trigger_once(
             with continued(from_event(event)):
                 admitted.deduplicator().run(event_id, suffix, run_handler, **options)
 
+        setattr(once, USES_DEDUP, suffix)
         return admitted.identify(once)
 
     return cast(HandlerDecorator, decorate)

@@ -16,10 +16,11 @@ first deploy, docs/observability.md for `make monitoring`.
 The manifest is the SDK's own (firebase-functions builds it from `main.py`, runtime shape
 included), completed with what depends on the target project:
 
-* `retry: true` on every event trigger: firebase-functions-python writes `retry: false` for
-  Firestore triggers (firebase/firebase-functions-python#165), and without retries a released
-  lease is never retried. The Firebase CLI reads a static `functions.yaml` in the source folder
-  instead of asking the SDK, so `make deploy-firebase` writes this one, deploys, and removes it.
+* `retry: true` on every event trigger (`dedup.cli.project.with_retries`, the code of
+  `dedup manifest`): firebase-functions-python writes `retry: false` for Firestore triggers
+  (firebase/firebase-functions-python#165), and without retries a released lease is never
+  retried. The Firebase CLI reads a static `functions.yaml` in the source folder instead of
+  asking the SDK, so `make deploy-firebase` writes this one, deploys, and removes it.
 * `region: [REGION]` on every function, and the Firestore database's location on every
   Firestore trigger (`--firestore-location`, else read with `gcloud firestore databases
   describe`; a multi-region database such as nam5 or eur3 keeps its own name).
@@ -51,6 +52,7 @@ from typing import Any
 
 import yaml
 
+from dedup.cli.project import RECORDS_ROLES, with_retries
 from dedup.config import DedupConfig, telemetry_enabled
 from dedup.errors import ConfigError
 from tools import firebase_dotenv
@@ -88,7 +90,7 @@ APIS = (
 )
 """APIs `make bootstrap` enables (plus fcm.googleapis.com when notifications go through FCM)."""
 RUNTIME_ROLES = {
-    "roles/datastore.user": "Firestore: the dedup records and the functions' documents",
+    **{role: "Firestore: the dedup records and the functions' documents" for role in RECORDS_ROLES},
     "roles/pubsub.publisher": "Pub/Sub publish: relay_outbox",
 }
 """Project roles of the runtime service account, whatever the functions are."""
@@ -300,7 +302,8 @@ def deploy_manifest(
     check_queue_names(sdk)
     if for_deploy:
         check_timeouts(sdk, env)
-    manifest = yaml.safe_load(yaml.safe_dump(dict(sdk)))  # a deep copy
+    # Retries on, as `dedup manifest` puts them (every function of this template uses dedup).
+    manifest = with_retries(sdk, dedup_functions=[name for name, _ in endpoints(sdk)])
     locations: dict[str, str] = {}
     for _, endpoint in endpoints(manifest):
         endpoint["region"] = [target.region]
@@ -308,7 +311,6 @@ def deploy_manifest(
         trigger = endpoint.get("eventTrigger")
         if trigger is None:
             continue
-        trigger["retry"] = True
         if is_firestore(endpoint) and for_deploy:
             database = trigger.get("eventFilters", {}).get("database", "(default)")
             if database not in locations:

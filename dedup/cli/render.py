@@ -1,11 +1,16 @@
-"""Presenting records: times relative to the database clock, lease phrases, tables and JSON."""
+"""What the operator types and reads: durations, lease phrases, shared options, tables and JSON.
+
+Times are shown relative to the database's clock (a read time of Firestore), never the local one.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from datetime import UTC, datetime
+import re
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import click
@@ -13,9 +18,113 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dedup.cli.durations import format_duration
-from dedup.cli.leases import LeaseStatus, lease_status
-from dedup.record import Field, Record
+from dedup.errors import InvalidSuffix
+from dedup.keys import validate_suffix
+from dedup.record import Field, Record, State
+
+_DURATION = re.compile(r"(?P<amount>\d+)(?P<unit>[smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`30s`, `10m`, `2h`, `7d` as a timedelta; raises ValueError (saying the form) otherwise."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or int(match["amount"]) == 0:
+        raise ValueError(
+            f"{text!r} is not a duration: use a positive whole number and a unit, "
+            "s, m, h or d (e.g. 30s, 10m, 2h, 7d)"
+        )
+    return timedelta(seconds=int(match["amount"]) * _UNIT_SECONDS[match["unit"]])
+
+
+def format_duration(span: timedelta) -> str:
+    """The span in its two largest units: `42s`, `5m 2s`, `3h 0m`, `2d 4h` (negative: `0s`)."""
+    seconds = max(0, int(span.total_seconds()))
+    for big, small in (("d", "h"), ("h", "m"), ("m", "s")):
+        amount, rest = divmod(seconds, _UNIT_SECONDS[big])
+        if amount:
+            return f"{amount}{big} {rest // _UNIT_SECONDS[small]}{small}"
+    return f"{seconds}s"
+
+
+def format_exact(span: timedelta) -> str:
+    """The span in the largest unit that holds it whole, as typed: `24h`, `90m`, `7d`, `45s`."""
+    seconds = int(span.total_seconds())
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
+            return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+class LeaseStatus(StrEnum):
+    """A record's lease as seen at a database read time."""
+
+    LIVE = "live"
+    """A delivery holds the lease and it has not expired: a handler may be running."""
+    EXPIRED = "expired"
+    """The lease expired: its owner is presumed dead; the next delivery takes it over."""
+    RELEASED = "released"
+    """In progress with no lease: the next delivery runs the handler."""
+    NONE = "none"
+    """A final record (sent, failed, dead, unknown): no lease."""
+
+
+def lease_status(record: Record, now: datetime) -> LeaseStatus:
+    """The lease of `record` at `now` (a database read time)."""
+    if record.lease_live(now):
+        return LeaseStatus.LIVE
+    if record.has_lease:
+        return LeaseStatus.EXPIRED
+    return LeaseStatus.RELEASED if record.state is State.IN_PROGRESS else LeaseStatus.NONE
+
+
+def is_stuck(record: Record, now: datetime) -> bool:
+    """In progress with an expired lease: only a redelivery (or `release`) moves it on."""
+    return record.state is State.IN_PROGRESS and lease_status(record, now) is LeaseStatus.EXPIRED
+
+
+class DurationType(click.ParamType[timedelta, Any]):
+    """A click parameter holding a duration such as `10m`, converted to a timedelta."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> timedelta:
+        """Parse `value`, or fail with the accepted form."""
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class SuffixType(click.ParamType[str, Any]):
+    """A click parameter holding a function suffix, validated like `trigger_once` does."""
+
+    name = "suffix"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """Return the suffix, or fail with the naming rule."""
+        try:
+            return validate_suffix(str(value))
+        except InvalidSuffix as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+SUFFIX = SuffixType()
+
+
+def json_option[F: Callable[..., Any]](command: F) -> F:
+    """`--json` (as `as_json`): print JSON for scripts."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(command)
+
+
+def yes_option[F: Callable[..., Any]](command: F) -> F:
+    """`--yes`/`-y`: do not ask for confirmation."""
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
 
 
 def iso(moment: datetime | None) -> str | None:

@@ -1,20 +1,83 @@
-"""`dedup release` and `dedup revive`: hand records back so the next delivery runs the handler."""
+"""The commands that change records: `dedup release` and `dedup revive` hand records back so the
+next delivery runs the handler; `dedup purge` deletes old ones, never inside the platform's
+redelivery window (sourced in docs/platform.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 import click
+from google.cloud import firestore
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dedup.cli.guarded import GuardedWrite, WriteTally, apply_guarded
-from dedup.cli.leases import LeaseStatus, lease_status
-from dedup.cli.options import SUFFIX, yes_option
-from dedup.cli.queries import filtered, records_of
-from dedup.cli.render import console, records_table
-from dedup.cli.target import Target
-from dedup.record import Record, State
+from dedup.cli.guarded import BATCH_LIMIT, GuardedWrite, WriteTally, apply_guarded
+from dedup.cli.render import (
+    DURATION,
+    SUFFIX,
+    LeaseStatus,
+    console,
+    format_exact,
+    lease_status,
+    records_table,
+    relative,
+    yes_option,
+)
+from dedup.cli.target import Target, count, filtered, records_of
+from dedup.record import Field, Record, State
 from dedup.transitions import operator_released, revived
+
+
+@dataclass(frozen=True)
+class RedeliveryWindow:
+    """How long the platform may deliver an event again after its first delivery."""
+
+    span: timedelta
+    """The window's length."""
+    triggers: str
+    """The triggers it applies to, as the operator reads them."""
+    source: str
+    """Where the fact is stated, with its references."""
+
+    def describe(self) -> str:
+        """`24 hours for 2nd gen event functions and Eventarc (docs/platform.md)`."""
+        hours = int(self.span.total_seconds()) // 3600
+        return f"{hours} hours for {self.triggers} ({self.source})"
+
+
+REDELIVERY_WINDOWS = (
+    RedeliveryWindow(
+        span=timedelta(hours=24),
+        triggers="2nd gen event functions and Eventarc",
+        source="docs/platform.md",
+    ),
+)
+"""The redelivery windows of the triggers whose records this template keeps. Its functions are
+2nd gen: Firestore and Pub/Sub triggers are delivered by Eventarc (24 hours); HTTP and callable
+functions are retried by their clients and task-queue functions by their queue's retry config,
+both well inside that (docs/tasks.md: about 30 minutes)."""
+
+LONGEST_REDELIVERY_WINDOW = max(REDELIVERY_WINDOWS, key=lambda window: window.span)
+"""The window a record must outlive: a redelivery that finds no record runs the handler again."""
+
+
+def require_outside_window(older_than: timedelta, *, force: bool, option: str) -> None:
+    """Refuse (usage error, exit status 2) an age cut-off shorter than the redelivery window.
+
+    Called before anything is read or deleted. `force` lets the operator delete anyway.
+    """
+    window = LONGEST_REDELIVERY_WINDOW
+    if force or older_than >= window.span:
+        return
+    raise click.UsageError(
+        f"{option} {format_exact(older_than)} is shorter than the longest redelivery window "
+        f"of this collection's triggers, {window.describe()}: a redelivery inside it that finds "
+        f"no record runs the handler again. Use {option} {format_exact(window.span)} or "
+        "more, or --force to delete anyway."
+    )
+
 
 REVIVABLE_STATES = (State.DEAD.value, State.FAILED.value, State.UNKNOWN.value)
 """States `revive` hands back: final states other than sent. Dead and failed: the effect never
@@ -157,3 +220,88 @@ def _report(target: Target, tally: WriteTally, verb: str) -> None:
     click.echo(f"{verb} {tally.done} record(s)")
     for key in tally.changed:
         click.echo(f"{target.path(key)}: changed since read, left alone (look again with `show`)")
+
+
+_PURGE_FIELDS = [
+    Field.STATE,
+    Field.OWNER,
+    Field.LEASE_STARTED_AT,
+    Field.LEASE_SECONDS,
+    Field.FIRST_ATTEMPT_AT,
+]
+"""What purge reads of each record: enough to spare live leases and to page by first attempt."""
+
+
+@click.command()
+@click.option(
+    "--older-than",
+    type=DURATION,
+    required=True,
+    metavar="DURATION",
+    help="Delete records first attempted before now - this, e.g. 7d.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; change nothing.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Allow an --older-than shorter than the triggers' redelivery window.",
+)
+@click.pass_obj
+def purge(target: Target, older_than: timedelta, dry_run: bool, force: bool) -> None:
+    """Delete records first attempted before a duration ago (no TTL).
+
+    For projects without a TTL policy on expireAt. Deletes in batches of 500, sparing
+    records whose lease is still live. Refuses an --older-than shorter than the longest
+    redelivery window of the triggers (docs/platform.md) unless --force: a redelivery that
+    finds no record runs the handler again.
+    """
+    require_outside_window(older_than, force=force, option="--older-than")
+    now = target.database_now()
+    cutoff = now - older_than
+    query = target.records.where(filter=firestore.FieldFilter(Field.FIRST_ATTEMPT_AT, "<", cutoff))
+    total = count(query)
+    tally, spared = WriteTally(), 0
+    with _progress() as progress:
+        task = progress.add_task("checking" if dry_run else "deleting", total=total)
+        for page in _pages(query.order_by(Field.FIRST_ATTEMPT_AT).select(_PURGE_FIELDS)):
+            doomed = [s for s in page if not _live(s, now)]
+            spared += len(page) - len(doomed)
+            progress.advance(task, len(page) - len(doomed))
+            if dry_run:
+                tally.done += len(doomed)
+                progress.advance(task, len(doomed))
+            else:
+                deletes = [GuardedWrite(s, None) for s in doomed]
+                step = apply_guarded(target.client, deletes, lambda n: progress.advance(task, n))
+                tally.done += step.done
+                tally.changed += step.changed
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(
+        f"{verb} {tally.done} record(s) first attempted before {relative(cutoff, now)}; "
+        f"spared {spared} with a live lease, {len(tally.changed)} changed since read"
+    )
+
+
+def _live(snapshot: firestore.DocumentSnapshot[Any], now: datetime) -> bool:
+    record = Record.from_snapshot(snapshot)
+    return record is not None and record.lease_live(now)
+
+
+def _pages(query: Any, size: int = BATCH_LIMIT) -> Iterator[list[firestore.DocumentSnapshot[Any]]]:
+    """`query` (ordered) in pages of `size`, each starting after the last one read."""
+    page = list(query.limit(size).stream())
+    while page:
+        yield page
+        if len(page) < size:
+            return
+        page = list(query.start_after(page[-1]).limit(size).stream())
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+    )

@@ -1,18 +1,22 @@
-"""Where the records are: the project, database and collection, and the database's clock."""
+"""Where the records are (the project, database and collection, the database's clock) and how
+they are read: snapshots to records, the equality filters, server-side counts."""
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from typing import Any
 
 import click
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 
 from dedup.keys import KeyLayout
+from dedup.record import Field, Record
 
 CLOCK_DOCUMENT = "~clock"
 """A document id no record can have (see `dedup.keys`): reading it yields the database time."""
@@ -89,3 +93,28 @@ def _require_emulator(host: str) -> None:
             f"no Firestore emulator answers at {host} (FIRESTORE_EMULATOR_HOST): start it "
             "with `make emulators`, or unset the variable to work on the real project"
         ) from exc
+
+
+def records_of(snapshots: Iterable[firestore.DocumentSnapshot[Any]]) -> list[Record]:
+    """The records among `snapshots` (missing documents left out)."""
+    return [r for r in map(Record.from_snapshot, snapshots) if r is not None]
+
+
+def _eq(name: str, value: Any) -> firestore.FieldFilter:
+    return firestore.FieldFilter(name, "==", value)
+
+
+def filtered(query: Any, state: str | None, suffix: str | None, subject: str | None = None) -> Any:
+    """`query` narrowed to a state, a suffix and a subject (equality filters)."""
+    if state is not None:
+        query = query.where(filter=_eq(Field.STATE, state))
+    if suffix is not None:
+        query = query.where(filter=_eq(Field.SUFFIX, suffix))
+    if subject is not None:
+        query = query.where(filter=_eq(Field.SUBJECT, subject.strip("/")))
+    return query
+
+
+def count(query: Any) -> int:
+    """Documents matching `query`, counted by the server (an aggregation, no documents read)."""
+    return int(query.count().get()[0][0].value)

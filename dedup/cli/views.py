@@ -1,21 +1,127 @@
-"""`dedup stats`: counts by suffix and state, the oldest live lease, the oldest stuck record."""
+"""The commands that read records: `dedup show`, `dedup list` and `dedup stats`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 from google.cloud import firestore
 from rich.table import Table
 
-from dedup.cli.leases import LeaseStatus, is_stuck, lease_status
-from dedup.cli.options import json_option
-from dedup.cli.queries import count, filtered, records_of
-from dedup.cli.render import age, cell, console, describe_lease, echo_json, iso, record_json
-from dedup.cli.target import Target
+from dedup.cli.render import (
+    DURATION,
+    SUFFIX,
+    LeaseStatus,
+    age,
+    cell,
+    console,
+    describe_lease,
+    echo_json,
+    is_stuck,
+    iso,
+    json_option,
+    lease_status,
+    record_grid,
+    record_json,
+    records_table,
+)
+from dedup.cli.target import Target, count, filtered, records_of
+from dedup.errors import InvalidSuffix, MissingEventId
+from dedup.keys import KeyLayout, dedup_key
 from dedup.record import Field, Record, State
+
+
+@click.command()
+@click.argument("key_or_event_id", metavar="EVENT_ID SUFFIX | KEY")
+@click.argument("suffix", required=False, type=SUFFIX, metavar="")
+@json_option
+@click.pass_obj
+def show(target: Target, key_or_event_id: str, suffix: str | None, as_json: bool) -> None:
+    """Show one record, by EVENT_ID SUFFIX or by KEY (`<eventId>-<suffix>`)."""
+    key = _key(key_or_event_id, suffix, target.key_layout)
+    snapshot = target.document(key).get()
+    record = Record.from_snapshot(snapshot)
+    if record is None:
+        raise click.ClickException(
+            f"no record {target.path(key)}: check the event id and suffix (or the key), "
+            "or find it with `dedup list --suffix SUFFIX`"
+        )
+    now = snapshot.read_time or target.database_now()
+    if as_json:
+        echo_json(record_json(record, target.path(key), now))
+        return
+    console().print(record_grid(record, target.path(key), now))
+
+
+def _key(key_or_event_id: str, suffix: str | None, layout: KeyLayout) -> str:
+    if suffix is None:
+        return key_or_event_id
+    try:
+        return dedup_key(key_or_event_id, suffix, layout)
+    except (MissingEventId, InvalidSuffix) as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+DEFAULT_LIST_LIMIT = 50
+"""Rows `list` shows unless `--limit` says otherwise."""
+
+
+@click.command(name="list")
+@click.option("--state", type=click.Choice([s.value for s in State]), help="Only this state.")
+@click.option("--suffix", type=SUFFIX, help="Only this function's records.")
+@click.option(
+    "--subject",
+    metavar="PATH",
+    help="Only records of events about this document (e.g. users/alice).",
+)
+@click.option(
+    "--older-than", type=DURATION, metavar="DURATION", help="First attempted before now - this."
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=DEFAULT_LIST_LIMIT,
+    show_default=True,
+    help="Most rows.",
+)
+@json_option
+@click.pass_obj
+def list_command(
+    target: Target,
+    state: str | None,
+    suffix: str | None,
+    subject: str | None,
+    older_than: timedelta | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List records, newest first (by firstAttemptAt).
+
+    With --state, --suffix or --subject, Firestore needs a composite index (that field, then
+    firstAttemptAt descending; firestore.indexes.json declares them); the error message links
+    to its creation when it is missing. --subject answers "what happened to this document":
+    records keep the document path of the Firestore event that created them.
+    """
+    now = target.database_now()
+    query = filtered(target.records, state, suffix, subject)
+    if older_than is not None:
+        query = query.where(
+            filter=firestore.FieldFilter(Field.FIRST_ATTEMPT_AT, "<", now - older_than)
+        )
+    query = query.order_by(Field.FIRST_ATTEMPT_AT, direction=firestore.Query.DESCENDING)
+    records = records_of(query.limit(limit).stream())
+    if as_json:
+        echo_json([record_json(r, target.path(r.key), now) for r in records])
+        return
+    if not records:
+        click.echo(f"no records in {target.collection} match")
+        return
+    more = f"; more may exist, raise --limit ({limit})" if len(records) == limit else ""
+    title = f"{len(records)} record(s) in {target.collection}, newest first{more}"
+    console().print(records_table(records, now, title=title))
+
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
