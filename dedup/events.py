@@ -17,12 +17,28 @@ Pub/Sub: message data and sorted attributes, trace context left out (the same fo
 Pub/Sub adapters);
 Firestore: document path plus the before/after update times and data;
 other CloudEvents: the data (bytes as they are, anything else as canonical JSON).
+
+Every other event a firebase-functions decorator passes (Storage, Realtime Database, Firebase
+Alerts, Remote Config, Test Lab, Data Connect, Eventarc custom events) is a
+`firebase_functions.core.CloudEvent`: its `id` is the key, its data (dataclasses as their
+fields) the payload, and its subject the one its kind gives (`dedup.kinds`: Storage
+`buckets/<bucket>/objects/<name>`, Realtime Database `refs/<path>`, else the CloudEvent's). A
+raw CloudEvent of those types gets the same subject.
+
+A scheduled run (`scheduler_fn.ScheduledEvent`) is keyed by the job name and the
+`X-CloudScheduler-ScheduleTime` header of the request being served, with the subject
+`jobs/<job>/runs/<schedule time>`. firebase-functions puts the current time in the event when
+that header is missing or does not parse, which is no identity: such a request raises
+`MissingEventId` naming the header (logged at ERROR), before any record is read or written.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import logging
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -31,13 +47,23 @@ from cloudevents.abstract import CloudEvent as RawCloudEvent
 from firebase_functions import core as ff_core
 from firebase_functions import firestore_fn, pubsub_fn
 
+from dedup.errors import MissingEventId
+from dedup.kinds import kind_of
 from dedup.propagation import is_trace_attribute
 
+SCHEDULE_TIME_HEADER = "X-CloudScheduler-ScheduleTime"
+"""The header Cloud Scheduler sets to the run's scheduled time (unix-cron schedules)."""
+JOB_NAME_HEADER = "X-CloudScheduler-JobName"
+"""The header Cloud Scheduler sets to the job's name."""
+logger = logging.getLogger(__name__)
+
 PUBSUB_EVENT_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
+FIRESTORE_TYPES = "google.cloud.firestore.document.v1."
 
 SUPPORTED_EVENTS = (
-    "firebase_functions.firestore_fn.Event, "
-    "firebase_functions CloudEvent[pubsub_fn.MessagePublishedData], "
+    "the event of every firebase-functions event trigger (firestore_fn, pubsub_fn, storage_fn, "
+    "db_fn, eventarc_fn, alerts_fn and firebase_functions.alerts, remote_config_fn, "
+    "test_lab_fn, dataconnect_fn, scheduler_fn), "
     "cloudevents CloudEvent (functions_framework.cloud_event)"
 )
 
@@ -80,6 +106,10 @@ def describe(event: object) -> EventInfo:
             document_path=None,
             subject=pubsub_subject(event.source, message.message_id),
         )
+    if _is_scheduled(event):
+        return _scheduled_run(event)
+    if isinstance(event, ff_core.CloudEvent):
+        return _sdk_cloud_event(event)
     if isinstance(event, RawCloudEvent):
         return _raw_cloud_event(event)
     raise TypeError(
@@ -106,6 +136,68 @@ def _firestore_event(event: firestore_fn.Event[Any]) -> EventInfo:
     )
 
 
+def _sdk_cloud_event(event: ff_core.CloudEvent[Any]) -> EventInfo:
+    """Any other firebase-functions event: its id, its data, the subject its kind gives."""
+    data = event.data
+    plain = _plain(data)
+    return EventInfo(
+        event_id=event.id,
+        payload=plain if isinstance(plain, bytes) else _canonical(plain),
+        event_time=_aware(event.time),
+        document_path=None,
+        subject=kind_of(event.type).subject(event.subject, plain),
+    )
+
+
+def _plain(data: Any) -> Any:
+    """`data` with every dataclass (the SDK's event data types) turned into its fields."""
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return dataclasses.asdict(data)
+    if isinstance(data, bytearray):
+        return bytes(data)
+    return data
+
+
+def _is_scheduled(event: object) -> bool:
+    # scheduler_fn is only looked at once loaded: an event of its type cannot exist before.
+    module = sys.modules.get("firebase_functions.scheduler_fn")
+    return module is not None and isinstance(event, module.ScheduledEvent)
+
+
+def _scheduled_run(event: Any) -> EventInfo:
+    """A Cloud Scheduler run: the job and the schedule time of the request being served."""
+    raw = _request_header(SCHEDULE_TIME_HEADER)
+    scheduled = _parse_time(raw.replace("Z", "+00:00") if raw else None)
+    if scheduled is None:
+        why = (
+            f"a scheduled run needs the {SCHEDULE_TIME_HEADER} header (an RFC 3339 time, which "
+            f"Cloud Scheduler sets for unix-cron schedules); this request "
+            f"{'has none' if raw is None else 'has one that does not parse'}, so nothing runs "
+            f"(firebase-functions would use the current time, which is no identity). To run a "
+            f"job by hand, set {SCHEDULE_TIME_HEADER} and {JOB_NAME_HEADER} (docs/usage.md)"
+        )
+        logger.error(why)
+        raise MissingEventId(why)
+    at = scheduled.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    job = event.job_name or _request_header(JOB_NAME_HEADER) or "unnamed-job"
+    return EventInfo(
+        event_id=f"{job}@{at}",
+        payload=_canonical({"job": job, "scheduleTime": at}),
+        event_time=scheduled,
+        document_path=None,
+        subject=f"jobs/{job}/runs/{at}",
+    )
+
+
+def _request_header(name: str) -> str | None:
+    """Header `name` of the HTTP request being served (None outside a request, or absent)."""
+    flask = sys.modules.get("flask")
+    if flask is None or not flask.has_request_context():
+        return None
+    value = flask.request.headers.get(name)
+    return value if isinstance(value, str) else None
+
+
 def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
     attributes = event.get_attributes()
     data = event.get_data()
@@ -122,6 +214,11 @@ def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
         payload = bytes(data)
     else:
         payload = _canonical(data)
+    if subject is None and not str(attributes.get("type", "")).startswith(FIRESTORE_TYPES):
+        raw_subject = attributes.get("subject")
+        subject = kind_of(attributes.get("type")).subject(
+            raw_subject if isinstance(raw_subject, str) else None, data
+        )
     return EventInfo(
         event_id=None if event_id is None else str(event_id),
         payload=payload,
