@@ -19,6 +19,7 @@ Adding a kind is one row here (its types, its subject, its retry) and its test i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
@@ -97,3 +98,64 @@ def kind_of(event_type: str | None) -> Kind:
                 if event_type == known or (known.endswith(".") and event_type.startswith(known)):
                     return kind
     return CUSTOM
+
+
+_EVERY = re.compile(
+    r"every\s+(?:(?P<n>\d+)\s+(?P<unit>minutes?|mins?|hours?)|day\s+(?P<h>\d\d):(?P<m>\d\d))",
+    re.IGNORECASE,
+)
+
+
+def cron_equivalent(schedule: str) -> str | None:
+    """The unix-cron form of an App Engine schedule ("every 5 minutes", "every 2 hours",
+    "every day 08:00"), or None when there is none this simple (or it is not that form)."""
+    match = _EVERY.fullmatch(schedule.strip())
+    if match is None:
+        return None
+    if match["h"] is not None:
+        return f"{int(match['m'])} {int(match['h'])} * * *"
+    n = int(match["n"])
+    if match["unit"].lower().startswith("h"):
+        return "0 * * * *" if n == 1 else f"0 */{n} * * *"
+    return "* * * * *" if n == 1 else f"*/{n} * * * *"
+
+
+def is_unix_cron(schedule: str) -> bool:
+    """Five space-separated fields, as unix-cron writes a schedule."""
+    return len(schedule.split()) == 5 and not schedule.strip().lower().startswith("every")
+
+
+def declaration_problem(name: str, endpoint: Any) -> str | None:
+    """Why function `name`, whose firebase-functions endpoint is `endpoint` and which uses
+    `trigger_once`, cannot be deduplicated; None when it can. Checked before anything
+    deploys or an emulator starts (`tools/exports.py`), never at the first event."""
+    if getattr(endpoint, "blockingTrigger", None):
+        return (
+            f"{name} is a blocking function (identity_fn): Firebase Auth calls it synchronously "
+            "and never retries it, so there is no duplicate to drop and no retry to rely on; "
+            "remove @trigger_once"
+        )
+    for trigger, instead in (
+        ("httpsTrigger", "dedup.http.idempotent_http"),
+        ("callableTrigger", "dedup.http.idempotent_callable"),
+        ("taskQueueTrigger", "dedup.tasks.task_once"),
+    ):
+        if getattr(endpoint, trigger, None) is not None:
+            return (
+                f"{name} is not an event function ({trigger}): use {instead} instead of "
+                "@trigger_once"
+            )
+    schedule_trigger = getattr(endpoint, "scheduleTrigger", None)
+    if schedule_trigger:
+        schedule = schedule_trigger.get("schedule")
+        if isinstance(schedule, str) and not is_unix_cron(schedule):
+            cron = cron_equivalent(schedule)
+            hint = f' write it as "{cron}"' if cron else " write it in unix-cron form"
+            return (
+                f'{name} is scheduled "{schedule}", the App Engine form: Cloud Scheduler sets '
+                "X-CloudScheduler-ScheduleTime, the run's identity, only for unix-cron "
+                f"schedules;{hint}"
+            )
+    if getattr(endpoint, "eventTrigger", None) is None and not schedule_trigger:
+        return f"{name} declares no event trigger: @trigger_once deduplicates events only"
+    return None

@@ -9,9 +9,11 @@ them drops an exported function silently. An exported name is deployable when it
   `make deploy-gcloud` deploys, served by functions-framework's ASGI server.
 
 Anything else main.py exports (an `async def` that declares no trigger, a plain function, an
-object) is a `DeclarationError` naming it. The exported names are `main.__all__` (without one,
-every module-level function that is `async def`), plus, as firebase-functions finds them, every
-module-level function that carries an endpoint.
+object) is a `DeclarationError` naming it; so is a function under `@trigger_once` that
+cannot be deduplicated (`dedup.kinds.declaration_problem`: a blocking `identity_fn` function,
+one that is not an event, a schedule in the App Engine form). The exported names are
+`main.__all__` (without one, every module-level function that is `async def`), plus, as
+firebase-functions finds them, every module-level function that carries an endpoint.
 
     venv/bin/python -m tools.exports --refuse-asgi   # exit 2, one line per refused function
 
@@ -30,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dedup.decorator import USES_DEDUP
 from dedup.errors import ConfigError
+from dedup.kinds import declaration_problem
 from functions.asgi import ASGI_ENDPOINT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +110,10 @@ def classify(name: str, value: Any) -> Exported:
                 "decorator, which only calls sync handlers: declare its trigger with "
                 "functions.asgi.asgi_function(...) instead (docs/async.md)"
             )
-        return Exported(name, getattr(value, FIREBASE_ENDPOINT), asgi=False, function=value)
+        endpoint = getattr(value, FIREBASE_ENDPOINT)
+        if hasattr(value, USES_DEDUP) and (problem := declaration_problem(name, endpoint)):
+            raise DeclarationError(f"main.py exports {problem}")
+        return Exported(name, endpoint, asgi=False, function=value)
     if inspect.iscoroutinefunction(value):
         raise DeclarationError(
             f"main.py exports {name}, an async function that declares no trigger: decorate "
