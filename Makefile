@@ -19,6 +19,8 @@ PROJECT ?=
 REGION  ?= us-central1
 # Where the Firestore database lives (nam5, eur3 or a region); empty: read from the database.
 FIRESTORE_LOCATION ?=
+# The Storage trigger's bucket location (read with gcloud at deploy time when empty).
+BUCKET_LOCATION ?=
 # The runtime service account (name or email) that make bootstrap creates and the functions run as.
 SERVICE_ACCOUNT ?= exactly-once-fn
 # The project's number, for the Pub/Sub service agent; empty: read with gcloud.
@@ -36,7 +38,8 @@ SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and ch
 DEPLOY := $(PY) -m tools.deploy
 DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
   --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)" \
-  --alert-channels="$(ALERT_CHANNELS)" --secret-versions="$(SECRET_VERSIONS)"
+  --alert-channels="$(ALERT_CHANNELS)" --secret-versions="$(SECRET_VERSIONS)" \
+  --bucket-location=$(BUCKET_LOCATION)
 define newline
 
 

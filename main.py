@@ -37,11 +37,14 @@ from functions.observability import configure_telemetry
 from functions.runtime import check_function_settings, refuse_unsafe_settings
 
 FUNCTIONS: dict[str, str] = {
+    "alert_new_fatal_issue": "functions.alert_new_fatal_issue",
     "create_order": "functions.create_order",
     "create_order_callable": "functions.create_order",
+    "daily_digest": "functions.daily_digest",
     "forward_webhook": "functions.forward_webhook",
     "indexPost": "functions.index_post",
     "receive_line_webhook": "functions.receive_line_webhook",
+    "register_upload": "functions.register_upload",
     "relay_outbox": "functions.relay_outbox",
     "send_post_notification": "functions.send_post_notification",
     "sync_published_count": "functions.sync_published_count",

@@ -4,7 +4,8 @@
     venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
     venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
-    OPTIONS: --project=P --region=R [--firestore-location=L] [--service-account=NAME]
+    OPTIONS: --project=P --region=R [--firestore-location=L] [--bucket-location=L]
+             [--service-account=NAME]
              [--project-number=N] [--topics="a b"] [--alert-channels="c1 c2"]
              [--secret-versions="SECRET=3 OTHER=1"]
 
@@ -151,6 +152,8 @@ class Target:
     """Notification channels (ids or full names) of the alert policy `make monitoring` creates."""
     secret_versions: tuple[tuple[str, str], ...] = ()
     """(secret, version) pairs `make deploy-gcloud` pins instead of reading each latest one."""
+    bucket_location: str | None = None
+    """The Storage trigger's bucket location (`--bucket-location`); None: read at deploy time."""
     source: Path = field(default=ROOT)
 
     @property
@@ -304,6 +307,7 @@ def deploy_manifest(
         check_timeouts(sdk, env)
     # Retries on, as `dedup manifest` puts them (every function of this template uses dedup).
     manifest = with_retries(sdk, dedup_functions=[name for name, _ in endpoints(sdk)])
+    resolve_params(manifest, target, env)
     locations: dict[str, str] = {}
     for _, endpoint in endpoints(manifest):
         endpoint["region"] = [target.region]
@@ -318,6 +322,10 @@ def deploy_manifest(
                     target.project, database
                 )
             trigger["region"] = locations[database]
+        if is_storage(endpoint) and for_deploy:
+            trigger["region"] = storage_trigger_region(trigger, target)
+        if trigger.get("eventType") == ALERT_EVENT:
+            trigger["region"] = "global"  # Firebase Alerts are published globally
     return manifest
 
 
@@ -435,7 +443,7 @@ def trigger_flags(name: str, endpoint: Mapping[str, Any], target: Target) -> lis
     """gcloud flags for the function's trigger, retry and trigger identity."""
     if "httpsTrigger" in endpoint or "callableTrigger" in endpoint:
         return ["--trigger-http", "--allow-unauthenticated"]
-    if "taskQueueTrigger" in endpoint:
+    if "taskQueueTrigger" in endpoint or "scheduleTrigger" in endpoint:
         return ["--trigger-http", "--no-allow-unauthenticated"]
     trigger = endpoint.get("eventTrigger")
     if trigger is None:
@@ -450,6 +458,8 @@ def trigger_flags(name: str, endpoint: Mapping[str, Any], target: Target) -> lis
     topic = trigger_topic(endpoint)
     if topic is not None:
         return [f"--trigger-topic={topic}", *flags]
+    if is_storage(endpoint):
+        return storage_trigger_flags(trigger, flags)
     flags.append(f"--trigger-event-filters=type={trigger['eventType']}")
     for key, value in sorted((trigger.get("eventFilters") or {}).items()):
         flags.append(f"--trigger-event-filters={key}={value}")
@@ -674,6 +684,207 @@ def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str
              "--condition=None", "--quiet"]
         ) + " >/dev/null"
     )  # fmt: skip
+    plan += event_source_bootstrap(manifest, target, number)
+    return plan
+
+
+# --- deploy-time params, Storage, Firebase Alerts and schedules --------------------------------
+
+STORAGE_EVENT = "google.cloud.storage.object.v1."
+ALERT_EVENT = "google.firebase.firebasealerts.alerts.v1.published"
+STORAGE_AGENT_ROLE = "roles/pubsub.publisher"
+"""Granted to the Cloud Storage service agent: it publishes the bucket's events (Eventarc)."""
+EVENT_SOURCE_APIS = {
+    "scheduleTrigger": ("cloudscheduler.googleapis.com",),
+    STORAGE_EVENT: ("storage.googleapis.com",),
+    ALERT_EVENT: ("firebasealerts.googleapis.com",),
+}
+"""Extra APIs `make bootstrap` enables for the functions that need them."""
+BUCKET_PARAM = "UPLOAD_BUCKET"
+MIN_ATTEMPT_DEADLINE, MAX_ATTEMPT_DEADLINE = 180, 1800
+"""Cloud Scheduler's attempt deadline: the function's timeout, within these bounds (seconds),
+as firebase-tools sets it, so both paths give the job the same settings."""
+MULTI_REGIONS = {
+    "us": ("us-",),
+    "eu": ("europe-",),
+    "asia": ("asia-",),
+    "nam4": ("us-central1", "us-east1"),
+    "eur4": ("europe-west1", "europe-west4"),
+    "asia1": ("asia-northeast1", "asia-northeast2"),
+}
+"""Multi- and dual-region bucket locations -> the regions (prefixes) a trigger there can serve."""
+_PARAM = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def default_bucket(project: str) -> str:
+    """The project's default Cloud Storage bucket (Firebase projects since late 2024; an older
+    project's `<project>.appspot.com` is named with UPLOAD_BUCKET in its env file)."""
+    return f"{project}.firebasestorage.app"
+
+
+def resolve_params(manifest: dict[str, Any], target: Target, env: Mapping[str, str]) -> None:
+    """Replace each `{{ params.NAME }}` of the endpoints with its deploy-time value: the env
+    files' NAME, else the declared default; an empty UPLOAD_BUCKET is the default bucket. Both
+    paths thus deploy the same values, and firebase deploy has no parameter left to ask for."""
+    declared = {p["name"]: p for p in manifest.pop("params", None) or []}
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in declared:
+            raise DeployError(f"the manifest uses params.{name}, which no function declares")
+        found = env.get(name, "").strip() or str(declared[name].get("default") or "")
+        if name == BUCKET_PARAM and not found:
+            return default_bucket(target.project)
+        if not found:
+            raise DeployError(f"{name} has no value: set it in .env or .env.{target.project}")
+        return found
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return _PARAM.sub(value, node)
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    manifest["endpoints"] = walk(manifest.get("endpoints", {}))
+
+
+def is_storage(endpoint: Mapping[str, Any]) -> bool:
+    """True for a Cloud Storage object trigger."""
+    trigger = endpoint.get("eventTrigger") or {}
+    return str(trigger.get("eventType", "")).startswith(STORAGE_EVENT)
+
+
+def read_bucket_location(project: str, bucket: str) -> str:
+    """The location of a Cloud Storage bucket, asked of gcloud at deploy time (lower case)."""
+    command = [
+        "gcloud", "storage", "buckets", "describe", f"gs://{bucket}", f"--project={project}",
+        "--format=value(location)", "--quiet",
+    ]  # fmt: skip
+    how = (
+        "Create the bucket first (Firebase console, Storage, Get started), or name another "
+        "with UPLOAD_BUCKET in .env (an older project's is <project>.appspot.com)."
+    )
+    return ask_gcloud(command, f"the location of bucket {bucket}", how).lower()
+
+
+def serves(region: str, location: str) -> bool:
+    """True when a function in `region` can take the events of a bucket in `location`."""
+    if region == location:
+        return True
+    return any(region.startswith(p) for p in MULTI_REGIONS.get(location, ()))
+
+
+def storage_trigger_region(trigger: Mapping[str, Any], target: Target) -> str:
+    """The bucket's location, read now; `DeployError` when REGION cannot serve it."""
+    bucket = str(trigger["eventFilters"]["bucket"])
+    location = (target.bucket_location or "").lower() or read_bucket_location(
+        target.project, bucket
+    )
+    if not serves(target.region, location):
+        raise DeployError(
+            f"bucket {bucket} is in {location}, which REGION={target.region} cannot serve: a "
+            "Storage trigger must sit in the bucket's region or inside its multi-region. "
+            f"Deploy with a REGION in {location}, or name another bucket with UPLOAD_BUCKET."
+        )
+    return location
+
+
+def storage_trigger_flags(trigger: Mapping[str, Any], identity: list[str]) -> list[str]:
+    """`--trigger-bucket` for a finalize trigger; any other Storage event by its type."""
+    bucket = trigger["eventFilters"]["bucket"]
+    if trigger["eventType"] == STORAGE_EVENT + "finalized":
+        return [f"--trigger-bucket={bucket}", *identity]
+    return [
+        f"--trigger-event-filters=type={trigger['eventType']}",
+        f"--trigger-event-filters=bucket={bucket}",
+        *identity,
+    ]
+
+
+def event_source_bootstrap(manifest: Mapping[str, Any], target: Target, number: str) -> list:
+    """The APIs the Storage, alert and schedule functions need, and the Storage service
+    agent's `pubsub.publisher` role when a function takes Storage events."""
+    needed: list[str] = []
+    for _, endpoint in endpoints(manifest):
+        event_type = str((endpoint.get("eventTrigger") or {}).get("eventType", ""))
+        for key, apis in EVENT_SOURCE_APIS.items():
+            if key in endpoint or (event_type and event_type.startswith(key)):
+                needed += [api for api in apis if api not in needed]
+    plan = [shlex.join(["gcloud", "services", "enable", *needed, f"--project={target.project}"])]
+    if not needed:
+        return []
+    if any(is_storage(e) for _, e in endpoints(manifest)):
+        agent = f"service-{number}@gs-project-accounts.iam.gserviceaccount.com"
+        plan.append(
+            shlex.join(
+                ["gcloud", "projects", "add-iam-policy-binding", target.project,
+                 f"--member=serviceAccount:{agent}", f"--role={STORAGE_AGENT_ROLE}",
+                 "--condition=None", "--quiet"]
+            ) + " >/dev/null"
+        )  # fmt: skip
+    return plan
+
+
+def schedule_job_name(name: str, region: str) -> str:
+    """The Cloud Scheduler job of a scheduled function: firebase-tools' own name for it, so
+    either path updates the job the other created."""
+    return f"firebase-schedule-{name}-{region}"
+
+
+def schedule_flags(endpoint: Mapping[str, Any]) -> list[str]:
+    """The job settings both paths give: schedule, time zone, retries, attempt deadline."""
+    trigger = endpoint["scheduleTrigger"]
+    timeout = int(endpoint.get("timeoutSeconds") or MIN_ATTEMPT_DEADLINE)
+    deadline = max(min(timeout, MAX_ATTEMPT_DEADLINE), MIN_ATTEMPT_DEADLINE)
+    flags = [
+        f"--schedule={trigger['schedule']}",
+        f"--time-zone={trigger.get('timeZone') or 'UTC'}",
+        f"--attempt-deadline={deadline}s",
+        "--http-method=POST",
+    ]
+    retry = trigger.get("retryConfig") or {}
+    for key, flag in (
+        ("retryCount", "--max-retry-attempts={}"),
+        ("maxRetrySeconds", "--max-retry-duration={}s"),
+        ("minBackoffSeconds", "--min-backoff={}s"),
+        ("maxBackoffSeconds", "--max-backoff={}s"),
+        ("maxDoublings", "--max-doublings={}"),
+    ):
+        if retry.get(key) is not None:
+            flags.append(flag.format(retry[key]))
+    return flags
+
+
+def scheduler_plan(manifest: Mapping[str, Any], target: Target) -> list[str]:
+    """Create or update each scheduled function's Cloud Scheduler job (after its deploy): it
+    POSTs to the function's URL with an OIDC token for the runtime service account."""
+    plan = []
+    for name, endpoint in endpoints(manifest):
+        if "scheduleTrigger" not in endpoint:
+            continue
+        region = endpoint["region"][0]
+        where = [f"--location={region}", f"--project={target.project}"]
+        job = schedule_job_name(name, region)
+        uri = shlex.join(
+            ["gcloud", "functions", "describe", name, "--gen2", f"--region={region}",
+             f"--project={target.project}", "--format=value(serviceConfig.uri)"]
+        )  # fmt: skip
+        account = endpoint["serviceAccountEmail"]
+        settings = [*schedule_flags(endpoint), f"--oidc-service-account-email={account}"]
+        describe = shlex.join(["gcloud", "scheduler", "jobs", "describe", job, *where])
+        create = shlex.join(
+            ["gcloud", "scheduler", "jobs", "create", "http", job, *where, *settings]
+        )
+        update = shlex.join(
+            ["gcloud", "scheduler", "jobs", "update", "http", job, *where, *settings]
+        )
+        plan.append(
+            f'if {describe} >/dev/null 2>&1; then {update} --uri="$({uri})" --quiet; '
+            f'else {create} --uri="$({uri})" --quiet; fi'
+        )
     return plan
 
 
@@ -740,7 +951,8 @@ def plan(what: str, target: Target) -> list[str]:
     for_deploy = what == "deploy-gcloud"
     manifest = deploy_manifest(sdk_manifest(target.source), target, env, for_deploy=for_deploy)
     if what == "deploy-gcloud":
-        return [shlex.join(c) for c in gcloud_deploy_commands(manifest, target)]
+        deploys = [shlex.join(c) for c in gcloud_deploy_commands(manifest, target)]
+        return deploys + scheduler_plan(manifest, target)
     if what == "topics":
         return topics_plan(manifest, target)
     if what == "queues":
@@ -773,6 +985,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--secret-versions", default="", help="deploy-gcloud: pinned secret versions, 'S=3 T=1'"
     )
+    parser.add_argument("--bucket-location", default="", help="the Storage bucket's location")
     parser.add_argument("--make", action="store_true", help="plan as one line, ' ;; '-separated")
     return parser
 
@@ -786,6 +999,7 @@ def main(argv: Sequence[str]) -> int:
         firestore_location=args.firestore_location or None,
         service_account=args.service_account or DEFAULT_SERVICE_ACCOUNT,
         project_number=args.project_number or None,
+        bucket_location=args.bucket_location or None,
         extra_topics=tuple(args.topics.split()),
         alert_channels=tuple(args.alert_channels.split()),
         secret_versions=tuple(

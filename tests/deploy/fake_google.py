@@ -29,6 +29,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 PROJECT_NUMBER = "123456789012"
 FIRESTORE_LOCATION = "nam5"
 """What the fake says of the project's Firestore database."""
+BUCKET_LOCATION = "EU"
+"""What the fake says of every Cloud Storage bucket's location (a multi-region)."""
 DIRECT = {
     "topics",
     "queues",
@@ -38,6 +40,7 @@ DIRECT = {
     "releases",
     "serviceAccounts",
     "subscriptions",
+    "jobs",
 }
 """Collections whose create/update answers with the resource itself, not an operation."""
 
@@ -169,6 +172,17 @@ class FakeGoogle:
         if len(parts) == 2 and parts[0] == "projects":
             return 200, {"projectId": parts[1], "projectNumber": PROJECT_NUMBER, "name": resource,
                          "lifecycleState": "ACTIVE", "state": "ACTIVE"}  # fmt: skip
+        if len(parts) == 4 and parts[:3] == ["storage", "v1", "b"]:  # a bucket (JSON API)
+            return 200, {"kind": "storage#bucket", "name": parts[3], "id": parts[3],
+                         "location": BUCKET_LOCATION, "locationType": "multi-region",
+                         "projectNumber": PROJECT_NUMBER}  # fmt: skip
+        if (
+            len(parts) == 5
+            and parts[:3] == ["storage", "v1", "projects"]
+            and parts[4] == ("serviceAccount")
+        ):  # the Cloud Storage service agent
+            email = f"service-{PROJECT_NUMBER}@gs-project-accounts.iam.gserviceaccount.com"
+            return 200, {"kind": "storage#serviceAccount", "email_address": email}
         if len(parts) == 4 and parts[2] == "databases":
             return 200, {"name": resource, "locationId": FIRESTORE_LOCATION,
                          "type": "FIRESTORE_NATIVE"}  # fmt: skip

@@ -30,8 +30,12 @@ PROJECT = "demo-parse-only"
 FIRESTORE_PREFIX = "google.cloud.firestore.document.v1."
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 WHERE = [f"--project={PROJECT}", f"--region={REGION}"]
+BUCKET_LOCATION = "EU"  # a multi-region that REGION serves; gcloud prints it in upper case
+BUCKET = f"{PROJECT}.firebasestorage.app"  # the default bucket, UPLOAD_BUCKET being unset
+STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
+ALERT_PUBLISHED = "google.firebase.firebasealerts.alerts.v1.published"
 MAKE_VARS = [f"PROJECT={PROJECT}", f"REGION={REGION}", f"FIRESTORE_LOCATION={LOCATION}",
-             "PROJECT_NUMBER=123456789012"]  # fmt: skip
+             "PROJECT_NUMBER=123456789012", f"BUCKET_LOCATION={BUCKET_LOCATION}"]  # fmt: skip
 SHAPE_FLAGS = [
     ("cpu", "--cpu"),
     ("concurrency", "--concurrency"),
@@ -64,7 +68,8 @@ def manifest_of(project: Path) -> dict[str, Any]:
     """The manifest `make deploy-firebase` writes, for REGION and a nam5 database."""
     printed = subprocess.run(
         [sys.executable, "-m", "tools.deploy", "manifest", f"--project={PROJECT}",
-         f"--region={REGION}", f"--firestore-location={LOCATION}"],
+         f"--region={REGION}", f"--firestore-location={LOCATION}",
+         f"--bucket-location={BUCKET_LOCATION}"],
         cwd=project, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return dict(yaml.safe_load(printed))
@@ -124,6 +129,10 @@ def trigger_of(endpoint: dict[str, Any]) -> tuple[str, str]:
         return "http", kinds[0]
     trigger = endpoint["eventTrigger"]
     filters = {**trigger.get("eventFilters", {}), **(trigger.get("eventFilterPathPatterns") or {})}
+    if "bucket" in filters:  # the declared bucket is a deploy-time parameter, empty by default
+        return trigger["eventType"], filters["bucket"].replace("{{ params.UPLOAD_BUCKET }}", BUCKET)
+    if "alerttype" in filters:
+        return trigger["eventType"], filters["alerttype"]
     return trigger["eventType"], filters.get("document") or filters["topic"].rsplit("/", 1)[-1]
 
 
@@ -146,6 +155,10 @@ def check_manifest(project: Path) -> None:
         )
         if trigger_of(endpoint)[0].startswith(FIRESTORE_PREFIX):
             assert endpoint["eventTrigger"]["region"] == LOCATION, name
+        if trigger_of(endpoint)[0] == STORAGE_FINALIZED:
+            assert endpoint["eventTrigger"]["region"] == BUCKET_LOCATION.lower(), name
+        if trigger_of(endpoint)[0] == ALERT_PUBLISHED:
+            assert endpoint["eventTrigger"]["region"] == "global", name
 
 
 def check_gcloud(project: Path) -> None:
@@ -173,6 +186,12 @@ def check_gcloud(project: Path) -> None:
         assert {"--retry", f"--trigger-service-account={account}"} <= set(cmd), name
         if event_type == PUBSUB_PUBLISHED:
             assert f"--trigger-topic={where}" in cmd
+        elif event_type == STORAGE_FINALIZED:
+            assert f"--trigger-bucket={where}" in cmd, name
+        elif event_type == ALERT_PUBLISHED:
+            assert f"--trigger-event-filters=type={event_type}" in cmd
+            assert f"--trigger-event-filters=alerttype={where}" in cmd
+            assert "--trigger-location=global" in cmd
         else:
             assert f"--trigger-event-filters=type={event_type}" in cmd
             assert f"--trigger-event-filters-path-pattern=document={where}" in cmd

@@ -55,7 +55,7 @@ ENV_FILE = {
 GCLOUD_APIS = (
     "cloudfunctions", "run", "eventarc", "pubsub", "cloudtasks", "iam", "secretmanager",
     "firestore", "cloudresourcemanager", "serviceusage", "artifactregistry", "cloudbilling",
-    "storage", "cloudbuild", "logging", "monitoring",
+    "storage", "cloudbuild", "logging", "monitoring", "cloudscheduler",
 )  # fmt: skip
 FIREBASE_ORIGINS = (
     "FIREBASE_CLOUDBILLING_URL", "FIREBASE_CLOUDLOGGING_URL", "CLOUD_MONITORING_URL",
