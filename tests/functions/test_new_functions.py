@@ -22,6 +22,7 @@ from tests.dedup.test_kinds import captured, post_until_done
 from tests.functions.conftest import MAIN
 
 COPIES = 6
+pytestmark = pytest.mark.needs_emulators  # the functions write to and read from Firestore
 
 
 @pytest.fixture
