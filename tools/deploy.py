@@ -322,10 +322,12 @@ def deploy_manifest(
                     target.project, database
                 )
             trigger["region"] = locations[database]
-        if is_storage(endpoint) and for_deploy:
-            trigger["region"] = storage_trigger_region(trigger, target)
         if trigger.get("eventType") == ALERT_EVENT:
             trigger["region"] = "global"  # Firebase Alerts are published globally
+    for _, endpoint in endpoints(manifest):  # after the databases: each read in turn
+        if is_storage(endpoint) and for_deploy:
+            trigger = endpoint["eventTrigger"]
+            trigger["region"] = storage_trigger_region(trigger, target)
     return manifest
 
 
@@ -860,7 +862,8 @@ def schedule_flags(endpoint: Mapping[str, Any]) -> list[str]:
 
 def scheduler_plan(manifest: Mapping[str, Any], target: Target) -> list[str]:
     """Create or update each scheduled function's Cloud Scheduler job (after its deploy): it
-    POSTs to the function's URL with an OIDC token for the runtime service account."""
+    POSTs to the function's stable `cloudfunctions.net` URL (a 2nd-gen function answers there
+    too, so the plan needs no look-up) with an OIDC token for the runtime service account."""
     plan = []
     for name, endpoint in endpoints(manifest):
         if "scheduleTrigger" not in endpoint:
@@ -868,12 +871,12 @@ def scheduler_plan(manifest: Mapping[str, Any], target: Target) -> list[str]:
         region = endpoint["region"][0]
         where = [f"--location={region}", f"--project={target.project}"]
         job = schedule_job_name(name, region)
-        uri = shlex.join(
-            ["gcloud", "functions", "describe", name, "--gen2", f"--region={region}",
-             f"--project={target.project}", "--format=value(serviceConfig.uri)"]
-        )  # fmt: skip
+        uri = f"https://{region}-{target.project}.cloudfunctions.net/{name}"  # a stable URL
         account = endpoint["serviceAccountEmail"]
-        settings = [*schedule_flags(endpoint), f"--oidc-service-account-email={account}"]
+        settings = [
+            *schedule_flags(endpoint), f"--uri={uri}", f"--oidc-service-account-email={account}",
+            f"--oidc-token-audience={uri}", "--quiet",
+        ]  # fmt: skip
         describe = shlex.join(["gcloud", "scheduler", "jobs", "describe", job, *where])
         create = shlex.join(
             ["gcloud", "scheduler", "jobs", "create", "http", job, *where, *settings]
@@ -881,10 +884,7 @@ def scheduler_plan(manifest: Mapping[str, Any], target: Target) -> list[str]:
         update = shlex.join(
             ["gcloud", "scheduler", "jobs", "update", "http", job, *where, *settings]
         )
-        plan.append(
-            f'if {describe} >/dev/null 2>&1; then {update} --uri="$({uri})" --quiet; '
-            f'else {create} --uri="$({uri})" --quiet; fi'
-        )
+        plan.append(f"if {describe} >/dev/null 2>&1; then {update}; else {create}; fi")
     return plan
 
 

@@ -57,6 +57,7 @@ def tool(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`python -m tools.deploy ARGS` in `project`."""
     return subprocess.run(
         [sys.executable, "-m", "tools.deploy", *args, *WHERE, f"--firestore-location={LOCATION}",
+         "--bucket-location=EU",
          "--secret-versions=LINE_CHANNEL_SECRET=3"],
         cwd=project, capture_output=True, text=True,
     )  # fmt: skip

@@ -130,7 +130,10 @@ def trigger_of(endpoint: dict[str, Any]) -> tuple[str, str]:
     trigger = endpoint["eventTrigger"]
     filters = {**trigger.get("eventFilters", {}), **(trigger.get("eventFilterPathPatterns") or {})}
     if "bucket" in filters:  # the declared bucket is a deploy-time parameter, empty by default
-        return trigger["eventType"], filters["bucket"].replace("{{ params.UPLOAD_BUCKET }}", BUCKET)
+        bucket = filters["bucket"]
+        return trigger["eventType"], bucket if isinstance(
+            bucket, str
+        ) and "{" not in bucket else BUCKET
     if "alerttype" in filters:
         return trigger["eventType"], filters["alerttype"]
     return trigger["eventType"], filters.get("document") or filters["topic"].rsplit("/", 1)[-1]
@@ -274,7 +277,8 @@ def test_a_lease_below_the_timeout_or_a_misspelled_setting_stops_the_deploy(
     (project_copy / f".env.{PROJECT}").write_text(env_line + "\n")
     for command in (["manifest", "functions.yaml"], ["plan", "deploy-gcloud"]):
         done = subprocess.run(
-            [sys.executable, "-m", "tools.deploy", *command, *WHERE, "--firestore-location=nam5"],
+            [sys.executable, "-m", "tools.deploy", *command, *WHERE, "--firestore-location=nam5",
+             "--bucket-location=EU"],
             cwd=project_copy, capture_output=True, text=True,
         )  # fmt: skip
         assert done.returncode == 2, command
@@ -437,7 +441,8 @@ def test_a_task_function_name_cloud_tasks_would_refuse_is_refused_by_every_plan(
                  "send_invoice")  # fmt: skip
     for command in (["manifest"], ["plan", "deploy-gcloud"], ["plan", "queues"]):
         done = subprocess.run(
-            [sys.executable, "-m", "tools.deploy", *command, *WHERE, "--firestore-location=nam5"],
+            [sys.executable, "-m", "tools.deploy", *command, *WHERE, "--firestore-location=nam5",
+             "--bucket-location=EU"],
             cwd=project_copy, capture_output=True, text=True,
         )  # fmt: skip
         assert done.returncode == 2, command
@@ -476,6 +481,8 @@ def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
         (account, "roles/secretmanager.secretAccessor"),  # receive_line_webhook's LINE secret
         ("serviceAccount:service-123456789012@gcp-sa-pubsub.iam.gserviceaccount.com",
          "roles/iam.serviceAccountTokenCreator"),
+        ("serviceAccount:service-123456789012@gs-project-accounts.iam.gserviceaccount.com",
+         "roles/pubsub.publisher"),  # register_upload: the Storage agent publishes its events
     }  # fmt: skip
     enable = next(c for c in commands if c[1:3] == ["services", "enable"])
     for api in ("cloudfunctions", "run", "cloudbuild", "artifactregistry", "eventarc", "pubsub",

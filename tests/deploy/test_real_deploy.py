@@ -31,7 +31,13 @@ import pytest
 import requests
 
 from tests.deploy.conftest import ROOT, copy_project
-from tests.deploy.fake_google import FIRESTORE_LOCATION, PROJECT_NUMBER, FakeGoogle, RunningFake
+from tests.deploy.fake_google import (
+    BUCKET_LOCATION,
+    FIRESTORE_LOCATION,
+    PROJECT_NUMBER,
+    FakeGoogle,
+    RunningFake,
+)
 from tests.deploy.test_upload import check_only_code
 from tools.deploy import sdk_manifest
 
@@ -50,6 +56,8 @@ ENV_FILE = {
     "WEBHOOK_ROUTES": '{"default": "https://example.com/webhooks/default"}',
     "NOTIFY_URL": "https://example.com/notify",
     "SEARCH_INDEX_URL": "https://example.com/search",
+    "DIGEST_URL": "https://example.com/digest",
+    "CHAT_WEBHOOK_URL": "https://example.com/chat",
 }
 """`.env.p` of the copy: the variables both paths must give every function."""
 GCLOUD_APIS = (
@@ -230,6 +238,14 @@ def test_trigger(deployed: Deployed, name: str) -> None:
         assert trigger["pubsubTopic"] == f"projects/{PROJECT}/topics/{topic}"
         assert trigger.get("triggerRegion", REGION) == REGION
         return
+    if declared["eventType"].startswith("google.cloud.storage"):
+        assert filters["bucket"]["value"] == f"{PROJECT}.firebasestorage.app", name
+        assert trigger["triggerRegion"] == BUCKET_LOCATION.lower(), name
+        return
+    if declared["eventType"].startswith("google.firebase.firebasealerts"):
+        assert filters["alerttype"]["value"] == "crashlytics.newFatalIssue", name
+        assert trigger["triggerRegion"] == "global", name
+        return
     assert trigger["triggerRegion"] == FIRESTORE_LOCATION
     for key, value in declared.get("eventFilters", {}).items():
         assert filters[key]["value"] == value, (name, key)
@@ -397,3 +413,22 @@ def test_relay_enqueues_in_the_functions_region(
     # caller sets it (the emulator routes by queue); a URL that is set must be REGION's.
     url = request.body["task"]["httpRequest"]["url"]
     assert url in ("", f"https://{REGION}-{PROJECT}.cloudfunctions.net/indexPost")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in MANIFEST.items() if "scheduleTrigger" in e))
+def test_schedule_job(deployed: Deployed, name: str) -> None:
+    """Each path creates the scheduled function's job, the one firebase-tools names, with the
+    cron, time zone, retries, an attempt deadline no shorter than the timeout, and a POST with
+    an OIDC token for the runtime account."""
+    declared = MANIFEST[name]["scheduleTrigger"]
+    job = f"projects/{PROJECT}/locations/{REGION}/jobs/firebase-schedule-{name}-{REGION}"
+    created = deployed.fake.resources.get(job)
+    assert created is not None, sorted(k for k in deployed.fake.resources if "/jobs/" in k)
+    assert created["schedule"] == declared["schedule"] == "0 8 * * *"
+    assert created.get("timeZone") == "UTC"
+    assert created["retryConfig"]["retryCount"] == declared["retryConfig"]["retryCount"] >= 1
+    deadline = int(str(created["attemptDeadline"]).rstrip("s"))
+    assert deadline >= MANIFEST[name]["timeoutSeconds"]
+    target = created["httpTarget"]
+    assert target.get("httpMethod", "POST") == "POST"
+    assert target["oidcToken"]["serviceAccountEmail"] == ACCOUNT

@@ -27,7 +27,7 @@ def plan(env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
     """`python -m tools.deploy plan deploy-gcloud` with `env`."""
     return subprocess.run(
         [sys.executable, "-m", "tools.deploy", "plan", "deploy-gcloud", *WHERE,
-         f"--firestore-location={LOCATION}", *extra],
+         f"--firestore-location={LOCATION}", "--bucket-location=EU", *extra],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )  # fmt: skip
 

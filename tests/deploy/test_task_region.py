@@ -161,7 +161,7 @@ def gcloud_environment(tmp_path: Path) -> dict[str, str]:
     )  # fmt: skip
     planned = subprocess.run(
         [sys.executable, "-m", "tools.deploy", "plan", "deploy-gcloud", f"--project={PROJECT}",
-         f"--region={REGION}", "--firestore-location=nam5",
+         f"--region={REGION}", "--firestore-location=nam5", "--bucket-location=EU",
          "--secret-versions=LINE_CHANNEL_SECRET=3"],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
