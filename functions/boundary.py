@@ -70,6 +70,7 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
+from dedup.events import SCHEDULE_TIME_HEADER
 from dedup.firebase_app import default_app
 from dedup.logs import log_delivery
 from functions.ids import id_problem
@@ -447,3 +448,30 @@ def install_boundary(errorhandler: Callable[..., Any]) -> None:
         app.before_request(refuse_oversized_body)
     errorhandler(HTTPException)(refuse_http_error)
     errorhandler(Exception)(refuse_unparseable_request)
+
+
+def scheduled(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Refuse a request to a scheduled function that carries no usable
+    `X-CloudScheduler-ScheduleTime` (missing, or not an RFC 3339 time) with a 400 before
+    firebase-functions' schedule wrapper runs, which would answer 500 (it answers every
+    exception so). Nothing runs and no record is written either way (`dedup.events`); the 400
+    comes with one ERROR line naming the header, the 4xx refusal line of this module, and
+    Cloud Scheduler's retries up to the job's `retryCount`.
+
+    Put it outermost, above `scheduler_fn.on_schedule`; the endpoint and the dedup mark are
+    carried up (`functools.wraps`).
+    """
+
+    @functools.wraps(function)
+    def guarded(request: flask.Request) -> Any:
+        raw = request.headers.get(SCHEDULE_TIME_HEADER)
+        if raw is None or not RFC3339.fullmatch(raw):
+            why = (
+                f"a scheduled run needs the {SCHEDULE_TIME_HEADER} header (RFC 3339), which "
+                f"this request {'lacks' if raw is None else 'has malformed'}: nothing runs"
+            )
+            logger.error("%s: %s", function.__name__, why)
+            raise BadRequest(description=why)
+        return function(request)
+
+    return guarded

@@ -31,6 +31,7 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 
 from dedup import Delivery, trigger_once
 from dedup.errors import ConfigError
+from functions.boundary import scheduled
 from functions.http_delivery import post_once
 from functions.runtime import startup_check
 
@@ -71,6 +72,7 @@ def previous_day(schedule_time: datetime, zone: ZoneInfo) -> tuple[datetime, dat
     return start, datetime.combine(today, time(), tzinfo=zone)
 
 
+@scheduled  # no usable X-CloudScheduler-ScheduleTime: 400, nothing runs
 @scheduler_fn.on_schedule(
     schedule=SCHEDULE,
     timezone=params.StringParam(TIME_ZONE_VARIABLE, default=DEFAULT_TIME_ZONE),

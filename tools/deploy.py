@@ -795,14 +795,17 @@ def storage_trigger_region(trigger: Mapping[str, Any], target: Target) -> str:
 
 
 def storage_trigger_flags(trigger: Mapping[str, Any], identity: list[str]) -> list[str]:
-    """`--trigger-bucket` for a finalize trigger; any other Storage event by its type."""
+    """`--trigger-bucket` for a finalize trigger; any other Storage event by its type. Both
+    with `--trigger-location`, the bucket's location (`storage_trigger_region`)."""
     bucket = trigger["eventFilters"]["bucket"]
+    location = [f"--trigger-location={trigger['region']}"] if trigger.get("region") else []
     if trigger["eventType"] == STORAGE_EVENT + "finalized":
-        return [f"--trigger-bucket={bucket}", *identity]
+        return [f"--trigger-bucket={bucket}", *identity, *location]
     return [
         f"--trigger-event-filters=type={trigger['eventType']}",
         f"--trigger-event-filters=bucket={bucket}",
         *identity,
+        *location,
     ]
 
 
