@@ -82,7 +82,9 @@ class EventInfo(NamedTuple):
     subject: str | None = None
     """What the event is about, recorded for operators (`dedup list --subject`): the document
     path of a Firestore event, `topics/<topic>/messages/<message id>` of a Pub/Sub message
-    (the topic read from the event's `source`), else None."""
+    (the topic read from the event's `source`), the one its kind gives for the other kinds
+    (`dedup.kinds`: `buckets/<bucket>/objects/<name>`, `refs/<path>`,
+    `jobs/<job>/runs/<schedule time>`, else the CloudEvent subject), or None."""
     database: str | None = None
     """The Firestore database the event came from (its `database` attribute), if any: the
     records follow it unless DEDUP_DATABASE is set (docs/named-databases.md)."""
