@@ -25,7 +25,9 @@ import inspect
 import os
 import subprocess
 import types
+from collections.abc import Iterator
 
+import functions_framework
 import pytest
 import requests
 from google.cloud import firestore
@@ -121,6 +123,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         found = emulator_env.problems(os.environ)
         if found:
             pytest.exit(emulator_env.refusal(found), returncode=2)
+
+
+@pytest.fixture(autouse=True)
+def fresh_errorhandler() -> Iterator[None]:
+    """After each test, functions-framework's `errorhandler` is its stand-in again.
+
+    `create_app` binds it to the app it creates; once that app has served a request, a later
+    in-process import of main.py (`install_boundary(functions_framework.errorhandler)`, as the
+    deploy tools do) would try to set up a running app, which Flask refuses.
+    """
+    yield
+    functions_framework.errorhandler = functions_framework.DummyErrorHandler()
 
 
 @pytest.fixture(autouse=True)

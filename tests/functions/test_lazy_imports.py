@@ -36,6 +36,8 @@ SETTINGS = {
     "WEBHOOK_ROUTES": '{"default": "http://127.0.0.1:9/webhooks"}',
     "NOTIFY_URL": "http://127.0.0.1:9/notify",
     "SEARCH_INDEX_URL": "http://127.0.0.1:9/search",
+    "DIGEST_URL": "http://127.0.0.1:9/digest",
+    "CHAT_WEBHOOK_URL": "http://127.0.0.1:9/chat",
 }
 """Valid settings for every function's start-up check (which runs: the target is served)."""
 
