@@ -54,10 +54,10 @@ from dedup.claims import (
 )
 from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.flow_io import Fill, FlowIO, Invoke
-from dedup.record import Record, State, error_text
+from dedup.record import Fields, Record, State, error_text
 from dedup.runs import Run, bury, precondition
 from dedup.store import CommitFailure, Snapshot, backoff, commit_failure
-from dedup.transitions import Fields, attempt_finished, new_record, storable_result
+from dedup.transitions import attempt_finished, new_record, storable_result
 
 TRANSACTION_ROUNDS = 12
 """Commits tried (each transaction retried by the client up to `TRANSACTION_ATTEMPTS`) before

@@ -5,9 +5,9 @@ Layers, top to bottom (nothing below imports what is above it):
 
 * `dedup.core` (this module): `Deduplicator`, `default_deduplicator`, and what the async front
   door (`dedup.aio.AsyncDeduplicator`) shares with it: `DeduplicatorBase` (checks before any
-  claim, caches);
-* `dedup.flows`: the flow of each mode, chosen once (`settle`);
-* `dedup.blocking`, `dedup.aio.store`: the I/O of the sync and async paths (`dedup.flow_io`);
+  claim, caches), the flow of each mode, chosen once (`FLOWS`, entered by `run_flow`), and
+  which handler owns each suffix (`SuffixRegistry`);
+* `dedup.flow_io.BlockingIO`, `dedup.aio.store`: the I/O of the sync and async paths;
 * `dedup.lease`, `dedup.atomic`: the flows of lease mode and of the transaction and write-only
   modes, written once as coroutines;
 * `dedup.runs`: the bookkeeping of one delivery (identity, log line, shared checks);
@@ -19,25 +19,99 @@ Layers, top to bottom (nothing below imports what is above it):
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from google.cloud import firestore
 
 from dedup.ambiguity import Reconcile, arm, check_ambiguity, check_sync_reconcile
-from dedup.blocking import BlockingIO
+from dedup.atomic import run_transaction, run_write_only
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook, is_async_handler
-from dedup.errors import ConfigError
-from dedup.flow_io import FlowIO, Records, drive
-from dedup.flows import invoker, settle
+from dedup.errors import ConfigError, DuplicateSuffix, StoreUnavailable
+from dedup.firestore_internals import credentials_of, database_of
+from dedup.flow_io import BlockingIO, FlowIO, Invoke, Records, drive
 from dedup.keys import dedup_key, payload_hash, storable_event_id
+from dedup.lease import run_lease
 from dedup.record import Mode
 from dedup.runs import Run
 from dedup.store import RecordStore
 from dedup.telemetry import DeliveryTrace, Telemetry
+
+# The flow of each mode, chosen once: `FLOWS`, and `run_flow`, the one place a run enters it.
+#
+# | mode                | flow                           | the effect commits                   |
+# |---------------------|--------------------------------|--------------------------------------|
+# | `Mode.LEASE`        | `dedup.lease.run_lease`        | on its own; a lease guards the run   |
+# | `Mode.TRANSACTION`  | `dedup.atomic.run_transaction` | in a transaction, with the marker    |
+# | `Mode.WRITE_ONLY`   | `dedup.atomic.run_write_only`  | in a batch, with the marker's create |
+#
+# Nothing else branches on the mode: each flow knows what it reads, writes and commits, and the
+# delivery a handler gets follows from its mode by table (`dedup.runs.Run.delivery`).
+
+type Flow = Callable[[Run, Invoke], Coroutine[Any, Any, Outcome]]
+"""`await flow(run, invoke)`: claim, run the handler through `invoke`, record the outcome."""
+
+FLOWS: Mapping[Mode, Flow] = {
+    Mode.LEASE: run_lease,
+    Mode.TRANSACTION: run_transaction,
+    Mode.WRITE_ONLY: run_write_only,
+}
+"""The flow of every mode."""
+
+
+async def run_flow(run: Run, invoke: Invoke) -> Outcome:
+    """Run the flow of `run.mode` (the handler through `invoke`); a store failure is logged
+    as `unavailable` and re-raised."""
+    try:
+        return await FLOWS[run.mode](run, invoke)
+    except StoreUnavailable as exc:
+        run.finish(OutcomeKind.UNAVAILABLE, error=str(exc))
+        raise
+
+
+def invoker(run: Run, client: Any, handler: Handler) -> Invoke:
+    """How the flows call a sync `handler`: with `Run.delivery` on `client`."""
+
+    async def invoke(writer: object) -> object:
+        return handler(run.delivery(client, writer))
+
+    return invoke
+
+
+class SuffixRegistry:
+    """Which handler owns each suffix; a second registration of a suffix fails.
+
+    One process-wide registry (`DEFAULT_REGISTRY`) backs `trigger_once`; tests pass their own
+    instance to stay isolated. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        """An empty registry."""
+        self._owners: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def register(self, suffix: str, owner: str) -> None:
+        """Record `owner` (module.qualname) for `suffix`; raise `DuplicateSuffix` if taken."""
+        with self._lock:
+            existing = self._owners.get(suffix)
+            if existing is not None:
+                raise DuplicateSuffix(
+                    f"suffix {suffix!r} is used by both {existing} and {owner}: two functions "
+                    "sharing a suffix would skip each other's events; give each its own suffix"
+                )
+            self._owners[suffix] = owner
+
+    def owner(self, suffix: str) -> str | None:
+        """The handler registered for `suffix`, if any."""
+        with self._lock:
+            return self._owners.get(suffix)
+
+
+DEFAULT_REGISTRY = SuffixRegistry()
+"""The process-wide suffix registry used when `trigger_once` gets no `registry`."""
 
 
 class DeduplicatorBase:
@@ -235,7 +309,7 @@ class Deduplicator(DeduplicatorBase):
             if found is None:
                 client = firestore.Client(
                     project=first.client.project,
-                    credentials=getattr(first.client, "_credentials", None),
+                    credentials=credentials_of(first.client),
                     database=wanted,
                 )
                 found = RecordStore(
@@ -311,13 +385,7 @@ class Deduplicator(DeduplicatorBase):
             if choice:
                 arm(started, store.client, reconcile, on_ambiguous)
             invoke = invoker(started, store.client, observed.timed(handler))
-            return drive(settle(started, invoke))
-
-
-def database_of(client: firestore.Client | Any) -> str:
-    """The database id a Firestore client (sync or async) talks to (the client keeps it
-    private)."""
-    return str(getattr(client, "_database", None) or DEFAULT_DATABASE)
+            return drive(run_flow(started, invoke))
 
 
 _default_lock = threading.Lock()

@@ -21,15 +21,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
-from dedup.ambiguity import Reconcile
-from dedup.config import DedupConfig
-from dedup.core import Deduplicator
+from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery
 from dedup.entrance import EVENTS, gate
 from dedup.events import describe
+from dedup.kinds import USES_DEDUP
 from dedup.propagation import continued, from_event
 from dedup.record import Mode
-from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -44,6 +42,9 @@ __all__ = [
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
     from dedup.aio.core import AsyncDeduplicator
     from dedup.aio.delivery import AsyncDelivery
+    from dedup.ambiguity import Reconcile
+    from dedup.config import DedupConfig
+    from dedup.core import Deduplicator
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
@@ -68,11 +69,6 @@ class HandlerDecorator(Protocol):
     def __call__(self, handler: Any, /) -> Any:
         """Wrap `handler`; the result takes the event only."""
         ...
-
-
-USES_DEDUP = "__dedup_suffix__"
-"""The attribute `trigger_once` sets on the function it returns (its suffix); the SDK's decorators
-copy it onto theirs, so `dedup manifest` can tell which functions use dedup."""
 
 
 def trigger_once(

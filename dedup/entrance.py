@@ -28,16 +28,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile
-from dedup.config import DedupConfig
-from dedup.core import Deduplicator, default_deduplicator
+from dedup.core import DEFAULT_REGISTRY, Deduplicator, SuffixRegistry, default_deduplicator
 from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
 from dedup.keys import validate_suffix
 from dedup.record import Mode
-from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
 
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
     from dedup.aio.core import AsyncDeduplicator
+    from dedup.config import DedupConfig
 
 type AnyDeduplicator = Deduplicator | AsyncDeduplicator
 """A front door of either kind."""

@@ -23,7 +23,7 @@ The sync and async implementations are a pair, method for method:
 The in-memory pair is test-only: it serves the conformance matrix (`tests/matrix/`), which
 runs the same cases on it and on the Firestore emulator; it is trusted as far as they agree.
 
-A sync store is awaited through `dedup.blocking.BlockingIO`, whose methods are `async def` but
+A sync store is awaited through `BlockingIO`, whose methods are `async def` but
 block inside and never suspend, so `drive` runs a flow to its end in one `send`, on the caller's
 thread, without an event loop: the sync path gains no thread and no loop, and the claim
 decisions, record transitions and retry rules exist once for both.
@@ -31,24 +31,27 @@ decisions, record transitions and retry rules exist once for both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from contextlib import AbstractAsyncContextManager
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from dedup.errors import StoreUnavailable
-from dedup.store import Conflict, Snapshot
-from dedup.transitions import Fields
+if TYPE_CHECKING:
+    from dedup.cache import KeyTurns
+    from dedup.errors import StoreUnavailable
+    from dedup.record import Fields
+    from dedup.store import Conflict, Snapshot
 
-Invoke = Callable[[Any], Coroutine[Any, Any, object]]
+type Invoke = Callable[[Any], Coroutine[Any, Any, object]]
 """`await invoke(writer)`: call the handler with its delivery at the run's current attempt and
 return what it returned. `writer`: None in lease mode, the transaction or the batch otherwise."""
 
-Fill = Callable[[Any], Coroutine[Any, Any, tuple[Any, Fields]]]
+type Fill = Callable[[Any], Coroutine[Any, Any, tuple[Any, Fields]]]
 """`await fill(writer)`: run the handler into a transaction or batch; returns what it returned
 and the marker's fields (the store adds the marker write, guarded, then commits)."""
 
-SyncFill = Callable[[Any], tuple[Any, Fields]]
+type SyncFill = Callable[[Any], tuple[Any, Fields]]
 """`fill(writer)` of a sync store (`Records`): `Fill` driven to its end."""
 
 
@@ -180,3 +183,59 @@ def drive[T](flow: Coroutine[Any, Any, T]) -> T:
         "a dedup flow suspended under the blocking driver: it awaited something that is not "
         "BlockingIO; run async handlers through dedup.aio.AsyncDeduplicator"
     )
+
+
+# The sync path's I/O: each method blocks on the sync store (or lock, or `time.sleep`) and
+# returns without suspending, so `drive` runs a flow on the caller's thread as plain sync code.
+
+
+def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """`call` as a coroutine function that never suspends (what `drive` needs)."""
+
+    async def blocking(*args: P.args, **kwargs: P.kwargs) -> R:
+        return call(*args, **kwargs)
+
+    return blocking
+
+
+class BlockingIO:
+    """The sync path's I/O: a `Records` store's operations (awaitable, never suspending),
+    `KeyTurns`, `time.sleep`."""
+
+    def __init__(self, store: Records, turns: KeyTurns) -> None:
+        """Do the flows' I/O through `store`, taking per-key turns in `turns`."""
+        self.store = store
+        self.turns = turns
+        self.client = store.client
+        self.path = store.path
+        self.unavailable = store.unavailable
+        self.read = _blocking(store.read)
+        self.create = _blocking(store.create)
+        self.update_if_unchanged = _blocking(store.update_if_unchanged)
+
+    async def commit_batch(self, key: str, fill: Fill, guard: datetime | None) -> Any:
+        """The store's `commit_batch`, `fill` driven on this thread."""
+        return self.store.commit_batch(key, _driven(fill), guard)
+
+    async def run_transaction(
+        self, key: str, fill: Fill, guard: datetime | None, *, attempts: int
+    ) -> Any:
+        """The store's `run_transaction`, `fill` driven on this thread."""
+        return self.store.run_transaction(key, _driven(fill), guard, attempts=attempts)
+
+    async def sleep(self, seconds: float) -> None:
+        """Block this thread for `seconds`."""
+        time.sleep(seconds)
+
+    @asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        """This thread's turn for `key` (`KeyTurns.turn`)."""
+        with self.turns.turn(key):
+            yield
+
+
+def _driven(fill: Fill) -> Callable[[Any], tuple[Any, Fields]]:
+    def driven(writer: Any) -> tuple[Any, Fields]:
+        return drive(fill(writer))
+
+    return driven

@@ -29,6 +29,12 @@ redelivers (deployed with `retry: true` / `--retry`); `schedule`, Cloud Schedule
 run up to the job's `retryCount` (deployed with at least 1)."""
 
 
+USES_DEDUP = "__dedup_suffix__"
+"""The attribute `trigger_once` sets on the function it returns (its suffix); the SDK's decorators
+copy it onto theirs, so `dedup manifest` and the deploy's checks can tell which functions use
+dedup."""
+
+
 class Kind(NamedTuple):
     """One family of events: its CloudEvent types, its subject, its retry."""
 

@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dedup.claims import (
     RERUN,
@@ -54,12 +54,10 @@ from dedup.claims import (
 )
 from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.errors import ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
-from dedup.flow_io import Invoke
-from dedup.record import Mode, Record, State, error_text
+from dedup.record import Fields, Mode, Record, State, error_text
 from dedup.runs import Run, bury, precondition
 from dedup.store import Snapshot, backoff
 from dedup.transitions import (
-    Fields,
     finished,
     lease_taken,
     new_record,
@@ -67,6 +65,9 @@ from dedup.transitions import (
     released,
     storable_result,
 )
+
+if TYPE_CHECKING:
+    from dedup.flow_io import Invoke
 
 CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
@@ -188,6 +189,7 @@ async def _run_owned(
     config = run.config
     lease_ends = sent_at + config.lease_seconds  # a lower bound of the lease's real end
     run.owner, run.token, run.lease_ends = owner, token, lease_ends
+    run.note_writer = write_note
     try:
         run.step(Step.AFTER_CLAIM)
         if run.ambiguous and (run.reconcile is not None or run.on_ambiguous != RERUN):

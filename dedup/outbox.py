@@ -54,6 +54,8 @@ from typing import Any
 
 from google.cloud import firestore
 
+from dedup.firestore_internals import client_of
+
 COLLECTION = "outbox"
 OUTBOX_ID_ATTRIBUTE = "outboxId"
 _TOPIC_ID = r"[A-Za-z][A-Za-z0-9._~+%-]{2,254}"
@@ -114,7 +116,7 @@ def enqueue(
         if problem is not None:
             raise ValueError(problem)
     body = data.encode() if isinstance(data, str) else bytes(data)
-    db = client or transaction._client  # a Transaction has no public accessor for its client
+    db = client or client_of(transaction)  # a Transaction has no public accessor for it
     ref = db.collection(collection).document()
     transaction.create(
         ref,
@@ -155,7 +157,7 @@ def enqueue_task(
         text = json.dumps(data, allow_nan=False, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"task data must be JSON (dicts, lists, str, numbers): {exc}") from exc
-    db = client or transaction._client  # a Transaction has no public accessor for its client
+    db = client or client_of(transaction)  # a Transaction has no public accessor for it
     ref = db.collection(collection).document()
     transaction.create(
         ref,

@@ -59,6 +59,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+Fields = dict[str, Any]
+"""The fields of one record write, by `Field` name (`dedup.transitions` builds them)."""
+
 MAX_ERROR_CHARS = 1000
 """`lastError` is truncated to this many characters."""
 

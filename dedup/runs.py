@@ -13,12 +13,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dedup import logs
-from dedup.cache import LiveLeases, SentKeys
 from dedup.claims import RERUN, AfterFailure, belongs_to, error_terminal, record_sent
-from dedup.config import DedupConfig
 from dedup.delivery import (
     NO_NOTES,
     Delivery,
@@ -31,10 +29,14 @@ from dedup.delivery import (
     WriteOnlyDelivery,
 )
 from dedup.errors import ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
-from dedup.flow_io import FlowIO
 from dedup.record import Mode, Record, State
-from dedup.store import Snapshot
 from dedup.transitions import finished
+
+if TYPE_CHECKING:
+    from dedup.cache import LiveLeases, SentKeys
+    from dedup.config import DedupConfig
+    from dedup.flow_io import FlowIO
+    from dedup.store import Snapshot
 
 type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]
 """The delivery types of one path: (lease mode, transaction mode, write-only mode)."""
@@ -94,6 +96,9 @@ class LeaseState:
     """This delivery took over an expired lease (`dedup.claims.takeover_ambiguous`)."""
     notes: Mapping[str, Any] = NO_NOTES
     """What was noted for the event so far (the record's `notes`, then this delivery's)."""
+    note_writer: Callable[[Run, dict[str, Any]], Coroutine[Any, Any, None]] | None = None
+    """How `Run.note` writes: set by the lease flow (`dedup.lease.write_note`) once this
+    delivery holds the lease; None before."""
 
 
 @dataclass
@@ -155,15 +160,16 @@ class Run(LeaseState):
 
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
         """Write `fields` into the record's notes, fenced by this delivery's lease
-        (`dedup.lease.write_note`); `ConfigError` outside lease mode."""
+        (`dedup.lease.write_note`); `ConfigError` outside lease mode, or before the lease is
+        held."""
         if self.mode is not Mode.LEASE:
             raise ConfigError(
                 f"delivery.note serves lease mode only ({self.path} runs in {self.mode.value} "
                 "mode, whose effect commits with the record: nothing is ever ambiguous)"
             )
-        from dedup.lease import write_note  # the lease flow imports this module
-
-        return write_note(self, fields)
+        if self.note_writer is None:
+            raise ConfigError(f"{self.path}: delivery.note is for a handler holding the lease")
+        return self.note_writer(self, fields)
 
     def expire_at(self) -> datetime:
         """`expireAt` for a write made now: instance time plus the retention."""

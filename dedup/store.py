@@ -1,6 +1,10 @@
 """Firestore operations on dedup records; no decisions (those live in `dedup.claims` and the
 flows).
 
+Every call is google-cloud-firestore's public API (`DocumentReference.get`, `create` and
+`update` with `option=`, `retry=` and `timeout=`, `WriteBatch.commit`, transactions); the one
+thing it lacks, a timeout on a transaction's own RPCs, is `dedup.firestore_internals`.
+
 Every operation is bounded in time and either succeeds, reports the one expected conflict as a
 value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error. Conditional
 writes retry transient errors themselves, so they can tell the caller when an earlier try may
@@ -19,14 +23,31 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from google.api_core import exceptions as api_exceptions
+from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 
-from dedup.databases import require_one_database
-from dedup.errors import StoreUnavailable
-from dedup.record import Record
-from dedup.rpc import PRECONDITION_ERRORS, TRANSIENT_ERRORS, BoundedTransaction, sync_retry
-from dedup.transitions import Fields
-from dedup.wire import Committer, create_write, first_update_time, update_write
+from dedup.errors import DatabaseMismatch, StoreUnavailable
+from dedup.firestore_internals import BoundedTransaction, buffered_write_names, document_name
+from dedup.record import Fields, Record
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
+    api_exceptions.DeadlineExceeded,
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.InternalServerError,
+    api_exceptions.TooManyRequests,
+    api_exceptions.ResourceExhausted,
+    api_exceptions.Unknown,
+    api_exceptions.Cancelled,
+)
+"""Errors after which the same call may succeed; for a write, it may also have been applied."""
+
+PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
+    api_exceptions.AlreadyExists,
+    api_exceptions.FailedPrecondition,
+    api_exceptions.NotFound,
+)
+"""What a write raises when its precondition (exists=false, or an update time) fails."""
 
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
@@ -115,22 +136,7 @@ class StoreBase[C]:
 
 
 class RecordStore(StoreBase[firestore.Client]):
-    """The dedup collection of one Firestore client; safe to use from many threads.
-
-    Its record writes go on the wire directly (`dedup.wire`): the same messages as the
-    client library's, at about half the client CPU."""
-
-    def __init__(
-        self, client: firestore.Client, collection: str, *, rpc_timeout_seconds: float = 10
-    ) -> None:
-        """Operate on `collection` (a collection path) through `client`; each call gives up
-        after `rpc_timeout_seconds`, its retries of transient errors included."""
-        super().__init__(client, collection, rpc_timeout_seconds=rpc_timeout_seconds)
-        self._committer = Committer(client)
-
-    def name(self, key: str) -> str:
-        """The record's full document name, `projects/<p>/databases/<d>/documents/...`."""
-        return f"{self.client._database_string}/documents/{self.collection}/{key}"
+    """The dedup collection of one Firestore client; safe to use from many threads."""
 
     def ref(self, key: str) -> firestore.DocumentReference:
         """Reference to the record's document."""
@@ -138,18 +144,10 @@ class RecordStore(StoreBase[firestore.Client]):
 
     def transaction(self, *, max_attempts: int) -> BoundedTransaction:
         """A new transaction whose RPCs are bounded like every other call of this store."""
+        timeout = self.rpc_timeout_seconds
         return BoundedTransaction(
-            self.client,
-            max_attempts=max_attempts,
-            timeout=self.rpc_timeout_seconds,
-            committer=self._committer,
+            self.client, max_attempts=max_attempts, timeout=timeout, begin_retry=sync_retry(timeout)
         )
-
-    def marker(self, key: str, fields: Fields, guard: datetime | None) -> Any:
-        """The marker `Write` of a transaction or batch: a create if `guard` is None, else an
-        update guarded by that update time (as `add_marker` adds it)."""
-        name = self.name(key)
-        return create_write(name, fields) if guard is None else update_write(name, fields, guard)
 
     def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
@@ -160,12 +158,9 @@ class RecordStore(StoreBase[firestore.Client]):
         the record exists. Transient errors are retried for `budget` seconds (default: the
         RPC timeout), then `StoreUnavailable`.
         """
-        write = create_write(self.name(key), fields)
+        ref = self.ref(key)
         return self._conditional(
-            action,
-            key,
-            lambda timeout: first_update_time(self._committer.commit([write], timeout=timeout)),
-            budget,
+            action, key, lambda timeout: ref.create(fields, retry=None, timeout=timeout), budget
         )
 
     def update_if_unchanged(
@@ -182,11 +177,12 @@ class RecordStore(StoreBase[firestore.Client]):
         Returns the new update time, or a `Conflict` if the record changed (or vanished) since.
         Transient errors are retried for `budget` seconds (default: the RPC timeout).
         """
-        write = update_write(self.name(key), fields, update_time)
+        ref = self.ref(key)
+        option = self.client.write_option(last_update_time=update_time)
         return self._conditional(
             action,
             key,
-            lambda timeout: first_update_time(self._committer.commit([write], timeout=timeout)),
+            lambda timeout: ref.update(fields, option=option, retry=None, timeout=timeout),
             budget,
         )
 
@@ -204,11 +200,8 @@ class RecordStore(StoreBase[firestore.Client]):
         lost response is resolved by reading); what `fill` returned first."""
         batch = self.client.batch()
         result, fields = fill(batch)
-        require_one_database(batch, self.ref(key), "write_only")  # the handler's writes
-        marker = self.marker(key, fields, guard)
-        self._committer.commit(
-            [*(write._pb for write in batch._write_pbs), marker], timeout=self.rpc_timeout_seconds
-        )
+        add_marker(batch, self.ref(key), fields, guard, "write_only")
+        batch.commit(retry=None, timeout=self.rpc_timeout_seconds)
         return result
 
     def run_transaction(
@@ -225,9 +218,7 @@ class RecordStore(StoreBase[firestore.Client]):
 
         def body(transaction: firestore.Transaction) -> Any:
             result, fields = fill(transaction)
-            require_one_database(transaction, ref, "transaction")  # the handler's writes
-            marker = self.marker(key, fields, guard)
-            transaction._write_pbs.append(marker)  # committed by BoundedTransaction._commit
+            add_marker(transaction, ref, fields, guard, "transaction")
             return result
 
         return firestore.transactional(body)(self.transaction(max_attempts=attempts))
@@ -236,13 +227,13 @@ class RecordStore(StoreBase[firestore.Client]):
         self,
         action: str,
         key: str,
-        write: Callable[[float], datetime],
+        write: Callable[[float], Any],
         budget: float | None,
     ) -> datetime | Conflict:
         tries = ConditionalTries(self, action, key, budget)
         while True:
             try:
-                return write(tries.timeout())
+                return written_time(write(tries.timeout()))
             except Exception as exc:
                 pause = tries.after(exc)
             if isinstance(pause, Conflict):
@@ -315,9 +306,51 @@ def written_time(result: Any) -> datetime:
     return _required_time(result.update_time)
 
 
-def is_written(result: datetime | Conflict) -> bool:
-    """True when a conditional write succeeded (returned its update time)."""
-    return isinstance(result, datetime)
+def transient_retry[R: (Retry, AsyncRetry)](timeout: float, kind: type[R]) -> R:
+    """The client library's own retry of reads and begins (`Retry`, or `AsyncRetry` for the
+    async client): transient errors, within `timeout` seconds."""
+    return kind(
+        predicate=if_exception_type(*TRANSIENT_ERRORS),
+        initial=0.05,
+        maximum=1.0,
+        multiplier=2.0,
+        timeout=timeout,
+    )
+
+
+def sync_retry(timeout: float) -> Retry:
+    """`transient_retry` for the sync client."""
+    return transient_retry(timeout, Retry)
+
+
+# The one-database rule of the atomic modes: a Firestore transaction (or batch) commits in a
+# single database, so the handler's writes and the sent marker must share the records'
+# database. A write to another database is refused before anything is committed, instead of a
+# commit the server rejects or a partial effect. Lease mode has no such rule: its handler
+# writes where it likes, and the record lives in the records' database.
+
+
+def database_of_name(name: str) -> str:
+    """The database id in a document resource name `projects/p/databases/d/documents/...`."""
+    return name.split("/databases/", 1)[1].split("/", 1)[0] if "/databases/" in name else ""
+
+
+def require_one_database(writer: Any, marker: Any, mode: str) -> None:
+    """Raise `DatabaseMismatch` if `writer` (a transaction or batch of either client) holds a
+    write outside the database of `marker` (the record's document reference)."""
+    records = database_of_name(document_name(marker))
+    for name in buffered_write_names(writer):
+        database = database_of_name(name)
+        if database != records:
+            document = name.split("/documents/", 1)[-1]
+            raise DatabaseMismatch(
+                f"{mode} mode: the handler wrote {document} in Firestore database {database!r}, "
+                f"but the dedup records (and the marker that must commit with its writes) live "
+                f"in database {records!r}: one transaction cannot write to two databases. Keep "
+                f"the records in the handler's database (unset DEDUP_DATABASE so they follow the "
+                f"triggering event's database, or set DEDUP_DATABASE={database}), or use lease "
+                "mode; nothing was committed"
+            )
 
 
 def _required_time(value: datetime | None) -> datetime:

@@ -38,19 +38,21 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, HttpsError
 
-from dedup.ambiguity import Reconcile
-from dedup.config import DedupConfig
-from dedup.core import Deduplicator
+from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery
 from dedup.entrance import TASKS, gate
 from dedup.errors import LeaseHeld, StoreUnavailable
 from dedup.propagation import continued, from_headers
 from dedup.record import Mode
-from dedup.registry import DEFAULT_REGISTRY, SuffixRegistry
+
+if TYPE_CHECKING:
+    from dedup.ambiguity import Reconcile
+    from dedup.config import DedupConfig
+    from dedup.core import Deduplicator
 
 __all__ = [
     "DEFAULT_REGISTRY",

@@ -22,12 +22,10 @@ from typing import Any
 from google.cloud import firestore
 
 from dedup.propagation import current_trace_id
-from dedup.record import Field, Mode, State
+from dedup.record import Field, Fields, Mode, State
 
 SERVER_TIMESTAMP = firestore.SERVER_TIMESTAMP
 """Sentinel: the database's commit time, written by the server."""
-
-Fields = dict[str, Any]
 
 MAX_RESULT_BYTES = 512 * 1024
 """A handler result larger than this (as JSON) is not stored: a record is one document, at

@@ -11,7 +11,7 @@ window in which an order exists without its response or the other way round.
   invalid order (stored: a replay gives the same 400); everything else as `dedup.http` says.
 * `create_order_callable` (`https_fn.on_call`, key in the data field `idempotencyKey`): the
   same map; `HttpsError` invalid-argument for an invalid order (stored and replayed); a
-  malformed request body invalid-argument before any record (`dedup.callable_body`); the
+  malformed request body invalid-argument before any record (`dedup.http.callable_body`); the
   other refusals as `dedup.http.CALLABLE_CODES` says.
 """
 
@@ -26,7 +26,6 @@ from firebase_functions import https_fn
 from google.cloud import firestore
 
 from dedup import Delivery, Mode
-from dedup.callable_body import strict_callable
 from dedup.http import (
     IdempotentRequest,
     ensure_firebase_app,
@@ -34,6 +33,7 @@ from dedup.http import (
     idempotent_http,
     problem_response,
 )
+from dedup.http.callable_body import strict_callable
 
 SUFFIX = "create_order"
 CALLABLE_SUFFIX = "create_order_callable"

@@ -37,8 +37,8 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup.cache import KeyTurns
+from dedup.record import Fields
 from dedup.store import ConditionalTries, Conflict, Snapshot, StoreBase, snapshot_of
-from dedup.transitions import Fields
 from tests.dedup.grpc_faults import Fault, Plan
 
 DATABASE = "(default)"

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dedup.decorator import USES_DEDUP
 from dedup.errors import ConfigError
-from dedup.kinds import declaration_problem
+from dedup.kinds import USES_DEDUP, declaration_problem
 from functions.asgi import ASGI_ENDPOINT
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """`AsyncDeduplicator`: the front door for `async def` handlers, on a `firestore.AsyncClient`.
 
 Everything but the I/O is the sync path's: the checks before any claim and the caches
-(`dedup.core.DeduplicatorBase`), the flows (`dedup.flows.settle`, `dedup.lease`,
+(`dedup.core.DeduplicatorBase`), the flows (`dedup.core.run_flow`, `dedup.lease`,
 `dedup.atomic`), the claim decision (`dedup.claims`) and the record transitions
 (`dedup.transitions`). Only `AsyncRecordStore` differs: it awaits the async client.
 """
@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.cloud.firestore import AsyncClient
 
@@ -22,14 +22,16 @@ from dedup.aio.store import AsyncRecordStore
 from dedup.ambiguity import Reconcile, arm, check_ambiguity
 from dedup.cache import KeyTurns
 from dedup.config import DEFAULT_DATABASE, DedupConfig
-from dedup.core import DeduplicatorBase, database_of
+from dedup.core import DeduplicatorBase, run_flow
 from dedup.delivery import HandlerResult, Outcome, is_async_handler
 from dedup.errors import ConfigError
-from dedup.flow_io import FlowIO, Invoke
-from dedup.flows import settle
+from dedup.firestore_internals import credentials_of, database_of
 from dedup.record import Mode
-from dedup.runs import Run
-from dedup.telemetry import DeliveryTrace, Telemetry
+
+if TYPE_CHECKING:
+    from dedup.flow_io import FlowIO, Invoke
+    from dedup.runs import Run
+    from dedup.telemetry import DeliveryTrace, Telemetry
 
 
 class AsyncDeduplicator(DeduplicatorBase):
@@ -91,7 +93,7 @@ class AsyncDeduplicator(DeduplicatorBase):
                 found = stores[wanted] = self._store_of(
                     AsyncClient(
                         project=first.client.project,
-                        credentials=getattr(first.client, "_credentials", None),
+                        credentials=credentials_of(first.client),
                         database=wanted,
                     )
                 )
@@ -162,7 +164,7 @@ class AsyncDeduplicator(DeduplicatorBase):
                 return started
             if choice:
                 arm(started, io.client, reconcile, on_ambiguous, ASYNC_DELIVERIES)
-            return await settle(started, _invoker(started, io.client, _timed(observed, handler)))
+            return await run_flow(started, _invoker(started, io.client, _timed(observed, handler)))
 
 
 def _invoker(run: Run, client: Any, handler: AsyncHandler) -> Invoke:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.cloud.firestore import AsyncClient, AsyncTransaction, AsyncWriteBatch
 
 from dedup.delivery import DeliveryIdentity, HandlerResult
-from dedup.runs import DeliveryKinds
+
+if TYPE_CHECKING:
+    from dedup.runs import DeliveryKinds
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """`AsyncRecordStore`: the async `FlowIO` (`dedup.flow_io`) over a `firestore.AsyncClient`.
 
 I/O only, the async twin of `dedup.store.RecordStore` (plus the pacing that
-`dedup.blocking.BlockingIO` adds to it): the same record operations, method for method
+`dedup.flow_io.BlockingIO` adds to it): the same record operations, method for method
 (`read`, `create`, `update_if_unchanged`, `commit_batch`, `run_transaction`), bounded the same
-way (`ConditionalTries`, `transient_retry`, the transaction RPCs'
-arguments from `dedup.rpc`), awaited on the caller's event loop. Per-key turns wait on an
+way (`ConditionalTries`, `transient_retry`, and `BoundedAsyncTransaction` from
+`dedup.firestore_internals`), awaited on the caller's event loop. Per-key turns wait on an
 `asyncio.Lock` (the table is `dedup.cache.KeyTurns`'s), pauses are `asyncio.sleep`.
 """
 
@@ -14,15 +14,13 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.api_core.retry import AsyncRetry
 from google.cloud import firestore
 from google.cloud.firestore import AsyncClient, AsyncDocumentReference, AsyncTransaction
 
-from dedup.cache import KeyTurns
-from dedup.flow_io import Fill
-from dedup.rpc import begin_call, commit_call, committed, rollback_call, transient_retry
+from dedup.firestore_internals import BoundedAsyncTransaction
 from dedup.store import (
     ConditionalTries,
     Conflict,
@@ -30,44 +28,14 @@ from dedup.store import (
     StoreBase,
     add_marker,
     snapshot_of,
+    transient_retry,
     written_time,
 )
-from dedup.transitions import Fields
 
-
-class BoundedAsyncTransaction(AsyncTransaction):
-    """An `AsyncTransaction` whose begin, commit and rollback are bounded in time (the library
-    passes no timeout, and retries its commit); see `dedup.rpc.BoundedTransaction`."""
-
-    def __init__(self, client: AsyncClient, *, max_attempts: int, timeout: float) -> None:
-        """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
-        bounded by `timeout` seconds."""
-        super().__init__(client, max_attempts=max_attempts)
-        self._rpc_timeout = timeout
-
-    async def _begin(self, retry_id: bytes | None = None) -> None:
-        if self.in_progress:
-            raise ValueError(f"transaction {self._id!r} has already begun")
-        api = self._client._firestore_api
-        retry = transient_retry(self._rpc_timeout, AsyncRetry)
-        response = await api.begin_transaction(
-            **begin_call(self, retry_id, self._rpc_timeout), retry=retry
-        )
-        self._id = response.transaction
-
-    async def _rollback(self) -> None:
-        if not self.in_progress:
-            raise ValueError("no transaction is in progress")
-        try:
-            await self._client._firestore_api.rollback(**rollback_call(self, self._rpc_timeout))
-        finally:
-            self._clean_up()
-
-    async def _commit(self) -> list[Any]:
-        if not self.in_progress:
-            raise ValueError("no transaction is in progress")
-        api = self._client._firestore_api
-        return committed(self, await api.commit(**commit_call(self, self._rpc_timeout)))
+if TYPE_CHECKING:
+    from dedup.cache import KeyTurns
+    from dedup.flow_io import Fill
+    from dedup.record import Fields
 
 
 class AsyncRecordStore(StoreBase[AsyncClient]):
@@ -158,8 +126,12 @@ class AsyncRecordStore(StoreBase[AsyncClient]):
             add_marker(transaction, ref, fields, guard, "transaction")
             return result
 
+        timeout = self.rpc_timeout_seconds
         transaction = BoundedAsyncTransaction(
-            self.client, max_attempts=attempts, timeout=self.rpc_timeout_seconds
+            self.client,
+            max_attempts=attempts,
+            timeout=timeout,
+            begin_retry=transient_retry(timeout, AsyncRetry),
         )
         return await firestore.async_transactional(body)(transaction)
 

@@ -41,7 +41,7 @@ import click
 import yaml
 
 from dedup.config import DEFAULT_COLLECTION, DEFAULT_DATABASE
-from dedup.decorator import USES_DEDUP
+from dedup.kinds import USES_DEDUP
 from dedup.record import Field
 
 MANIFEST_NAME = "functions.yaml"

@@ -9,14 +9,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 
-from dedup.keys import KeyLayout
 from dedup.record import Field, Record
+
+if TYPE_CHECKING:
+    from dedup.keys import KeyLayout
 
 CLOCK_DOCUMENT = "~clock"
 """A document id no record can have (see `dedup.keys`): reading it yields the database time."""

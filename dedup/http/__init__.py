@@ -67,6 +67,19 @@ from dedup.http.endpoint import (
     IdempotentRequest,
     idempotent_http,
 )
+from dedup.http.idempotency import (
+    CALLABLE_FIELD,
+    HEADER,
+    REPLAYED_HEADER,
+    InvalidKey,
+    NotStored,
+    StoredResponse,
+    canonical_json,
+    fingerprint,
+    parse_key,
+    scoped_event_id,
+    validate_key,
+)
 from dedup.http.problems import (
     DEFAULT_RETRY_AFTER_SECONDS,
     PROBLEM_JSON,
@@ -83,19 +96,6 @@ from dedup.http.replay import (
     http_deduplicator,
     replay,
     settle,
-)
-from dedup.idempotency import (
-    CALLABLE_FIELD,
-    HEADER,
-    REPLAYED_HEADER,
-    InvalidKey,
-    NotStored,
-    StoredResponse,
-    canonical_json,
-    fingerprint,
-    parse_key,
-    scoped_event_id,
-    validate_key,
 )
 from dedup.keys import dedup_key, validate_suffix
 from dedup.record import Mode

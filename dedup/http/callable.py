@@ -6,17 +6,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firebase_functions import https_fn
 
-from dedup.ambiguity import Reconcile
-from dedup.config import DedupConfig
-from dedup.core import Deduplicator
-from dedup.decorator import SuffixRegistry
 from dedup.delivery import Delivery, HandlerResult
 from dedup.entrance import CALLABLE, Entrance, gate
 from dedup.errors import TerminalError
+from dedup.http.idempotency import (
+    CALLABLE_FIELD,
+    InvalidKey,
+    canonical_json,
+    scoped_event_id,
+    validate_key,
+)
 from dedup.http.problems import DEFAULT_RETRY_AFTER_SECONDS, failure_problem
 from dedup.http.replay import (
     Settled,
@@ -24,15 +27,14 @@ from dedup.http.replay import (
     caller_subject,
     settle,
 )
-from dedup.idempotency import (
-    CALLABLE_FIELD,
-    InvalidKey,
-    canonical_json,
-    scoped_event_id,
-    validate_key,
-)
 from dedup.record import Mode
 from dedup.strict_json import InvalidJSON, check_value
+
+if TYPE_CHECKING:
+    from dedup.ambiguity import Reconcile
+    from dedup.config import DedupConfig
+    from dedup.core import Deduplicator
+    from dedup.decorator import SuffixRegistry
 
 logger = logging.getLogger("dedup.http")
 

@@ -6,26 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flask
 
-from dedup.ambiguity import Reconcile
-from dedup.config import DedupConfig
-from dedup.core import Deduplicator
-from dedup.delivery import Delivery, HandlerResult
 from dedup.entrance import HTTP, Entrance, gate
 from dedup.errors import ConfigError, TerminalError
 from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
-from dedup.http.problems import (
-    DEFAULT_RETRY_AFTER_SECONDS,
-    Problem,
-    failure_problem,
-    retry_after,
-    unknown_problem,
-)
-from dedup.http.replay import Settled, Settlement, caller_subject, replay, settle, stored_answer
-from dedup.idempotency import (
+from dedup.http.idempotency import (
     HEADER,
     REPLAYED_HEADER,
     InvalidKey,
@@ -34,10 +22,23 @@ from dedup.idempotency import (
     parse_key,
     scoped_event_id,
 )
+from dedup.http.problems import (
+    DEFAULT_RETRY_AFTER_SECONDS,
+    Problem,
+    failure_problem,
+    retry_after,
+    unknown_problem,
+)
+from dedup.http.replay import Settled, Settlement, caller_subject, replay, settle, stored_answer
 from dedup.record import Mode
-from dedup.registry import SuffixRegistry
 from dedup.strict_json import InvalidJSON
 from dedup.strict_json import loads as strict_loads
+
+if TYPE_CHECKING:
+    from dedup.ambiguity import Reconcile
+    from dedup.config import DedupConfig
+    from dedup.core import Deduplicator, SuffixRegistry
+    from dedup.delivery import Delivery, HandlerResult
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest request body accepted by default (a stored fingerprint covers the whole body)."""

@@ -18,19 +18,21 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flask
 
-from dedup.ambiguity import Reconcile
-from dedup.core import Deduplicator
 from dedup.delivery import Delivery, HandlerResult, OutcomeKind
 from dedup.entrance import HTTP, record_key, shared_deduplicator
 from dedup.errors import LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
+from dedup.http.idempotency import REPLAYED_HEADER, NotStored, StoredResponse
 from dedup.http.problems import Problem
-from dedup.idempotency import REPLAYED_HEADER, NotStored, StoredResponse
 from dedup.propagation import continued, from_current_request
 from dedup.record import Mode, State, error_text
+
+if TYPE_CHECKING:
+    from dedup.ambiguity import Reconcile
+    from dedup.core import Deduplicator
 
 WAIT_POLL_SECONDS = 0.2
 """How often a request waiting for the first one with its key (`wait_seconds`) looks again."""

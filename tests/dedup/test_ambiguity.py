@@ -28,9 +28,9 @@ from dedup import (
     trigger_once,
 )
 from dedup.claims import AfterAmbiguity, Claim, after_ambiguity, decide, takeover_ambiguous
+from dedup.core import SuffixRegistry
 from dedup.delivery import Step
 from dedup.keys import dedup_key
-from dedup.registry import SuffixRegistry
 from dedup.transitions import revived
 from tests.matrix.kinds import Crash
 from tests.memory_store import AsyncMemoryStore, MemoryStore

@@ -23,7 +23,6 @@ LOADED_ON_USE = (
     "dedup.aio",
     "dedup.cli",
     "dedup.http",
-    "dedup.idempotency",
     "dedup.outbox",
     "dedup.tasks",
     "opentelemetry.sdk",

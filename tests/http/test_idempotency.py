@@ -1,10 +1,10 @@
-"""The framework-free parts of an idempotent request (`dedup.idempotency`): unit tests."""
+"""The framework-free parts of an idempotent request (`dedup.http.idempotency`): unit tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from dedup.idempotency import (
+from dedup.http.idempotency import (
     InvalidKey,
     NotStored,
     StoredResponse,

@@ -128,7 +128,7 @@ def test_a_malformed_callable_request_is_invalid_argument_never_internal(
     callable_api: FlaskClient, user: User, firestore_client: firestore.Client, body: bytes
 ) -> None:
     """firebase-functions would answer these 500 INTERNAL before the function's code runs:
-    `dedup.callable_body.strict_callable` answers 400 INVALID_ARGUMENT first."""
+    `dedup.http.callable_body.strict_callable` answers 400 INVALID_ARGUMENT first."""
     headers = {"Content-Type": "application/json", **user.bearer}
     response = callable_api.post("/", data=body, headers=headers)
     assert response.status_code == 400, response.data[:300]
