@@ -14,7 +14,8 @@ it does then is each function's choice, given to its entrance (`trigger_once`, `
   same `Delivery.key`) or "skip" (the record ends `unknown`, the delivery is acknowledged: at
   most once; `dedup revive` runs it again on purpose).
 
-Nothing here runs on a delivery that is not ambiguous: `arm` only stores the choice on the run.
+Nothing here runs on a delivery that is not ambiguous: `give_ambiguity_choice` only stores the
+choice on the run.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def check_sync_reconcile(where: str, reconcile: object) -> None:
         )
 
 
-def arm(
+def give_ambiguity_choice(
     run: Run,
     client: Any,
     reconcile: Reconcile | None,

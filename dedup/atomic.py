@@ -55,7 +55,7 @@ from dedup.claims import (
 from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.flow_io import Fill, FlowIO, Invoke
 from dedup.record import Fields, Record, State, error_text
-from dedup.runs import Run, bury, precondition
+from dedup.runs import Run, mark_dead, precondition
 from dedup.store import CommitFailure, Snapshot, backoff, commit_failure
 from dedup.transitions import attempt_finished, new_record, storable_result
 
@@ -124,8 +124,8 @@ async def _run_atomic(
                 return run.skip(record)
             if claim is Claim.WAIT:
                 run.raise_lease_held(record, snapshot.read_time)
-            if claim is Claim.BURY:
-                if await bury(run, record, snapshot, uuid.uuid4().hex):
+            if claim is Claim.MARK_DEAD:
+                if await mark_dead(run, record, snapshot, uuid.uuid4().hex):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
                 snapshot = await store.read(run.key)
                 continue

@@ -128,7 +128,7 @@ class Claim(Enum):
     """Someone's lease is live: raise `LeaseHeld`, the platform retries later."""
     TAKE_OVER = "take_over"
     """Start a new attempt on the existing record, guarded by its update time."""
-    BURY = "bury"
+    MARK_DEAD = "mark_dead"
     """Mark the record dead: its last allowed attempt crashed."""
 
 
@@ -141,7 +141,7 @@ def decide(record: Record | None, read_time: datetime, max_attempts: int) -> Cla
     if lease_live(record, read_time):
         return Claim.WAIT
     if lease_expired(record, read_time):
-        return Claim.BURY if attempts_exhausted(record, max_attempts) else Claim.TAKE_OVER
+        return Claim.MARK_DEAD if attempts_exhausted(record, max_attempts) else Claim.TAKE_OVER
     if lease_released(record):
         return Claim.TAKE_OVER
     raise AssertionError(f"unreachable claim state for {record!r}")  # pragma: no cover

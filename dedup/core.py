@@ -25,7 +25,7 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.ambiguity import Reconcile, arm, check_ambiguity, check_sync_reconcile
+from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile, give_ambiguity_choice
 from dedup.atomic import run_transaction, run_write_only
 from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DEFAULT_DATABASE, DedupConfig
@@ -251,7 +251,6 @@ class Deduplicator(DeduplicatorBase):
         self._client_factory = client_factory
         self._store: RecordStore | None = None
         self._stores: dict[str, RecordStore] = {}
-        self._io: BlockingIO | None = None
         self._lock = threading.Lock()
         self._turns = KeyTurns()
 
@@ -270,7 +269,6 @@ class Deduplicator(DeduplicatorBase):
                         self.config.collection,
                         rpc_timeout_seconds=self.config.rpc_timeout_seconds,
                     )
-                    self._io = BlockingIO(store, self._turns)
                     self._store = store
         return self._store
 
@@ -281,13 +279,6 @@ class Deduplicator(DeduplicatorBase):
         (`records_for`). Read a record through this, never `store`."""
         records: Records = self.records_for()[0]
         return records
-
-    @property
-    def io(self) -> BlockingIO:
-        """The flows' I/O on this instance's store (creating the client on first use)."""
-        self.store  # noqa: B018 - creates the store and its I/O
-        assert self._io is not None
-        return self._io
 
     def _default_client(self) -> firestore.Client:
         database = self.config.database or DEFAULT_DATABASE
@@ -383,7 +374,7 @@ class Deduplicator(DeduplicatorBase):
             if isinstance(started, Outcome):
                 return started
             if choice:
-                arm(started, store.client, reconcile, on_ambiguous)
+                give_ambiguity_choice(started, store.client, reconcile, on_ambiguous)
             invoke = invoker(started, store.client, observed.timed(handler))
             return drive(run_flow(started, invoke))
 

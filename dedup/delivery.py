@@ -94,7 +94,7 @@ NO_NOTES: Mapping[str, Any] = MappingProxyType({})
 """The notes of a delivery when nothing was noted (read-only, shared)."""
 
 
-class Notebook(Protocol):
+class RunNotes(Protocol):
     """Where a delivery's notes live: its run (`dedup.runs.Run`), which writes them fenced by
     the delivery's lease."""
 
@@ -124,7 +124,7 @@ class DeliveryIdentity:
     """1-based attempt number (see `Mode` for which attempts each mode counts)."""
     path: str
     """The record's document path, `triggerEvents/<key>`."""
-    notebook: Notebook | None = field(default=None, kw_only=True, repr=False, compare=False)
+    run_notes: RunNotes | None = field(default=None, kw_only=True, repr=False, compare=False)
     """Where `note` writes (set by the deduplicator; None for a delivery built by hand)."""
 
     @property
@@ -133,14 +133,14 @@ class DeliveryIdentity:
         takes over from an earlier attempt, what that attempt noted before its effect, for
         `reconcile` to look the effect up; empty on a fresh delivery. After this delivery's own
         `note`, its fields too. Read-only."""
-        return self.notebook.notes if self.notebook is not None else NO_NOTES
+        return self.run_notes.notes if self.run_notes is not None else NO_NOTES
 
-    def _book(self) -> Notebook:
-        if self.notebook is None:
+    def _notes_of_run(self) -> RunNotes:
+        if self.run_notes is None:
             raise ConfigError(
                 "this delivery was not made by a deduplicator: there is no record to note into"
             )
-        return self.notebook
+        return self.run_notes
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class Delivery(DeliveryIdentity):
         One write, fenced by this delivery's lease exactly like "sent": a delivery that lost
         its lease gets `LeaseLost` and writes nothing. Fields merge with the notes already
         there. A handler that never calls it costs nothing more."""
-        drive(self._book().note(fields))
+        drive(self._notes_of_run().note(fields))
 
 
 @dataclass(frozen=True)

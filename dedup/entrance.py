@@ -42,7 +42,7 @@ type AnyDeduplicator = Deduplicator | AsyncDeduplicator
 """A front door of either kind."""
 
 
-class TriggerKind(NamedTuple):
+class EntranceKind(NamedTuple):
     """What one kind of delivery can serve; the rest of its adapter is its own module's."""
 
     decorator: str
@@ -56,17 +56,17 @@ class TriggerKind(NamedTuple):
     stored result is always read (no key cache): the HTTP kinds, which replay answers."""
 
 
-EVENTS = TriggerKind("trigger_once", serves_async=True, instead="")
+EVENTS = EntranceKind("trigger_once", serves_async=True, instead="")
 """CloudEvents (`trigger_once`): `def` and `async def` handlers."""
 
-TASKS = TriggerKind(
+TASKS = EntranceKind(
     "task_once",
     serves_async=False,
     instead="write it with `def` (firebase-functions calls task handlers synchronously)",
 )
 """Cloud Tasks dispatches (`task_once`)."""
 
-HTTP = TriggerKind(
+HTTP = EntranceKind(
     "idempotent_http",
     serves_async=False,
     instead=(
@@ -77,7 +77,7 @@ HTTP = TriggerKind(
 )
 """HTTP requests with an `Idempotency-Key` (`idempotent_http`)."""
 
-CALLABLE = TriggerKind(
+CALLABLE = EntranceKind(
     "idempotent_callable",
     serves_async=False,
     instead="write it with `def` (https_fn.on_call calls handlers synchronously)",
@@ -100,7 +100,7 @@ def refusing_config(config: DedupConfig) -> DedupConfig:
     return replace(config, cache_size=0, on_payload_mismatch="raise")
 
 
-def shared_deduplicator(kind: TriggerKind, config: DedupConfig | None = None) -> Deduplicator:
+def shared_deduplicator(kind: EntranceKind, config: DedupConfig | None = None) -> Deduplicator:
     """The process's shared `Deduplicator` of `kind` for `config`; None: the process's default
     deduplicator, or for the HTTP kinds the one built from `process_config()`."""
     if config is None and not kind.refuses_reused_keys:
@@ -188,7 +188,7 @@ class Entrance(NamedTuple):
 class Gate(NamedTuple):
     """A decorator factory's checked arguments, waiting for the handler (`admit`)."""
 
-    kind: TriggerKind
+    kind: EntranceKind
     suffix: str
     mode: Mode
     given: AnyDeduplicator | None
@@ -231,7 +231,7 @@ class Gate(NamedTuple):
 
 
 def gate(
-    kind: TriggerKind,
+    kind: EntranceKind,
     suffix: str,
     *,
     mode: Mode | str,

@@ -55,7 +55,7 @@ from dedup.claims import (
 from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.errors import ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
 from dedup.record import Fields, Mode, Record, State, error_text
-from dedup.runs import Run, bury, precondition
+from dedup.runs import Run, mark_dead, precondition
 from dedup.store import Snapshot, backoff
 from dedup.transitions import (
     finished,
@@ -142,12 +142,12 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
             return run.skip(record)
         if claim is Claim.WAIT:
             run.raise_lease_held(record, snapshot.read_time)
-        if claim is Claim.BURY:
+        if claim is Claim.MARK_DEAD:
             if run.reconcile is not None and takeover_ambiguous(record, snapshot.read_time):
                 reconciled = await _reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
-            if await bury(run, record, snapshot, owner):
+            if await mark_dead(run, record, snapshot, owner):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
         ambiguous = takeover_ambiguous(record, snapshot.read_time)
@@ -261,7 +261,7 @@ async def _reconcile_before_burial(
 ) -> Outcome | None:
     """The last allowed attempt's lease expired: before burying the event, ask `reconcile`
     whether that attempt produced the effect. True records "sent" (`reconciled: true`),
-    guarded by the record as read; anything else returns None (bury it). A reconcile that
+    guarded by the record as read; anything else returns None (mark it dead). A reconcile that
     raises writes nothing and is asked again by the next delivery."""
     run.notes = record.notes or NO_NOTES
     verdict = await _ask(run)

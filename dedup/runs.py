@@ -89,7 +89,8 @@ class LeaseState:
     delivery that never sets them pays nothing for them."""
 
     reconcile: Callable[[], Awaitable[bool | None]] | None = None
-    """Asks whether an earlier attempt produced the effect (`dedup.ambiguity.arm`)."""
+    """Asks whether an earlier attempt produced the effect (set by
+    `dedup.ambiguity.give_ambiguity_choice`)."""
     on_ambiguous: str = RERUN
     """What an ambiguous take-over does when nothing could tell (`dedup.claims`)."""
     ambiguous: bool = False
@@ -155,8 +156,8 @@ class Run(LeaseState):
         index, writer_field = _DELIVERY_OF[self.mode]
         identity = (*self.identity(), client)
         if writer is None or writer_field is None:
-            return kinds[0](*identity, notebook=self)
-        return kinds[index](*identity, notebook=self, **{writer_field: writer})
+            return kinds[0](*identity, run_notes=self)
+        return kinds[index](*identity, run_notes=self, **{writer_field: writer})
 
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
         """Write `fields` into the record's notes, fenced by this delivery's lease
@@ -264,7 +265,7 @@ class Run(LeaseState):
         return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms, result=result)
 
 
-async def bury(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
+async def mark_dead(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
     """Mark a record whose last allowed attempt crashed as dead, guarded by the update time of
     the read that showed it; False if it changed meanwhile."""
     fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=record.last_error)

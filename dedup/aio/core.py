@@ -19,7 +19,7 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
-from dedup.ambiguity import Reconcile, arm, check_ambiguity
+from dedup.ambiguity import Reconcile, check_ambiguity, give_ambiguity_choice
 from dedup.cache import KeyTurns
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.core import DeduplicatorBase, run_flow
@@ -163,7 +163,7 @@ class AsyncDeduplicator(DeduplicatorBase):
             if isinstance(started, Outcome):
                 return started
             if choice:
-                arm(started, io.client, reconcile, on_ambiguous, ASYNC_DELIVERIES)
+                give_ambiguity_choice(started, io.client, reconcile, on_ambiguous, ASYNC_DELIVERIES)
             return await run_flow(started, _invoker(started, io.client, _timed(observed, handler)))
 
 

@@ -38,7 +38,7 @@ class AsyncDelivery(DeliveryIdentity):
     async def note(self, **fields: Any) -> None:
         """`await delivery.note(...)`: `dedup.Delivery.note`, awaited (one fenced write of the
         record's `notes`, lease mode only; `LeaseLost` once the lease is not this delivery's)."""
-        await self._book().note(fields)
+        await self._notes_of_run().note(fields)
 
 
 @dataclass(frozen=True)

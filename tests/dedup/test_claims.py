@@ -66,12 +66,12 @@ TABLE: dict[str, tuple[Record | None, datetime, Claim]] = {
     "lease expired, attempts used up": (
         replace(IN_PROGRESS, attempts=MAX_ATTEMPTS),
         EXPIRED,
-        Claim.BURY,
+        Claim.MARK_DEAD,
     ),
     "lease expired, attempts above the bound": (
         replace(IN_PROGRESS, attempts=MAX_ATTEMPTS + 3),
         EXPIRED,
-        Claim.BURY,
+        Claim.MARK_DEAD,
     ),
     "released": (RELEASED, T0, Claim.TAKE_OVER),
     "released with attempts used up (an operator's release)": (
