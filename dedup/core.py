@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.cloud import firestore
 
@@ -114,6 +114,34 @@ DEFAULT_REGISTRY = SuffixRegistry()
 """The process-wide suffix registry used when `trigger_once` gets no `registry`."""
 
 
+class EventOptions(NamedTuple):
+    """How one event is run, besides its id, suffix and handler: the one value every entrance
+    hands a front door (`Deduplicator.run_event`, `AsyncDeduplicator.run_event`), built once
+    per function by `dedup.entrance.gate` and completed per event. The fields are
+    `Deduplicator.run`'s keyword arguments, with their meaning and defaults."""
+
+    mode: Mode = Mode.LEASE
+    payload: bytes | str | None = None
+    """Canonical bytes or text, fingerprinted to detect a key reused for another event."""
+    event_time: datetime | None = None
+    """When the event happened (the maximum-age check)."""
+    document_path: str | None = None
+    """The triggering document (the self-trigger guard; the default subject)."""
+    subject: str | None = None
+    """What the event is about, recorded for operators (`dedup list --subject`)."""
+    database: str | None = None
+    """The Firestore database the event came from (where its records live by default)."""
+    reconcile: Reconcile | None = None
+    """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
+    on_ambiguous: str = "rerun"
+    """Lease mode: what an ambiguous take-over does when nothing could tell."""
+
+    @property
+    def chooses_ambiguity(self) -> bool:
+        """The function made a choice for an ambiguous take-over (not the default)."""
+        return self.reconcile is not None or self.on_ambiguous != "rerun"
+
+
 class DeduplicatorBase:
     """What the sync and async front doors share: the config, the instance's caches, and the
     checks a delivery passes before any claim (`begin`)."""
@@ -161,12 +189,8 @@ class DeduplicatorBase:
         io: FlowIO,
         event_id: str | None,
         suffix: str,
+        options: EventOptions,
         *,
-        mode: Mode,
-        payload: bytes | str | None,
-        event_time: datetime | None,
-        document_path: str | None,
-        subject: str | None = None,
         observed: DeliveryTrace | None = None,
         same_database: bool = True,
     ) -> Run | Outcome:
@@ -178,6 +202,7 @@ class DeduplicatorBase:
         key = self.record_key(event_id, suffix)
         assert event_id is not None  # record_key rejects a missing id
         fingerprint = None
+        payload, document_path = options.payload, options.document_path
         if payload is not None:
             raw = payload.encode("utf-8") if isinstance(payload, str) else payload
             fingerprint = payload_hash(raw)
@@ -186,12 +211,12 @@ class DeduplicatorBase:
             io=io,
             sent_keys=self.sent_keys,
             live_leases=self.live_leases,
-            mode=mode,
+            mode=options.mode,
             event_id=storable_event_id(event_id),
             suffix=suffix,
             key=key,
             payload_hash=fingerprint,
-            subject=subject if subject is not None else document_path,
+            subject=options.subject if options.subject is not None else document_path,
             step_hook=self.step_hook,
         )
         if observed is not None:
@@ -199,7 +224,7 @@ class DeduplicatorBase:
         run.step(Step.BEFORE_CLAIM)
         if document_path is not None and same_database and self._inside_collection(document_path):
             return run.finish(OutcomeKind.SELF_TRIGGER)
-        if self._too_old(event_time):
+        if self._too_old(options.event_time):
             return run.finish(OutcomeKind.TOO_OLD)
         known, cached_hash = self.sent_keys.lookup(key)
         if known:
@@ -344,11 +369,27 @@ class Deduplicator(DeduplicatorBase):
         produced the effect) asks `reconcile(delivery)` first, then follows `on_ambiguous`
         ("rerun" or "skip"; see `dedup.ambiguity`): outcomes `reconciled` and `ambiguous`.
         """
-        mode = Mode(mode)
-        choice = reconcile is not None or on_ambiguous != "rerun"
-        if choice:
+        options = EventOptions(
+            Mode(mode),
+            payload,
+            event_time,
+            document_path,
+            subject,
+            database,
+            reconcile,
+            on_ambiguous,
+        )
+        if options.chooses_ambiguity:
             check_ambiguity("Deduplicator.run", reconcile, on_ambiguous)
             check_sync_reconcile("Deduplicator.run", reconcile)
+        return self.run_event(event_id, suffix, handler, options)
+
+    def run_event(
+        self, event_id: str | None, suffix: str, handler: Handler, options: EventOptions
+    ) -> Outcome:
+        """`run` with its options as one value, as the entrances call it: `options` are taken
+        as checked (`dedup.entrance.gate` checks a function's at import); the handler is not
+        (`ConfigError` for an `async def` one). Returns and raises as `run`."""
         if is_async_handler(handler):
             raise ConfigError(
                 f"{getattr(handler, '__qualname__', handler)!r} is an async function: "
@@ -356,25 +397,18 @@ class Deduplicator(DeduplicatorBase):
                 "awaited); await dedup.aio.AsyncDeduplicator().run(...) instead, or write the "
                 "handler with `def`"
             )
-        with self.telemetry.delivery(suffix, mode) as observed:
-            store, same_database = self.records_for(database)
+        with self.telemetry.delivery(suffix, options.mode) as observed:
+            store, same_database = self.records_for(options.database)
             io = BlockingIO(store, self._turns)
             started = self.begin(
-                io,
-                event_id,
-                suffix,
-                mode=mode,
-                payload=payload,
-                event_time=event_time,
-                document_path=document_path,
-                subject=subject,
-                observed=observed,
-                same_database=same_database,
+                io, event_id, suffix, options, observed=observed, same_database=same_database
             )
             if isinstance(started, Outcome):
                 return started
-            if choice:
-                give_ambiguity_choice(started, store.client, reconcile, on_ambiguous)
+            if options.chooses_ambiguity:
+                give_ambiguity_choice(
+                    started, store.client, options.reconcile, options.on_ambiguous
+                )
             invoke = invoker(started, store.client, observed.timed(handler))
             return drive(run_flow(started, invoke))
 

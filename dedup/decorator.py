@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async 
     from dedup.aio.delivery import AsyncDelivery
     from dedup.ambiguity import Reconcile
     from dedup.config import DedupConfig
-    from dedup.core import Deduplicator
+    from dedup.core import Deduplicator, EventOptions
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
@@ -121,46 +121,45 @@ def trigger_once(
         on_ambiguous=on_ambiguous,
     )
 
-    def arguments(event: object) -> tuple[str | None, dict[str, Any]]:
-        """The event id and the keyword arguments of the deduplicator's `run` for `event`."""
+    def options_for(event: object) -> tuple[str | None, EventOptions]:
+        """The dedup id of `event` and its options: the function's, completed with the event's."""
         info = describe(event)
         event_id = info.event_id if event_id_from is None else event_id_from(event)
-        return event_id, {
-            "mode": entry.mode,
+        return event_id, entry.options._replace(
             # Under event_id_from, different events share a key by design: no fingerprint.
-            "payload": info.payload if event_id_from is None else None,
-            "event_time": info.event_time,
-            "document_path": info.document_path,
-            "subject": info.subject,
-            "database": info.database,  # the records follow a named database's events
-            "reconcile": entry.reconcile,
-            "on_ambiguous": entry.on_ambiguous,
-        }
+            payload=info.payload if event_id_from is None else None,
+            event_time=info.event_time,
+            document_path=info.document_path,
+            subject=info.subject,
+            database=info.database,  # the records follow a named database's events
+        )
 
     def decorate(handler: Any) -> Any:
         admitted = entry.admit(handler)
         if admitted.is_async:
 
             async def once_async(event: Any) -> None:
-                event_id, options = arguments(event)
+                event_id, options = options_for(event)
 
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
 
                 with continued(from_event(event)):
-                    await admitted.async_deduplicator().run(event_id, suffix, run_async, **options)
+                    await admitted.async_deduplicator().run_event(
+                        event_id, suffix, run_async, options
+                    )
 
             setattr(once_async, USES_DEDUP, suffix)
             return admitted.identify(once_async)
 
         def once(event: Any) -> None:
-            event_id, options = arguments(event)
+            event_id, options = options_for(event)
 
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)
 
             with continued(from_event(event)):
-                admitted.deduplicator().run(event_id, suffix, run_handler, **options)
+                admitted.deduplicator().run_event(event_id, suffix, run_handler, options)
 
         setattr(once, USES_DEDUP, suffix)
         return admitted.identify(once)

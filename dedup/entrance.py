@@ -28,7 +28,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile
-from dedup.core import DEFAULT_REGISTRY, Deduplicator, SuffixRegistry, default_deduplicator
+from dedup.core import (
+    DEFAULT_REGISTRY,
+    Deduplicator,
+    EventOptions,
+    SuffixRegistry,
+    default_deduplicator,
+)
 from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
 from dedup.keys import validate_suffix
@@ -148,6 +154,11 @@ class Entrance(NamedTuple):
         return self.gate.mode
 
     @property
+    def options(self) -> EventOptions:
+        """The function's checked options, for each delivery to complete (`Gate.options`)."""
+        return self.gate.options
+
+    @property
     def reconcile(self) -> Reconcile | None:
         """Asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
         return self.gate.reconcile
@@ -190,14 +201,28 @@ class Gate(NamedTuple):
 
     kind: EntranceKind
     suffix: str
-    mode: Mode
     given: AnyDeduplicator | None
     config: DedupConfig | None
     registry: SuffixRegistry
-    reconcile: Reconcile | None = None
-    """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
-    on_ambiguous: str = "rerun"
-    """Lease mode: what an ambiguous delivery does when nothing could tell."""
+    options: EventOptions
+    """The function's options, checked (mode, reconcile, on_ambiguous): each delivery
+    completes them with its event's (`EventOptions._replace`) and hands them to the front
+    door's `run_event`."""
+
+    @property
+    def mode(self) -> Mode:
+        """The dedup mode of every delivery."""
+        return self.options.mode
+
+    @property
+    def reconcile(self) -> Reconcile | None:
+        """Lease mode: asked whether an earlier attempt produced the effect."""
+        return self.options.reconcile
+
+    @property
+    def on_ambiguous(self) -> str:
+        """Lease mode: what an ambiguous delivery does when nothing could tell."""
+        return self.options.on_ambiguous
 
     def admit(self, handler: Callable[..., Any]) -> Entrance:
         """Check `handler` against the trigger kind and register its suffix.
@@ -266,10 +291,8 @@ def gate(
     return Gate(
         kind=kind,
         suffix=suffix,
-        mode=chosen_mode,
         given=deduplicator,
         config=config,
         registry=registry if registry is not None else DEFAULT_REGISTRY,
-        reconcile=reconcile,
-        on_ambiguous=on_ambiguous,
+        options=EventOptions(chosen_mode, reconcile=reconcile, on_ambiguous=on_ambiguous),
     )

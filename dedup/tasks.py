@@ -199,14 +199,9 @@ def task_once(
 
             try:
                 with continued(from_headers(request.raw_request.headers)):
-                    admitted.deduplicator().run(
-                        dispatch.task_name,
-                        suffix,
-                        run_handler,
-                        mode=admitted.mode,
-                        payload=task_payload(request.data),
-                        reconcile=entry.reconcile,
-                        on_ambiguous=entry.on_ambiguous,
+                    options = admitted.options._replace(payload=task_payload(request.data))
+                    admitted.deduplicator().run_event(
+                        dispatch.task_name, suffix, run_handler, options
                     )
             except LeaseHeld as exc:
                 raise HttpsError(FunctionsErrorCode.RESOURCE_EXHAUSTED, str(exc)) from exc

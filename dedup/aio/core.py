@@ -22,7 +22,7 @@ from dedup.aio.store import AsyncRecordStore
 from dedup.ambiguity import Reconcile, check_ambiguity, give_ambiguity_choice
 from dedup.cache import KeyTurns
 from dedup.config import DEFAULT_DATABASE, DedupConfig
-from dedup.core import DeduplicatorBase, run_flow
+from dedup.core import DeduplicatorBase, EventOptions, run_flow
 from dedup.delivery import HandlerResult, Outcome, is_async_handler
 from dedup.errors import ConfigError
 from dedup.firestore_internals import credentials_of, database_of
@@ -135,35 +135,43 @@ class AsyncDeduplicator(DeduplicatorBase):
         `on_ambiguous` as for `Deduplicator.run`; `reconcile` may be `def` or `async def`
         (awaited), and gets an `AsyncDelivery`.
         """
-        choice = reconcile is not None or on_ambiguous != "rerun"
-        if choice:
+        if reconcile is not None or on_ambiguous != "rerun":
             check_ambiguity("AsyncDeduplicator.run", reconcile, on_ambiguous)
+        options = EventOptions(
+            Mode(mode),
+            payload,
+            event_time,
+            document_path,
+            subject,
+            database,
+            reconcile,
+            on_ambiguous,
+        )
+        return await self.run_event(event_id, suffix, handler, options)
+
+    async def run_event(
+        self, event_id: str | None, suffix: str, handler: AsyncHandler, options: EventOptions
+    ) -> Outcome:
+        """`run` with its options as one value, as the entrances call it
+        (`Deduplicator.run_event`): `options` are taken as checked, the handler is not."""
         if not is_async_handler(handler):
             raise ConfigError(
                 f"{getattr(handler, '__qualname__', handler)!r} is not an async function: "
                 "AsyncDeduplicator awaits `async def` handlers; run a `def` handler with "
                 "dedup.Deduplicator"
             )
-        mode = Mode(mode)
-        with self.telemetry.delivery(suffix, mode) as observed:
+        with self.telemetry.delivery(suffix, options.mode) as observed:
             io: FlowIO
-            io, same_database = self.records_for(database)
+            io, same_database = self.records_for(options.database)
             started = self.begin(
-                io,
-                event_id,
-                suffix,
-                mode=mode,
-                payload=payload,
-                event_time=event_time,
-                document_path=document_path,
-                subject=subject,
-                observed=observed,
-                same_database=same_database,
+                io, event_id, suffix, options, observed=observed, same_database=same_database
             )
             if isinstance(started, Outcome):
                 return started
-            if choice:
-                give_ambiguity_choice(started, io.client, reconcile, on_ambiguous, ASYNC_DELIVERIES)
+            if options.chooses_ambiguity:
+                give_ambiguity_choice(
+                    started, io.client, options.reconcile, options.on_ambiguous, ASYNC_DELIVERIES
+                )
             return await run_flow(started, _invoker(started, io.client, _timed(observed, handler)))
 
 
