@@ -14,7 +14,9 @@ Each factory's `reconcile` and `on_ambiguous` (what a delivery that may repeat a
 
 The configuration of the process is read from the environment once, by the process's default
 deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
-the start-up checks use it.
+the start-up checks use it. It is read when the first function without a `config` or a
+`deduplicator` is declared, so a misspelled or malformed DEDUP_* variable stops the import of
+`main.py` with the `ConfigError` that names it, before any event arrives.
 
 The record key of a delivery, in the configured layout, is computed in one place,
 `DeduplicatorBase.record_key`: the flows of every mode call it, and `record_key(deduplicator,
@@ -267,13 +269,17 @@ def gate(
     on_ambiguous: str = "rerun",
 ) -> Gate:
     """Check a decorator factory's arguments at import time: `InvalidSuffix` for a bad suffix,
-    `ConfigError` for both `config` and `deduplicator`, for an unknown mode, for an
+    `ConfigError` for a bad or misspelled DEDUP_* variable when the function uses the process's
+    configuration (read here, once per process: `process_config`), for both `config` and
+    `deduplicator`, for an unknown mode, for an
     `on_ambiguous` other than "rerun"/"skip" or a `reconcile` that is not callable (naming the
     function), or (HTTP kinds) for a deduplicator that would not refuse a reused key."""
     validate_suffix(suffix)
     check_ambiguity(f"{kind.decorator}({suffix!r})", reconcile, on_ambiguous)
     if config is not None and deduplicator is not None:
         raise ConfigError(f"pass either config or deduplicator to {kind.decorator}, not both")
+    if config is None and deduplicator is None:
+        process_config()  # the process's one read of DEDUP_*: a bad variable stops the import
     try:
         chosen_mode = Mode(mode)
     except ValueError:

@@ -110,7 +110,7 @@ class MemoryRef:
         return self.path.rsplit("/", 1)[-1]
 
     @property
-    def _document_path(self) -> str:  # what dedup.databases reads
+    def _document_path(self) -> str:  # what dedup.firestore_internals.document_name reads
         return f"projects/{PROJECT}/databases/{DATABASE}/documents/{self.path}"
 
     def get(self, transaction: Any = None, **_: Any) -> MemoryDocument:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -210,3 +211,43 @@ def test_an_async_trigger_uses_the_process_configuration(monkeypatch: pytest.Mon
 
 async def _async_handler(event: Any, delivery: Any) -> None:  # pragma: no cover - not run
     raise AssertionError
+
+
+DECLARES_A_FUNCTION = """
+from dedup import trigger_once
+
+@trigger_once("declared")
+def handler(event, delivery):
+    pass
+
+print("imported")
+"""
+
+
+def test_a_misspelled_setting_stops_the_import_that_declares_a_function() -> None:
+    """`DEDUP_LEASE_SECOND=30` (for DEDUP_LEASE_SECONDS) fails the declaration, at import,
+    with the message naming the variable meant: not every event later."""
+    done = run_python(DECLARES_A_FUNCTION, DEDUP_LEASE_SECOND="30")
+    assert done.returncode != 0
+    assert "imported" not in done.stdout
+    assert "ConfigError" in done.stderr
+    assert "DEDUP_LEASE_SECONDS" in done.stderr
+    assert run_python(DECLARES_A_FUNCTION).stdout.strip() == "imported"
+
+
+def test_a_malformed_setting_stops_the_template_import() -> None:
+    """The template's main.py, imported as functions-framework loads it for the function it
+    serves (`FUNCTION_TARGET`), stops on a bad value; with good values it imports."""
+    main = Path(__file__).resolve().parents[2] / "main.py"
+    code = (
+        "import importlib.util, sys\n"
+        f"sys.path.insert(0, {str(main.parent)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('main', {str(main)!r})\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+    )
+    done = run_python(code, FUNCTION_TARGET="sync_published_count", DEDUP_LEASE_SECONDS="soon")
+    assert done.returncode != 0
+    assert "DEDUP_LEASE_SECONDS" in done.stderr
+    good = run_python(code, FUNCTION_TARGET="sync_published_count", DEDUP_LEASE_SECONDS="900")
+    assert good.returncode == 0, good.stderr
