@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery
 from dedup.entrance import EVENTS, gate
+from dedup.errors import LeaseHeld
 from dedup.events import describe
 from dedup.kinds import USES_DEDUP
 from dedup.propagation import continued, from_event
@@ -144,10 +145,12 @@ def trigger_once(
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
 
-                with continued(from_event(event)):
-                    await admitted.async_deduplicator().run_event(
-                        event_id, suffix, run_async, options
-                    )
+                runner = admitted.async_deduplicator()
+                try:
+                    with continued(from_event(event)):
+                        await runner.run_event(event_id, suffix, run_async, options)
+                except LeaseHeld as held:
+                    raise _answer(held) from held
 
             setattr(once_async, USES_DEDUP, suffix)
             return admitted.identify(once_async)
@@ -158,10 +161,21 @@ def trigger_once(
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)
 
-            with continued(from_event(event)):
-                admitted.deduplicator().run_event(event_id, suffix, run_handler, options)
+            try:
+                with continued(from_event(event)):
+                    admitted.deduplicator().run_event(event_id, suffix, run_handler, options)
+            except LeaseHeld as held:
+                raise _answer(held) from held
 
         setattr(once, USES_DEDUP, suffix)
         return admitted.identify(once)
 
     return cast(HandlerDecorator, decorate)
+
+
+def _answer(held: LeaseHeld) -> LeaseHeld:
+    """A live lease as functions-framework answers it without a traceback
+    (`dedup.answers.LeaseHeldAnswer`: still a `LeaseHeld`)."""
+    from dedup.answers import LeaseHeldAnswer, answer_lease_held  # werkzeug: first live lease
+
+    return held if isinstance(held, LeaseHeldAnswer) else answer_lease_held(held)

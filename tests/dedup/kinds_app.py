@@ -2,6 +2,7 @@
 kind of event, served by functions-framework in `tests/dedup/test_kinds.py`. Each effect is an
 increment of `effects/<delivery.key>.n`, so a doubled effect shows as n == 2."""
 
+import time
 from typing import Any
 
 from firebase_functions import (
@@ -73,4 +74,12 @@ def on_matrix(event: Any, delivery: Delivery) -> None:
 @scheduler_fn.on_schedule(schedule="0 8 * * *")
 @trigger_once("kSchedule", registry=REGISTRY)
 def on_tick(event: Any, delivery: Delivery) -> None:
+    _effect(delivery)
+
+
+@storage_fn.on_object_finalized(bucket="slow-bucket")
+@trigger_once("kSlow", registry=REGISTRY)
+def on_slow_upload(event: Any, delivery: Delivery) -> None:
+    """Works long enough for concurrent copies to find its lease live."""
+    time.sleep(1.5)
     _effect(delivery)

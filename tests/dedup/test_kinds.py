@@ -11,6 +11,7 @@ event and the Cloud Scheduler requests.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -235,3 +236,37 @@ def test_every_kind_of_the_table_is_found_by_its_type() -> None:
     assert kind_of("google.firebase.firebasealerts.alerts.v1.published").name == "alerts"
     assert kind_of("google.firebase.testlab.testMatrix.v1.completed").name == "test_lab"
     assert kind_of("com.example.order.paid").name == "custom"
+
+
+def test_a_copy_that_finds_a_live_lease_is_retried_without_a_traceback(
+    firestore_client: firestore.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Copies that arrive while the first one works answer 500, which every transport retries,
+    and log the delivery's WARNING line (`lease_held`) only: no traceback from
+    functions-framework's app, in a project without the template's error handlers."""
+    app = functions_framework.create_app("on_slow_upload", APP, "cloudevent").test_client()
+    attributes, data = storage("slow")
+    event_id = f"slow-{uuid.uuid4().hex}"
+    headers = {
+        **attributes,
+        "ce-source": "//storage.googleapis.com/projects/_/buckets/slow-bucket",
+        "ce-id": event_id,
+        "ce-specversion": "1.0",
+        "ce-time": "2026-12-02T08:00:00.123Z",
+        "Content-Type": "application/json",
+    }
+    with caplog.at_level(logging.INFO), ThreadPoolExecutor(4) as pool:
+        answers = list(
+            pool.map(
+                lambda _: app.post("/", headers=headers, data=json.dumps(data)),
+                range(4),
+            )
+        )
+    statuses = sorted(answer.status_code for answer in answers)
+    assert statuses[0] == 200, statuses
+    assert statuses[-1] == 500, statuses
+    refused = [answer for answer in answers if answer.status_code == 500]
+    assert all("leased" in answer.get_data(as_text=True) for answer in refused)
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert not any("Traceback" in r.getMessage() for r in caplog.records)
+    assert effects(firestore_client)[f"{event_id}-kSlow"]["n"] == 1
