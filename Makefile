@@ -45,8 +45,11 @@ define newline
 
 endef
 # $(call planned,WHAT): the commands tools/deploy.py plans for WHAT, each its own recipe line, so
-# `make -n WHAT` prints them; a plan that cannot be made (its error is printed) fails the target.
-planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --make || echo '@exit 2'))
+# `make -n WHAT` prints them; a plan that cannot be made (its error is printed) fails the target,
+# under -n too. Planning asks the cloud nothing: a value only it knows (a secret's latest version,
+# a location, the project's number) is read by a command of the plan, when it runs.
+planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --make))$(if \
+  $(filter-out 0,$(.SHELLSTATUS)),$(error make $(1): the plan was refused (the error above)))
 
 .PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
         deploy-gcloud bootstrap rules ttl topics queues monitoring guard-project clean
