@@ -17,17 +17,17 @@ STAMP_NODE  := $(FIREBASE_DIR)/node_modules/.installed
 # the manifest); these only say where. See docs/deploy.md.
 PROJECT ?=
 REGION  ?= us-central1
-# Where the Firestore database lives (nam5, eur3 or a region); empty: read from the database.
+# Where the Firestore database lives (nam5, eur3 or a region); empty: read at deploy time.
 FIRESTORE_LOCATION ?=
 # The Storage trigger's bucket location (read with gcloud at deploy time when empty).
 BUCKET_LOCATION ?=
 # The runtime service account (name or email) that make bootstrap creates and the functions run as.
 SERVICE_ACCOUNT ?= exactly-once-fn
-# The project's number, for the Pub/Sub service agent; empty: read with gcloud.
+# The project's number, for the service agents; empty: read with gcloud at deploy time.
 PROJECT_NUMBER ?=
 # Topics to create besides the triggers' (for example the ones relay_outbox publishes to).
 TOPICS ?=
-# Secret versions deploy-gcloud pins ("NAME=3 OTHER=1"); empty: each secret's latest, read with gcloud.
+# Secret versions deploy-gcloud pins ("NAME=3 OTHER=1"); empty: each latest, read at deploy time.
 SECRET_VERSIONS ?=
 # Notification channels of the alert `make monitoring` creates (ids or full names, space-separated).
 ALERT_CHANNELS ?=

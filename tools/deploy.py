@@ -4,6 +4,9 @@
     venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
     venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
+    venv/bin/python -m tools.deploy read KIND OPTIONS [--out=FILE] # one deploy-time value
+        KIND: firestore-location [--database=D] | bucket-location --bucket=B
+              | secret-version --secret=S | project-number
     OPTIONS: --project=P --region=R [--firestore-location=L] [--bucket-location=L]
              [--service-account=NAME]
              [--project-number=N] [--topics="a b"] [--alert-channels="c1 c2"]
@@ -11,7 +14,11 @@
 
 `make deploy-firebase`, `make deploy-gcloud`, `make bootstrap`, `make topics`, `make queues` and
 `make monitoring` call these; `make -n TARGET` prints the planned commands (with `--make` the
-plan is one line that the Makefile splits back into recipe lines). See docs/deploy.md for the
+plan is one line that the Makefile splits back into recipe lines). Planning asks gcloud
+nothing: a value only the project knows (a secret's latest version, the database's or the
+bucket's location, the project's number) and not given as an option is read when the plan runs,
+by a `read` command the plan puts before the commands that use it (`DeployTimeReads`), so
+`make -n` needs no account and no network. See docs/deploy.md for the
 first deploy, docs/observability.md for `make monitoring`.
 
 The manifest is the SDK's own (firebase-functions builds it from `main.py`, runtime shape
@@ -24,7 +31,8 @@ included), completed with what depends on the target project:
   asking the SDK, so `make deploy-firebase` writes this one, deploys, and removes it.
 * `region: [REGION]` on every function, and the Firestore database's location on every
   Firestore trigger (`--firestore-location`, else read with `gcloud firestore databases
-  describe`; a multi-region database such as nam5 or eur3 keeps its own name).
+  describe` when the manifest is written, at deploy time; a multi-region database such as nam5
+  or eur3 keeps its own name).
 * the runtime service account (`make bootstrap` creates it) on every function.
 
 The functions are the ones main.py exports (`tools.exports`): an export no path can deploy is
