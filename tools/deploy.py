@@ -4,6 +4,9 @@
     venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
     venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
+    venv/bin/python -m tools.deploy read KIND OPTIONS [--out=FILE] # one deploy-time value
+        KIND: firestore-location [--database=D] | bucket-location --bucket=B
+              | secret-version --secret=S | project-number
     OPTIONS: --project=P --region=R [--firestore-location=L] [--bucket-location=L]
              [--service-account=NAME]
              [--project-number=N] [--topics="a b"] [--alert-channels="c1 c2"]
@@ -11,7 +14,11 @@
 
 `make deploy-firebase`, `make deploy-gcloud`, `make bootstrap`, `make topics`, `make queues` and
 `make monitoring` call these; `make -n TARGET` prints the planned commands (with `--make` the
-plan is one line that the Makefile splits back into recipe lines). See docs/deploy.md for the
+plan is one line that the Makefile splits back into recipe lines). Planning asks gcloud
+nothing: a value only the project knows (a secret's latest version, the database's or the
+bucket's location, the project's number) and not given as an option is read when the plan runs,
+by a `read` command the plan puts before the commands that use it (`DeployTimeReads`), so
+`make -n` needs no account and no network. See docs/deploy.md for the
 first deploy, docs/observability.md for `make monitoring`.
 
 The manifest is the SDK's own (firebase-functions builds it from `main.py`, runtime shape
@@ -24,7 +31,8 @@ included), completed with what depends on the target project:
   asking the SDK, so `make deploy-firebase` writes this one, deploys, and removes it.
 * `region: [REGION]` on every function, and the Firestore database's location on every
   Firestore trigger (`--firestore-location`, else read with `gcloud firestore databases
-  describe`; a multi-region database such as nam5 or eur3 keeps its own name).
+  describe` when the manifest is written, at deploy time; a multi-region database such as nam5
+  or eur3 keeps its own name).
 * the runtime service account (`make bootstrap` creates it) on every function.
 
 The functions are the ones main.py exports (`tools.exports`): an export no path can deploy is
@@ -169,6 +177,104 @@ class Target:
         return self.source / ".cache" / "deploy" / self.project
 
 
+# --- values read at deploy time ----------------------------------------------------------------
+
+AT_DEPLOY = "\x00"
+"""Brackets, in a planned argument, the file holding a value read at deploy time (`shell_join`
+renders it as `$(cat FILE)`)."""
+
+
+def shell_join(command: Sequence[str]) -> str:
+    """`shlex.join`, except that an argument holding a value read at deploy time
+    (`DeployTimeReads.value`) is double-quoted around `$(cat FILE)`, so the shell reads the file
+    when the command runs."""
+    words = []
+    for word in command:
+        if AT_DEPLOY not in word:
+            words.append(shlex.quote(word))
+            continue
+        parts = word.split(AT_DEPLOY)
+        rendered = "".join(
+            f"$(cat {shlex.quote(part)})" if i % 2 else re.sub(r'([\\"$`])', r"\\\1", part)
+            for i, part in enumerate(parts)
+        )
+        words.append(f'"{rendered}"')
+    return " ".join(words)
+
+
+def _python() -> str:
+    """This interpreter, relative to the project when it is the project's venv."""
+    executable = Path(sys.executable)
+    try:
+        return str(executable.relative_to(Path.cwd()))
+    except ValueError:
+        return str(executable)
+
+
+@dataclass
+class DeployTimeReads:
+    """The values a plan can only know when it runs (a secret's latest version, the database's
+    and the bucket's locations, the project's number): each is read by a command of its own,
+    planned before every command that uses it, which writes it to a file under
+    `.cache/deploy/<project>/at-deploy/`; the commands that use it read that file (`$(cat
+    FILE)`). `make -n` thus prints the whole plan without credentials, and a read that fails, or
+    a location REGION cannot serve, stops the deploy with the same message, before anything is
+    deployed."""
+
+    target: Target
+    commands: dict[str, str] = field(default_factory=dict)
+    """File (relative to the project) -> the command that writes it, in planning order."""
+
+    def value(self, kind: str, key: str, *options: str) -> str:
+        """A placeholder for the value `python -m tools.deploy read KIND OPTIONS` prints."""
+        path = (self.target.env_dir / "at-deploy" / f"{kind}-{key}").relative_to(self.target.source)
+        where = [f"--project={self.target.project}", f"--region={self.target.region}"]
+        self.commands.setdefault(
+            str(path),
+            shell_join(
+                [_python(), "-m", "tools.deploy", "read", kind, *where, *options, f"--out={path}"]
+            ),
+        )
+        return f"{AT_DEPLOY}{path}{AT_DEPLOY}"
+
+    def firestore_location(self, database: str) -> str:
+        """The location of the Firestore `database`, read at deploy time."""
+        return self.value("firestore-location", database.strip("()"), f"--database={database}")
+
+    def bucket_location(self, bucket: str) -> str:
+        """The bucket's location, read and checked against REGION at deploy time."""
+        return self.value("bucket-location", bucket, f"--bucket={bucket}")
+
+    def secret_version(self, secret: str) -> str:
+        """The number of the secret's latest version, which must be enabled, at deploy time."""
+        return self.value("secret-version", secret, f"--secret={secret}")
+
+    def project_number(self) -> str:
+        """The project's number, read at deploy time."""
+        return self.value("project-number", self.target.project)
+
+    def plan(self) -> list[str]:
+        """The commands that read the values, to run before the others."""
+        return list(self.commands.values())
+
+
+def read_now(kind: str, target: Target, *, database: str, bucket: str, secret: str) -> str:
+    """The value `DeployTimeReads` planned for `kind`, read now (`python -m tools.deploy read`);
+    `DeployError` as when the plan read it itself."""
+    if kind == "firestore-location":
+        return read_firestore_location(target.project, database or "(default)")
+    if kind == "bucket-location":
+        return storage_trigger_region({"eventFilters": {"bucket": bucket}}, target)
+    if kind == "secret-version":
+        return read_secret_version(target.project, secret)
+    if kind == "project-number":
+        return read_project_number(target.project)
+    raise DeployError(
+        f"unknown value {kind!r}: firestore-location, bucket-location, secret-version or "
+        "project-number"
+    )
+
+
 # --- the manifest -------------------------------------------------------------------------------
 
 
@@ -297,11 +403,17 @@ def _queue_name_hint(name: str) -> str:
 
 
 def deploy_manifest(
-    sdk: Mapping[str, Any], target: Target, env: Mapping[str, str], *, for_deploy: bool = True
+    sdk: Mapping[str, Any],
+    target: Target,
+    env: Mapping[str, str],
+    *,
+    for_deploy: bool = True,
+    reads: DeployTimeReads | None = None,
 ) -> dict[str, Any]:
     """The SDK's manifest completed for `target` (see the module docstring). `for_deploy`: check
-    the timeouts first and put the database's location on the Firestore triggers (the other
-    plans need neither)."""
+    the timeouts first and put the database's and the bucket's locations on their triggers (the
+    other plans need neither). With `reads`, a location not given in `target` is left to be read
+    at deploy time (a placeholder, `DeployTimeReads`) instead of being read now."""
     check_queue_names(sdk)
     if for_deploy:
         check_timeouts(sdk, env)
@@ -318,16 +430,22 @@ def deploy_manifest(
         if is_firestore(endpoint) and for_deploy:
             database = trigger.get("eventFilters", {}).get("database", "(default)")
             if database not in locations:
-                locations[database] = target.firestore_location or read_firestore_location(
-                    target.project, database
-                )
+                if target.firestore_location:
+                    locations[database] = target.firestore_location
+                elif reads is not None:
+                    locations[database] = reads.firestore_location(database)
+                else:
+                    locations[database] = read_firestore_location(target.project, database)
             trigger["region"] = locations[database]
         if trigger.get("eventType") == ALERT_EVENT:
             trigger["region"] = "global"  # Firebase Alerts are published globally
     for _, endpoint in endpoints(manifest):  # after the databases: each read in turn
         if is_storage(endpoint) and for_deploy:
             trigger = endpoint["eventTrigger"]
-            trigger["region"] = storage_trigger_region(trigger, target)
+            if reads is not None and not target.bucket_location:
+                trigger["region"] = reads.bucket_location(str(trigger["eventFilters"]["bucket"]))
+            else:
+                trigger["region"] = storage_trigger_region(trigger, target)
     return manifest
 
 
@@ -501,19 +619,31 @@ def read_secret_version(project: str, secret: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
-def secret_versions_of(manifest: Mapping[str, Any], target: Target) -> dict[str, str]:
+def secret_versions_of(
+    manifest: Mapping[str, Any], target: Target, reads: DeployTimeReads | None = None
+) -> dict[str, str]:
     """The version each declared secret is pinned to: `target.secret_versions`, else its latest
-    enabled version now. Both paths thus run with the version current at deploy time, and a
-    rotated secret reaches the functions with the next deploy."""
+    enabled version, read now or, with `reads`, at deploy time. Both paths thus run with the
+    version current at deploy time, and a rotated secret reaches the functions with the next
+    deploy."""
     pinned = dict(target.secret_versions)
-    return {
-        s: pinned.get(s) or read_secret_version(target.project, s) for s in secret_names(manifest)
-    }
+    versions = {}
+    for secret in secret_names(manifest):
+        if pinned.get(secret):
+            versions[secret] = pinned[secret]
+        elif reads is not None:
+            versions[secret] = reads.secret_version(secret)
+        else:
+            versions[secret] = read_secret_version(target.project, secret)
+    return versions
 
 
-def gcloud_deploy_commands(manifest: Mapping[str, Any], target: Target) -> list[list[str]]:
-    """One `gcloud functions deploy` per function of the manifest, same shape as firebase's."""
-    versions = secret_versions_of(manifest, target)
+def gcloud_deploy_commands(
+    manifest: Mapping[str, Any], target: Target, reads: DeployTimeReads | None = None
+) -> list[list[str]]:
+    """One `gcloud functions deploy` per function of the manifest, same shape as firebase's;
+    with `reads`, the secret versions not pinned are read at deploy time."""
+    versions = secret_versions_of(manifest, target, reads)
     commands = []
     for name, endpoint in endpoints(manifest):
         env_file = target.env_dir / f"{env_kind(endpoint)}.env.yaml"
@@ -639,8 +769,14 @@ def _telemetry_on(env: Mapping[str, str]) -> bool:
         raise DeployError(str(exc)) from None
 
 
-def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str, str]) -> list:
-    """APIs, the runtime service account and exactly its roles, the service agents' roles."""
+def bootstrap_plan(
+    manifest: Mapping[str, Any],
+    target: Target,
+    env: Mapping[str, str],
+    reads: DeployTimeReads | None = None,
+) -> list:
+    """APIs, the runtime service account and exactly its roles, the service agents' roles;
+    with `reads`, the project's number (when not given) is read when the plan runs."""
     project = f"--project={target.project}"
     account = target.service_account_email
     member = f"--member=serviceAccount:{account}"
@@ -677,10 +813,15 @@ def bootstrap_plan(manifest: Mapping[str, Any], target: Target, env: Mapping[str
                  f"--role={ACT_AS_ROLE}", project, "--quiet"]
             ) + " >/dev/null"
         )  # fmt: skip
-    number = target.project_number or read_project_number(target.project)
+    if target.project_number:
+        number = target.project_number
+    elif reads is not None:
+        number = reads.project_number()
+    else:
+        number = read_project_number(target.project)
     agent = f"service-{number}@gcp-sa-pubsub.iam.gserviceaccount.com"
     plan.append(
-        shlex.join(
+        shell_join(
             ["gcloud", "projects", "add-iam-policy-binding", target.project,
              f"--member=serviceAccount:{agent}", f"--role={PUBSUB_AGENT_ROLE}",
              "--condition=None", "--quiet"]
@@ -824,7 +965,7 @@ def event_source_bootstrap(manifest: Mapping[str, Any], target: Target, number: 
     if any(is_storage(e) for _, e in endpoints(manifest)):
         agent = f"service-{number}@gs-project-accounts.iam.gserviceaccount.com"
         plan.append(
-            shlex.join(
+            shell_join(
                 ["gcloud", "projects", "add-iam-policy-binding", target.project,
                  f"--member=serviceAccount:{agent}", f"--role={STORAGE_AGENT_ROLE}",
                  "--condition=None", "--quiet"]
@@ -952,16 +1093,20 @@ def plan(what: str, target: Target) -> list[str]:
         return monitoring_plan(target)
     env = deploy_env(target)
     for_deploy = what == "deploy-gcloud"
-    manifest = deploy_manifest(sdk_manifest(target.source), target, env, for_deploy=for_deploy)
+    reads = DeployTimeReads(target)
+    manifest = deploy_manifest(
+        sdk_manifest(target.source), target, env, for_deploy=for_deploy, reads=reads
+    )
     if what == "deploy-gcloud":
-        deploys = [shlex.join(c) for c in gcloud_deploy_commands(manifest, target)]
-        return deploys + scheduler_plan(manifest, target)
+        deploys = [shell_join(c) for c in gcloud_deploy_commands(manifest, target, reads)]
+        return reads.plan() + deploys + scheduler_plan(manifest, target)
     if what == "topics":
         return topics_plan(manifest, target)
     if what == "queues":
         return queues_plan(manifest, target)
     if what == "bootstrap":
-        return bootstrap_plan(manifest, target, env)
+        commands = bootstrap_plan(manifest, target, env, reads)
+        return reads.plan() + commands
     raise DeployError(
         f"unknown plan {what!r}: deploy-gcloud, bootstrap, topics, queues or monitoring"
     )
@@ -974,8 +1119,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tools.deploy", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("command", choices=["manifest", "env-files", "plan"])
-    parser.add_argument("what", nargs="?", help="manifest: output file; plan: what to plan")
+    parser.add_argument("command", choices=["manifest", "env-files", "plan", "read"])
+    parser.add_argument(
+        "what", nargs="?", help="manifest: output file; plan: what to plan; read: what to read"
+    )
     parser.add_argument("--project", required=True)
     parser.add_argument("--region", required=True)
     parser.add_argument("--firestore-location", default="")
@@ -990,6 +1137,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--bucket-location", default="", help="the Storage bucket's location")
     parser.add_argument("--make", action="store_true", help="plan as one line, ' ;; '-separated")
+    parser.add_argument("--database", default="", help="read firestore-location: the database")
+    parser.add_argument("--bucket", default="", help="read bucket-location: the bucket")
+    parser.add_argument("--secret", default="", help="read secret-version: the secret")
+    parser.add_argument("--out", default="", help="read: the file to write the value to")
     return parser
 
 
@@ -1017,6 +1168,16 @@ def main(argv: Sequence[str]) -> int:
                 Path(args.what).write_text(text)
             else:
                 sys.stdout.write(text)
+        elif args.command == "read":
+            value = read_now(
+                args.what or "", target, database=args.database, bucket=args.bucket,
+                secret=args.secret,
+            )  # fmt: skip
+            if args.out:
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(value + "\n")
+            else:
+                print(value)
         elif args.command == "env-files":
             for path in write_env_files(target):
                 print(f"wrote {path.relative_to(target.source)}")

@@ -247,19 +247,55 @@ def test_a_function_added_to_main_py_is_deployed_by_both_paths(project_copy: Pat
     check_gcloud(project_copy)
 
 
-def test_without_a_database_location_the_deploy_refuses_and_says_how(tmp_path: Path) -> None:
+def run_reads(planned: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the commands with which a plan reads its deploy-time values (every line before its
+    first gcloud command), in turn as make runs them, stopping at the first that fails."""
+    lines = planned.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("gcloud "))
+    reads = lines[:first]
+    assert all(" -m tools.deploy read " in line for line in reads), reads
+    return subprocess.run(
+        ["bash", "-c", "set -e\n" + "\n".join(reads)],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def expanded(command: str, cwd: Path) -> list[str]:
+    """The arguments the shell gives a planned gcloud `command` when it runs (after the reads)."""
+    assert command.startswith("gcloud "), command
+    printed = subprocess.run(
+        ["bash", "-c", "printf '%s\\0' " + command.removeprefix("gcloud ")],
+        cwd=cwd, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return ["gcloud", *printed.split("\0")[:-1]]
+
+
+def test_without_a_database_location_the_deploy_refuses_and_says_how(
+    project_copy: Path, tmp_path: Path
+) -> None:
     """With no FIRESTORE_LOCATION and a database gcloud cannot read, nothing is deployed and the
-    message names FIRESTORE_LOCATION."""
+    message names FIRESTORE_LOCATION: the firebase manifest is refused, and the gcloud plan,
+    which reads the location only when it runs, stops at that read, before any deploy."""
     env = {**os.environ, "CLOUDSDK_CONFIG": str(tmp_path), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
-    for command in (["manifest"], ["plan", "deploy-gcloud"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "tools.deploy", *command, *WHERE],
-            cwd=ROOT, env=env, capture_output=True, text=True,
-        )  # fmt: skip
-        assert done.returncode == 2, command
-        assert done.stdout == ""
-        assert "could not read the location of Firestore database (default)" in done.stderr
-        assert "FIRESTORE_LOCATION=" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.deploy", "manifest", *WHERE],
+        cwd=project_copy, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stdout == ""
+    refusals = [done.stderr]
+    planned = subprocess.run(
+        [sys.executable, "-m", "tools.deploy", "plan", "deploy-gcloud", *WHERE],
+        cwd=project_copy, env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "--trigger-location=$(cat " in planned
+    done = run_reads(planned, project_copy, env)
+    assert done.returncode == 2
+    refusals.append(done.stderr)
+    for stderr in refusals:
+        assert "error: could not read the location of Firestore database (default)" in stderr
+        assert "FIRESTORE_LOCATION=" in stderr
+    assert not list(project_copy.glob(".cache/deploy/*/at-deploy/firestore-location-*"))
 
 
 @pytest.mark.parametrize(
