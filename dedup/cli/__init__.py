@@ -36,6 +36,7 @@ from google.auth import exceptions as auth_exceptions
 from dedup.cli.project import manifest_command, setup_command
 from dedup.cli.repair import purge, release, revive
 from dedup.cli.target import Target
+from dedup.cli.vendor import vendor_command
 from dedup.cli.views import list_command, show, stats
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.errors import ConfigError
@@ -127,6 +128,7 @@ for _command in (
     stats,
     manifest_command,
     setup_command,
+    vendor_command,
 ):
     cli.add_command(_command)
 

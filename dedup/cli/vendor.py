@@ -1,0 +1,162 @@
+"""`dedup vendor SOURCE_DIR`: put the installed library into a functions source folder, so that
+`firebase deploy` and `gcloud functions deploy` upload it with the functions.
+
+Both CLIs upload the source folder and let Cloud Build `pip install -r requirements.txt` there.
+A local path or a wheel file outside that folder in `requirements.txt` does not build (Cloud Build
+sees only the upload), and `dedup` is not on PyPI under that name. So the command copies the
+`dedup` package the command itself runs from into `SOURCE_DIR/dedup/` (a `VENDORED` file inside
+names the version), and adds to `SOURCE_DIR/requirements.txt` each runtime requirement of the
+library that the file does not name yet (google-cloud-firestore, firebase-functions, cloudevents,
+opentelemetry-api), with the lower bounds the library was tested with. `main.py` then imports
+`dedup` from the folder, on the platform as in the emulator.
+
+Run it again after upgrading the library: it replaces its own copy (never a `dedup/` folder it
+did not write). `--check` writes nothing and exits 1 when the copy is missing, stale or a
+requirement is missing, for a CI to refuse a deploy.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from importlib import metadata
+from pathlib import Path
+
+import click
+
+DISTRIBUTION = "exactly-once-functions"
+"""The library's distribution name (pyproject.toml)."""
+
+MARK = "VENDORED"
+"""The file in a vendored copy naming what was copied."""
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def library_folder() -> Path:
+    """The folder of the `dedup` package this command runs from."""
+    return Path(__file__).resolve().parents[1]
+
+
+def library_version() -> str:
+    """The installed distribution's version, or "source" for a checkout that is not installed."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "source"
+
+
+def runtime_requirements() -> list[str]:
+    """The library's runtime requirements, as the distribution declares them (no extras)."""
+    try:
+        declared = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        declared = []
+    found = [line for line in declared if "extra ==" not in line]
+    return found or [
+        "google-cloud-firestore>=2.34.1",
+        "firebase-functions>=0.6.0",
+        "cloudevents>=1.12.0",
+        "opentelemetry-api>=1.45.2",
+    ]
+
+
+def project_name(requirement: str) -> str | None:
+    """The normalised project name a requirement line names, or None (comment, option, blank)."""
+    line = requirement.split("#", 1)[0].strip()
+    if not line or line.startswith("-"):
+        return None
+    match = _NAME.match(line)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else None
+
+
+def missing_requirements(requirements_txt: Path) -> list[str]:
+    """The runtime requirements `requirements_txt` does not name (by project)."""
+    lines = requirements_txt.read_text().splitlines() if requirements_txt.exists() else []
+    named = {project_name(line) for line in lines}
+    return [line for line in runtime_requirements() if project_name(line) not in named]
+
+
+def _mark_text() -> str:
+    return f"dedup {library_version()}, copied by `dedup vendor`; run it again to update.\n"
+
+
+def _copy_ignored(directory: str, names: list[str]) -> set[str]:
+    return {name for name in names if name == "__pycache__" or name.endswith(".pyc")}
+
+
+def vendor_problems(source: Path) -> list[str]:
+    """What `dedup vendor SOURCE_DIR` would change: one line each (empty: up to date)."""
+    copy = source / "dedup"
+    problems = []
+    if not (copy / MARK).exists():
+        problems.append(f"{copy} is not a vendored copy of dedup")
+    elif (copy / MARK).read_text() != _mark_text() or _differs(library_folder(), copy):
+        problems.append(f"{copy} is not the installed dedup {library_version()}")
+    problems += [
+        f"requirements.txt lacks {line}"
+        for line in missing_requirements(source / "requirements.txt")
+    ]
+    return problems
+
+
+def _differs(installed: Path, copy: Path) -> bool:
+    for path in installed.rglob("*.py"):
+        if "__pycache__" in path.parts:
+            continue
+        twin = copy / path.relative_to(installed)
+        if not twin.exists() or twin.read_bytes() != path.read_bytes():
+            return True
+    return False
+
+
+def vendor(source: Path) -> list[str]:
+    """Copy the library into `source`/dedup and complete `source`/requirements.txt; what was
+    done, one line each. Raises `click.ClickException` before writing anything when
+    `source`/dedup exists and is not a vendored copy."""
+    copy = source / "dedup"
+    if copy.exists() and not (copy / MARK).exists():
+        raise click.ClickException(
+            f"{copy} exists and was not written by `dedup vendor`: move it away first"
+        )
+    if copy.resolve() == library_folder():
+        raise click.ClickException(f"{copy} is the library itself: vendor into another folder")
+    done = []
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(library_folder(), copy, ignore=_copy_ignored)
+    (copy / MARK).write_text(_mark_text())
+    done.append(f"copied dedup {library_version()} to {copy}")
+    requirements = source / "requirements.txt"
+    missing = missing_requirements(requirements)
+    if missing:
+        text = requirements.read_text() if requirements.exists() else ""
+        if text and not text.endswith("\n"):
+            text += "\n"
+        text += "# The vendored dedup library's runtime requirements (`dedup vendor`).\n"
+        requirements.write_text(text + "".join(f"{line}\n" for line in missing))
+        done += [f"added {line} to {requirements}" for line in missing]
+    return done
+
+
+@click.command(name="vendor")
+@click.argument(
+    "source", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="SOURCE_DIR"
+)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if the copy is stale.")
+def vendor_command(source: Path, check: bool) -> None:
+    """Copy this dedup into SOURCE_DIR/dedup and add its requirements to requirements.txt.
+
+    SOURCE_DIR is the functions source folder both deploy CLIs upload (firebase.json's
+    `functions.source`, or gcloud's --source); Cloud Build installs its requirements.txt.
+    """
+    if check:
+        problems = vendor_problems(source)
+        for line in problems:
+            click.echo(line, err=True)
+        if problems:
+            raise SystemExit(1)
+        click.echo(f"{source / 'dedup'} is dedup {library_version()}, requirements complete")
+        return
+    for line in vendor(source):
+        click.echo(line)
