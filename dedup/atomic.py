@@ -238,6 +238,7 @@ def _marker(run: Run, record: Record | None, token: str, result: HandlerResult) 
             expire_at=run.expire_at(),
             attempts=run.attempt,
             subject=run.subject,
+            source=run.source,
             result=storable_result(result),
         )
     return attempt_finished(
@@ -317,6 +318,7 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
                 attempts=attempts,
                 last_error=error,
                 subject=run.subject,
+                source=run.source,
             )
             written = await store.create(run.key, fields, action=action)
         else:

@@ -135,6 +135,8 @@ class EventOptions(NamedTuple):
     """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
     on_ambiguous: str = "rerun"
     """Lease mode: what an ambiguous take-over does when nothing could tell."""
+    source: str | None = None
+    """Where the event came from (the CloudEvent `source`), kept on the record."""
 
     @property
     def chooses_ambiguity(self) -> bool:
@@ -217,6 +219,7 @@ class DeduplicatorBase:
             key=key,
             payload_hash=fingerprint,
             subject=options.subject if options.subject is not None else document_path,
+            source=options.source,
             step_hook=self.step_hook,
         )
         if observed is not None:
@@ -350,6 +353,7 @@ class Deduplicator(DeduplicatorBase):
         database: str | None = None,
         reconcile: Reconcile | None = None,
         on_ambiguous: str = "rerun",
+        source: str | None = None,
     ) -> Outcome:
         """Run `handler` for this event unless its record says it already ran.
 
@@ -361,7 +365,8 @@ class Deduplicator(DeduplicatorBase):
         `DatabaseMismatch` when an atomic mode's handler writes to another database than the
         records'. `payload` (canonical bytes or text) is fingerprinted to detect a key reused
         for a different event; `document_path` enables the self-trigger guard; `subject` (by
-        default `document_path`) is recorded for operators (`dedup list --subject`);
+        default `document_path`) and `source` (where the event came from) are recorded for
+        operators (`dedup list --subject`);
         `database` is the database the event came from (see `records_database`). Observed by
         `telemetry`: one span, one count, one overhead.
 
@@ -378,6 +383,7 @@ class Deduplicator(DeduplicatorBase):
             database,
             reconcile,
             on_ambiguous,
+            source,
         )
         if options.chooses_ambiguity:
             check_ambiguity("Deduplicator.run", reconcile, on_ambiguous)

@@ -133,6 +133,7 @@ def trigger_once(
             document_path=info.document_path,
             subject=info.subject,
             database=info.database,  # the records follow a named database's events
+            source=info.source,
         )
 
     def decorate(handler: Any) -> Any:

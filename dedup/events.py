@@ -88,6 +88,9 @@ class EventInfo(NamedTuple):
     database: str | None = None
     """The Firestore database the event came from (its `database` attribute), if any: the
     records follow it unless DEDUP_DATABASE is set (docs/named-databases.md)."""
+    source: str | None = None
+    """The CloudEvent `source` (which service and resource sent it), kept on the record; for a
+    scheduled run, the job (`jobs/<job>`)."""
 
 
 def describe(event: object) -> EventInfo:
@@ -107,6 +110,7 @@ def describe(event: object) -> EventInfo:
             event_time=_aware(event.time),
             document_path=None,
             subject=pubsub_subject(event.source, message.message_id),
+            source=_text(event.source),
         )
     if _is_scheduled(event):
         return _scheduled_run(event)
@@ -135,6 +139,7 @@ def _firestore_event(event: firestore_fn.Event[Any]) -> EventInfo:
         document_path=event.document,
         subject=event.document,
         database=getattr(event, "database", None) or None,
+        source=_text(getattr(event, "source", None)),
     )
 
 
@@ -148,6 +153,7 @@ def _sdk_cloud_event(event: ff_core.CloudEvent[Any]) -> EventInfo:
         event_time=_aware(event.time),
         document_path=None,
         subject=kind_of(event.type).subject(event.subject, plain),
+        source=_text(event.source),
     )
 
 
@@ -188,6 +194,7 @@ def _scheduled_run(event: Any) -> EventInfo:
         event_time=scheduled,
         document_path=None,
         subject=f"jobs/{job}/runs/{at}",
+        source=f"jobs/{job}",
     )
 
 
@@ -228,7 +235,13 @@ def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
         document_path=document_path,
         subject=subject,
         database=_database(attributes),
+        source=_text(attributes.get("source")),
     )
+
+
+def _text(value: object) -> str | None:
+    """A string attribute as recorded (None when absent, empty or not a string)."""
+    return value if isinstance(value, str) and value else None
 
 
 def pubsub_subject(source: object, message_id: str | None) -> str | None:

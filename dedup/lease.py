@@ -118,6 +118,7 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
                 payload_hash=run.payload_hash,
                 expire_at=run.expire_at(),
                 subject=run.subject,
+                source=run.source,
             )
             created = await store.create(run.key, fields)
             if isinstance(created, datetime):

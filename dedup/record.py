@@ -29,7 +29,11 @@ payloadHash         string | null        sha256 hex of the event payload's canon
 mode                string               "lease" | "transaction" | "write_only".
 subject             string | null        What the event is about: the document path of a
                                          Firestore event (`posts/p1`), `topics/<topic>/
-                                         messages/<message id>` of a Pub/Sub one, else null.
+                                         messages/<message id>` of a Pub/Sub one, the subject
+                                         its kind gives for the others (`dedup.kinds`).
+source              string | null        Where the event came from: its CloudEvent `source`
+                                         (`//storage.googleapis.com/projects/_/buckets/b`),
+                                         `jobs/<job>` for a scheduled run, else null.
 result              map | null           What the handler returned (a map), stored with
                                          "sent" for duplicates to replay; null if it
                                          returned None or the map was over 512 KiB.
@@ -124,6 +128,7 @@ class Field:
     PAYLOAD_HASH = "payloadHash"
     MODE = "mode"
     SUBJECT = "subject"
+    SOURCE = "source"
     RESULT = "result"
     TRACE_ID = "traceId"
     RECONCILED = "reconciled"
@@ -173,6 +178,8 @@ class Record:
     """"sent" was recorded by `reconcile`, not by the handler running (lease mode)."""
     notes: dict[str, Any] | None = None
     """What handlers noted before their effect (`delivery.note`), None when nothing."""
+    source: str | None = None
+    """Where the event came from (its CloudEvent `source`), when known."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -205,6 +212,7 @@ class Record:
             trace_id=data.get(Field.TRACE_ID),
             reconciled=bool(data.get(Field.RECONCILED, False)),
             notes=data.get(Field.NOTES),
+            source=data.get(Field.SOURCE),
         )
 
     @property

@@ -118,6 +118,8 @@ class Run(LeaseState):
     key: str
     payload_hash: str | None
     subject: str | None = None
+    source: str | None = None
+    """Where the event came from (the CloudEvent `source`), written on a new record."""
     step_hook: StepHook | None = None
     started: float = field(default_factory=time.monotonic)
     attempt: int = 0

@@ -75,6 +75,7 @@ def new_record(
     last_error: str | None = None,
     subject: str | None = None,
     result: dict[str, Any] | None = None,
+    source: str | None = None,
 ) -> Fields:
     """Every field of a record written for the first time (an attempt starting now).
 
@@ -99,6 +100,7 @@ def new_record(
         Field.PAYLOAD_HASH: payload_hash,
         Field.MODE: mode.value,
         Field.SUBJECT: subject,
+        Field.SOURCE: source,
         Field.RESULT: result,
         Field.TRACE_ID: current_trace_id(),
     }

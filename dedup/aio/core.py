@@ -125,6 +125,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         database: str | None = None,
         reconcile: Reconcile | None = None,
         on_ambiguous: str = "rerun",
+        source: str | None = None,
     ) -> Outcome:
         """Await `handler` for this event unless its record says it already ran.
 
@@ -146,6 +147,7 @@ class AsyncDeduplicator(DeduplicatorBase):
             database,
             reconcile,
             on_ambiguous,
+            source,
         )
         return await self.run_event(event_id, suffix, handler, options)
 

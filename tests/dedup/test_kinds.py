@@ -154,6 +154,7 @@ def test_concurrent_duplicates_give_one_effect_and_another_event_another(
     for key in found:
         record = firestore_client.document(f"triggerEvents/{key}").get().to_dict() or {}
         assert record.get("state") == "sent", record
+        assert record.get("source") == attributes["ce-source"], record  # the event's source
     if kind == "storage":
         snapshot = firestore_client.document(f"triggerEvents/{sorted(found)[0]}").get()
         assert snapshot.get("subject") == "buckets/some-bucket/objects/folder/Test.cs"
@@ -200,8 +201,9 @@ def test_scheduled_runs_once_per_job_and_schedule_time(firestore_client: firesto
         f"{job}@2026-12-02T08:00:00Z-kSchedule",
     ]
     assert all(e["n"] == 1 for e in found.values())
-    subject = firestore_client.document(f"triggerEvents/{sorted(found)[0]}").get().get("subject")
-    assert subject == f"jobs/{job}/runs/2026-12-01T08:00:00Z"
+    record = firestore_client.document(f"triggerEvents/{sorted(found)[0]}").get()
+    assert record.get("subject") == f"jobs/{job}/runs/2026-12-01T08:00:00Z"
+    assert record.get("source") == f"jobs/{job}"
     records = len(list(firestore_client.collection("triggerEvents").stream()))
     for bad in (None, "yesterday at eight"):
         status = app.post("/", headers=scheduler_headers(job, bad)).status_code
