@@ -5,13 +5,15 @@
   trigger all the same. The demo plays Eventarc delivering a Cloud Storage event: the
   binary-mode CloudEvent (`ce-*` headers, the object's metadata as JSON, shaped like Google's
   captured payload in `tests/dedup/captured/`) POSTed to the emulator's trigger route
-  `/functions/projects/<project>/triggers/<region>-register_upload`, `COPIES` copies at once,
-  each failed copy retried. Two objects under `uploads/<uid>/`, and one outside it (ignored).
+  `/functions/projects/<project>/triggers/<trigger key>`, `COPIES` copies at once, each failed
+  copy retried. Two objects under `uploads/<uid>/`, and one outside it (ignored).
 * **Schedule**: there is no Cloud Scheduler emulator, so the demo plays Cloud Scheduler: two
-  runs, each a POST to the function's URL with `X-CloudScheduler-JobName` and its own
+  runs, each a POST with `X-CloudScheduler-JobName` and its own
   `X-CloudScheduler-ScheduleTime`, `COPIES` copies at once and retried; then a request without
   a schedule time, sent 1 + the job's retry count times (Scheduler retries a 4xx too): 400,
-  nothing runs.
+  nothing runs. The emulator serves a scheduled function at no HTTP URL (it subscribes it to
+  the topic `firebase-schedule-<name>`, whose pushes carry no schedule time), so the requests
+  go to its trigger route.
 * **Alerts**: each alert is published twice (the same event, at once) to the Eventarc emulator
   (`POST /google/publishEvents`), which routes it by type and `alerttype` to the function's
   trigger in the Functions emulator. It neither reports the function's answer nor retries, so
@@ -234,7 +236,7 @@ def play_schedule(project: str, receiver: Receiver) -> Outcome:
     detail = (
         f"POST {DIGEST_PATH}, {len(keys)} distinct keys, for {', '.join(sorted(set(dates)))}; "
         f"no schedule time: {'/'.join(map(str, sorted(set(refusals))))} x{len(refusals)}, "
-        "nothing ran (the demo plays Cloud Scheduler)"
+        "nothing ran (Cloud Scheduler played on the trigger route)"
     )
     return Outcome(log, len(sent), len(runs), detail, problems)
 

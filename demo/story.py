@@ -6,9 +6,11 @@ saved with their search-index task enqueued through the outbox (one save rolled 
 relay creates the tasks in the Cloud Tasks emulator, and each task is dispatched to
 `index_post`. Every event
 goes to its functions four times at once and is retried until one delivery succeeds; the
-webhook receiver fails the first request of one route with a 503. Then each function's
-effects are counted where they land (the counters, the receiver, a Pub/Sub subscription) and
-compared with what exactly-once predicts.
+webhook receiver fails the first request of one route with a 503. Last, with the Functions
+emulator's triggers switched on, objects are uploaded, the digest is scheduled and Crashlytics
+alerts are published, through the emulators (`demo.emulator_triggers`). Then each function's
+effects are counted where they land (the counters, the receiver, a Pub/Sub subscription,
+Firestore) and compared with what exactly-once predicts.
 """
 
 from __future__ import annotations
