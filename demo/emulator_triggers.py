@@ -103,9 +103,9 @@ def captured(name: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class EmulatorTrigger:
-    """A function's trigger route in the Functions emulator (or its HTTP URL): POST an event,
-    get the status; no answer in time is `NO_ANSWER` (a worker that lost the race for its port
-    never answers), delivered again like any failure."""
+    """A function's trigger route in the Functions emulator: POST an event, get the status (the
+    emulator passes the function's on); no answer in time is `NO_ANSWER` (a worker that lost
+    the race for its port never answers), delivered again like any failure."""
 
     name: str
     url: str
