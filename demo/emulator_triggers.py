@@ -207,7 +207,7 @@ def scheduler_request(job: str, schedule_time: datetime | None) -> HttpEvent:
     return HttpEvent(at, headers, b"", f"{job} at {at}")
 
 
-def play_schedule(project: str, receiver: Receiver) -> Outcome:
+def play_schedule(project: str, db: firestore.Client, receiver: Receiver) -> Outcome:
     """Two scheduled runs (copies at once, retried), then a request without a schedule time."""
     url = trigger_route(project, "daily_digest")
     job = f"firebase-schedule-daily_digest-{REGION}"
@@ -217,8 +217,11 @@ def play_schedule(project: str, receiver: Receiver) -> Outcome:
     for run in runs:
         deliver_at_least_once(url, scheduler_request(job, run), log)
     before = len(receiver.applied(DIGEST_PATH))
+    records = db.collection("triggerEvents")
+    records_before = len(list(records.list_documents()))
     unscheduled = scheduler_request(job, None)
     refusals = [url.deliver(unscheduled) for _ in range(1 + SCHEDULE_RETRY_COUNT)]
+    new_records = len(list(records.list_documents())) - records_before
     log.events += 1
     log.deliveries += len(refusals)
     log.statuses.update(refusals)
@@ -228,15 +231,17 @@ def play_schedule(project: str, receiver: Receiver) -> Outcome:
     problems = []
     if set(refusals) != {400}:
         problems.append(f"no schedule time was answered {sorted(set(refusals))}")
-    if len(sent) != before:
-        problems.append("a request without a schedule time posted a digest")
+    if len(sent) != before or new_records:
+        problems.append(
+            f"without a schedule time: {len(sent) - before} digests, {new_records} records"
+        )
     if sorted(set(dates)) != expected_dates:
         problems.append(f"digests of {dates}, expected {expected_dates}")
     keys = {attempt.idempotency_key for attempt in sent}
     detail = (
         f"POST {DIGEST_PATH}, {len(keys)} distinct keys, for {', '.join(sorted(set(dates)))}; "
         f"no schedule time: {'/'.join(map(str, sorted(set(refusals))))} x{len(refusals)}, "
-        "nothing ran (Cloud Scheduler played on the trigger route)"
+        "no record, no digest (Cloud Scheduler played on the trigger route)"
     )
     return Outcome(log, len(sent), len(runs), detail, problems)
 

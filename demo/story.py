@@ -284,7 +284,7 @@ class Story:
         set_background_triggers(True)
         try:
             self.triggered["register_upload"] = play_uploads(PROJECT, self.db)
-            self.triggered["daily_digest"] = play_schedule(PROJECT, self.receiver)
+            self.triggered["daily_digest"] = play_schedule(PROJECT, self.db, self.receiver)
             self.triggered["alert_new_fatal_issue"] = play_alerts(self.receiver)
         finally:
             set_background_triggers(False)
