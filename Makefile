@@ -79,7 +79,7 @@ $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
 # emulator's ID tokens (the Cloud Tasks emulator starts only beside it, firebase-tools); the demo
 # switches its background triggers off, since it delivers every event itself.
 demo: install ## The main job: the scripted story on the local emulators, checked row by row.
-	$(EMULATORS) exec --only firestore,pubsub,auth,functions,tasks -- $(PY) -m demo
+	$(EMULATORS) exec --only firestore,pubsub,auth,functions,tasks,eventarc -- $(PY) -m demo
 
 # T= a test file, folder or node id; K= a name expression (pytest -k): `make test T=tests/cli K=purge`
 T ?=

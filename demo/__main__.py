@@ -50,7 +50,8 @@ def main() -> int:
     console.print(
         "retried: deliveries answered with an error (LeaseHeld while another copy ran, a released"
         " lease, a 409 while the first request ran) and delivered again, as the platform or a"
-        " client does; and the refusals the story asks for (422, 401).",
+        " client does; an alert published again when no chat message came; and the refusals the"
+        " story asks for (422, 401, 400).",
         highlight=False,
     )
     console.print(f"Function logs: {LOG_DIR}/")

@@ -12,14 +12,23 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from demo.events import HttpEvent
-from demo.serve import ServedFunction
 
 COPIES = 4
 """How many times each event is delivered at once (the platform's duplicates)."""
 MAX_RETRIES = 30
 BACKOFF_SECONDS = 0.2
+
+
+class Endpoint(Protocol):
+    """Where events are delivered: a function served on its own (`demo.serve`), or a trigger
+    route of the Functions emulator (`demo.emulator_triggers`)."""
+
+    def deliver(self, event: HttpEvent) -> int:
+        """POST the event once; the HTTP status (2xx: done)."""
+        ...
 
 
 @dataclass
@@ -32,7 +41,7 @@ class DeliveryLog:
     undelivered: list[str] = field(default_factory=list)
 
 
-def _deliver_until_done(function: ServedFunction, event: HttpEvent) -> list[int]:
+def _deliver_until_done(function: Endpoint, event: HttpEvent) -> list[int]:
     """One copy of the event: delivered, and retried with backoff until it gets a 2xx."""
     statuses = [function.deliver(event)]
     while not 200 <= statuses[-1] < 300 and len(statuses) <= MAX_RETRIES:
@@ -42,7 +51,7 @@ def _deliver_until_done(function: ServedFunction, event: HttpEvent) -> list[int]
 
 
 def deliver_at_least_once(
-    function: ServedFunction, event: HttpEvent, log: DeliveryLog, copies: int = COPIES
+    function: Endpoint, event: HttpEvent, log: DeliveryLog, copies: int = COPIES
 ) -> None:
     """Deliver `event` `copies` times at once; retry each failed copy until it succeeds."""
     log.events += 1

