@@ -1,23 +1,53 @@
-"""How an event function's live-lease refusal reaches the platform: `LeaseHeldAnswer`.
+"""How an event function's refusals reach the platform through functions-framework, in any
+project: no traceback for a live lease, a 4xx for a request that is not an event.
 
-A copy of an event that finds another delivery's lease live raises `LeaseHeld`, so the platform
-redelivers it later. Raised as is, functions-framework's Flask app would log a traceback for
-every such copy, next to the delivery's own WARNING line (`outcome: lease_held`). `trigger_once`
-raises `LeaseHeldAnswer` instead: still a `LeaseHeld` (catch it as one), and also werkzeug's
-`InternalServerError`, which Flask answers with 500 without logging a traceback. The status is
-the one functions-framework gives any failure (its crash header included), so every transport
-retries it as before: Pub/Sub push (and Eventarc over it) nacks every non-2xx, Cloud Scheduler
-retries up to the job's `retryCount`.
+**A live lease.** A copy of an event that finds another delivery's lease live raises
+`LeaseHeld`, so the platform redelivers it later. Raised as is, functions-framework's Flask app
+would log a traceback for every such copy, next to the delivery's own WARNING line (`outcome:
+lease_held`). `trigger_once` raises `LeaseHeldAnswer` instead: still a `LeaseHeld` (catch it as
+one), and also werkzeug's `InternalServerError`, which Flask answers 500 (functions-framework's
+crash header included) without logging a traceback.
 
-Imported on the first live lease only: werkzeug comes with functions-framework and Flask, and
-`import dedup` does not load it.
+**An event without an id.** `MissingEventId` raised by the wrapper (an event whose id is empty)
+becomes `MissingEventIdAnswer`, a `MissingEventId` and werkzeug's `BadRequest`: 400, nothing
+written.
+
+**A request that is not an event.** The platform's decorator (firebase-functions) parses the
+request into its event type before `trigger_once`'s wrapper runs; a body it cannot parse (a
+truncated protobuf, a Storage object without its fields, a CloudEvent of another shape) raised
+an exception there, which functions-framework answered 500, retried for days. When a function is
+declared while functions-framework builds its app (its `errorhandler` is then the app's own),
+`guard_app` registers `refuse_unparsed`: an exception raised before the wrapper was entered
+(`mark_entered`) is answered 400 `{"error": ...}` with one WARNING line on the "dedup" logger
+and nothing written; an exception raised after it is the function's own and is re-raised, so
+functions-framework answers 500 as before. It registers nothing where the application already
+handles `Exception` itself (this template's `functions.boundary`).
+
+**What the transports do then.** A 500 is retried by every transport. A 400 ends the request for
+a plain HTTP caller; Pub/Sub push, which carries Eventarc and Firebase events, redelivers every
+status but 102/200/201/202/204, 4xx included, until its retry window ends, each time answered
+400 again without an effect; Cloud Scheduler retries up to the job's `retryCount`
+(docs/malformed-input.md). A scheduled function's requests are parsed by firebase-functions'
+own wrapper, which answers every exception 500 itself.
+
+Imported when a function is declared under functions-framework, or on the first live lease:
+werkzeug and Flask come with functions-framework; `import dedup` alone loads neither.
 """
 
 from __future__ import annotations
 
-from werkzeug.exceptions import InternalServerError
+import json
+import logging
+from typing import Any
 
-from dedup.errors import LeaseHeld
+import flask
+from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
+
+from dedup.errors import LeaseHeld, MissingEventId
+from dedup.logs import log_delivery
+
+ENTERED_FLAG = "dedup_entered"
+"""The `flask.g` attribute `mark_entered` sets: the request reached a `trigger_once` wrapper."""
 
 
 class LeaseHeldAnswer(LeaseHeld, InternalServerError):
@@ -33,7 +63,60 @@ class LeaseHeldAnswer(LeaseHeld, InternalServerError):
         return str(self.description)
 
 
+class MissingEventIdAnswer(MissingEventId, BadRequest):
+    """`MissingEventId` (an event without an id, a scheduled request without a usable schedule
+    time) answered 400 by Flask with no traceback: nothing ran, nothing was written."""
+
+    def __init__(self, message: str) -> None:
+        """The refusal of an event that cannot be deduplicated, saying why in `message`."""
+        BadRequest.__init__(self, description=message)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        """The message, as `MissingEventId` gives it."""
+        return str(self.description)
+
+
 def answer_lease_held(error: LeaseHeld) -> LeaseHeldAnswer:
     """`error` as the answer functions-framework serves without a traceback (raise it `from`
     `error`)."""
     return LeaseHeldAnswer(str(error))
+
+
+def answer_missing_id(error: MissingEventId) -> MissingEventIdAnswer:
+    """`error` as a 400 functions-framework serves without a traceback."""
+    return MissingEventIdAnswer(str(error))
+
+
+def mark_entered() -> None:
+    """Note, for `refuse_unparsed`, that the request being served reached the dedup wrapper: its
+    failures from here on are the function's own."""
+    if flask.has_app_context():
+        setattr(flask.g, ENTERED_FLAG, True)
+
+
+def refuse_unparsed(error: Exception) -> Any:
+    """Flask error handler: an exception raised before the dedup wrapper was entered is a
+    request the platform's decorator could not parse, answered 400 with one WARNING line; one
+    raised after is re-raised (functions-framework's 500). HTTP errors pass through as they are."""
+    if isinstance(error, HTTPException):
+        return error
+    if flask.g.get(ENTERED_FLAG) or flask.g.get("event_parsed"):
+        raise error
+    why = "the request is not an event this function can read"
+    log_delivery(logging.WARNING, f"refused (400): {why}", outcome="refused")
+    return json.dumps({"error": why}), 400, {"Content-Type": "application/json"}
+
+
+def guard_app(errorhandler: Any) -> bool:
+    """Register `refuse_unparsed` with functions-framework's `errorhandler` when it is an app's
+    own (functions-framework is building that app) and the app handles no `Exception` yet;
+    whether it did."""
+    app = getattr(errorhandler, "__self__", None)
+    if not isinstance(app, flask.Flask):
+        return False
+    handlers = app.error_handler_spec.get(None, {}).get(None, {})
+    if Exception in handlers:
+        return handlers[Exception] is refuse_unparsed
+    errorhandler(Exception)(refuse_unparsed)
+    return True

@@ -18,13 +18,14 @@ function (run by `dedup.aio.AsyncDeduplicator`) for `functions_framework.aio.clo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery
 from dedup.entrance import EVENTS, gate
-from dedup.errors import LeaseHeld
+from dedup.errors import LeaseHeld, MissingEventId
 from dedup.events import describe
 from dedup.kinds import USES_DEDUP
 from dedup.propagation import continued, from_event
@@ -138,10 +139,15 @@ def trigger_once(
 
     def decorate(handler: Any) -> Any:
         admitted = entry.admit(handler)
+        _guard_functions_framework_app()
         if admitted.is_async:
 
             async def once_async(event: Any) -> None:
-                event_id, options = options_for(event)
+                _entered()
+                try:
+                    event_id, options = options_for(event)
+                except MissingEventId as refused:
+                    raise _answer(refused) from refused
 
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
@@ -150,14 +156,18 @@ def trigger_once(
                 try:
                     with continued(from_event(event)):
                         await runner.run_event(event_id, suffix, run_async, options)
-                except LeaseHeld as held:
-                    raise _answer(held) from held
+                except (LeaseHeld, MissingEventId) as refused:
+                    raise _answer(refused) from refused
 
             setattr(once_async, USES_DEDUP, suffix)
             return admitted.identify(once_async)
 
         def once(event: Any) -> None:
-            event_id, options = options_for(event)
+            _entered()
+            try:
+                event_id, options = options_for(event)
+            except MissingEventId as refused:
+                raise _answer(refused) from refused
 
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)
@@ -165,8 +175,8 @@ def trigger_once(
             try:
                 with continued(from_event(event)):
                     admitted.deduplicator().run_event(event_id, suffix, run_handler, options)
-            except LeaseHeld as held:
-                raise _answer(held) from held
+            except (LeaseHeld, MissingEventId) as refused:
+                raise _answer(refused) from refused
 
         setattr(once, USES_DEDUP, suffix)
         return admitted.identify(once)
@@ -174,9 +184,34 @@ def trigger_once(
     return cast(HandlerDecorator, decorate)
 
 
-def _answer(held: LeaseHeld) -> LeaseHeld:
-    """A live lease as functions-framework answers it without a traceback
-    (`dedup.answers.LeaseHeldAnswer`: still a `LeaseHeld`)."""
-    from dedup.answers import LeaseHeldAnswer, answer_lease_held  # werkzeug: first live lease
+def _answer(refused: LeaseHeld | MissingEventId) -> Exception:
+    """A live lease or an event without an id as functions-framework answers them without a
+    traceback (500 and 400, `dedup.answers`); still a `LeaseHeld` or `MissingEventId`. Where
+    Flask is not loaded (no functions-framework), `refused` itself."""
+    if "flask" not in sys.modules:
+        return refused
+    from dedup import answers
 
-    return held if isinstance(held, LeaseHeldAnswer) else answer_lease_held(held)
+    if isinstance(refused, answers.LeaseHeldAnswer | answers.MissingEventIdAnswer):
+        return refused
+    if isinstance(refused, LeaseHeld):
+        return answers.answer_lease_held(refused)
+    return answers.answer_missing_id(refused)
+
+
+def _entered() -> None:
+    """Mark the request being served as having reached the wrapper (`dedup.answers`)."""
+    if "flask" in sys.modules:
+        from dedup.answers import mark_entered
+
+        mark_entered()
+
+
+def _guard_functions_framework_app() -> None:
+    """Under functions-framework's app being built, answer unparseable requests 400
+    (`dedup.answers.guard_app`)."""
+    framework = sys.modules.get("functions_framework")
+    if framework is not None:
+        from dedup.answers import guard_app
+
+        guard_app(framework.errorhandler)

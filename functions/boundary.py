@@ -70,6 +70,7 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
+from dedup.answers import ENTERED_FLAG
 from dedup.events import SCHEDULE_TIME_HEADER
 from dedup.firebase_app import default_app
 from dedup.logs import log_delivery
@@ -416,10 +417,11 @@ def refuse_http_error(error: HTTPException) -> tuple[str, int, dict[str, str]]:
 def refuse_unparseable_request(error: Exception) -> tuple[str, int, dict[str, str]]:
     """Flask error handler for any other exception: a 400 when it was raised while parsing the
     request (functions-framework and the cloudevents library raise assorted errors for bodies
-    that are not CloudEvents); the function's own failures are re-raised, so functions-framework
-    logs them and answers 500 and the platform retries."""
-    if flask.g.get("event_parsed"):
-        raise error
+    that are not CloudEvents); the function's own failures, raised once `validated` or the
+    `trigger_once` wrapper was entered (`dedup.answers.mark_entered`), are re-raised, so
+    functions-framework logs them and answers 500 and the platform retries."""
+    if flask.g.get("event_parsed") or flask.g.get(ENTERED_FLAG):
+        raise error  # raised by the function (`validated`) or the dedup wrapper: its own
     return _refusal(400, "the request is not a parseable CloudEvent")
 
 

@@ -272,3 +272,30 @@ def test_a_copy_that_finds_a_live_lease_is_retried_without_a_traceback(
     assert [r for r in caplog.records if r.exc_info] == []
     assert not any("Traceback" in r.getMessage() for r in caplog.records)
     assert effects(firestore_client)[f"{event_id}-kSlow"]["n"] == 1
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_malformed_request_of_every_kind_is_refused_4xx_with_nothing_written(
+    kind: str, firestore_client: firestore.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body that does not parse, and (but for custom events, whose data is the publisher's
+    own) data the platform's decorator cannot read as its kind, get a 4xx before the dedup
+    wrapper: no record, no effect, no traceback (`dedup.answers.guard_app`, in a project
+    without the template's error handlers)."""
+    target, build = KINDS[kind]
+    app = functions_framework.create_app(target, APP, "cloudevent").test_client()
+    attributes, _ = build("malformed")
+    headers = {
+        **attributes,
+        "ce-id": f"malformed-{uuid.uuid4().hex}",
+        "ce-specversion": "1.0",
+        "ce-time": "2026-12-02T08:00:00.123Z",
+        "Content-Type": "application/json",
+    }
+    bodies = ["{not json", "[1, 2]"] if kind != "custom" else ["{not json"]
+    with caplog.at_level(logging.INFO):
+        statuses = [app.post("/", headers=headers, data=body).status_code for body in bodies]
+    assert all(400 <= status < 500 for status in statuses), statuses
+    assert list(firestore_client.collection("triggerEvents").stream()) == []
+    assert effects(firestore_client) == {}
+    assert [r for r in caplog.records if r.exc_info] == []
