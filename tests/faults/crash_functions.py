@@ -8,7 +8,8 @@ process group at exactly that step. Without `CRASH_AT` the functions behave as i
 
 The dedup steps come from `Deduplicator.step_hook` (`dedup.Step`), named, not matched on
 messages; `in_handler` wraps the business code (lease mode: forward_webhook,
-send_post_notification; transaction mode: sync_published_count):
+send_post_notification, daily_digest before its POST; transaction mode: sync_published_count,
+register_upload between its two buffered writes):
 
 * `before_claim`: `Deduplicator.run` entered, no Firestore call yet (both modes).
 * `after_claim`: lease mode, record created (or lease taken over), the lease is ours;
@@ -28,8 +29,10 @@ import threading
 import time
 from typing import Any
 
+import functions.daily_digest
 import functions.forward_webhook
 import functions.notifier
+import functions.register_upload
 import functions.sync_published_count
 from dedup.core import default_deduplicator
 
@@ -67,16 +70,27 @@ def _install() -> None:
     for module in (functions.forward_webhook, functions.notifier):
         _before(module, "post_once", "in_handler")
     _before(functions.sync_published_count, "count_deltas", "in_handler")
+    _before(functions.daily_digest, "post_once", "in_handler")
+    _before(functions.register_upload, "upload_document_id", "in_handler")
 
 
 if os.environ.get("CRASH_AT"):
     _install()
 
 from main import (  # noqa: E402  (after the crash points are in place)
+    daily_digest,
     forward_webhook,
+    register_upload,
     relay_outbox,
     send_post_notification,
     sync_published_count,
 )
 
-__all__ = ["forward_webhook", "relay_outbox", "send_post_notification", "sync_published_count"]
+__all__ = [
+    "daily_digest",
+    "forward_webhook",
+    "register_upload",
+    "relay_outbox",
+    "send_post_notification",
+    "sync_published_count",
+]
