@@ -36,7 +36,8 @@ Builders, by the firebase-functions decorator they feed:
 **Copies at once.** `deliver(url, event)` POSTs one copy and returns the HTTP status;
 `deliver_concurrently(url, event, copies=6)` POSTs `copies` copies from as many threads at
 once, the at-least-once platform at its worst; `deliver_until_done` retries as the platform
-does until one copy is answered 2xx. They use the standard library only (`urllib`).
+does until one copy is answered 2xx. They use the standard library only (`urllib`); given
+`via_test_client(client)` instead of a URL they POST to a Flask test client in-process.
 
 **The Firestore emulator.** `firestore_emulator()` reads `FIRESTORE_EMULATOR_HOST` (and the
 project from `GCLOUD_PROJECT` / `GOOGLE_CLOUD_PROJECT`); its `clear()` deletes every document
@@ -71,6 +72,7 @@ __all__ = [
     "FirestoreEmulator",
     "HttpEvent",
     "StorageChange",
+    "Target",
     "alert_event",
     "custom_event",
     "database_event",
@@ -84,6 +86,7 @@ __all__ = [
     "remote_config_event",
     "scheduled_request",
     "storage_event",
+    "via_test_client",
 ]
 
 DEFAULT_PROJECT = "demo-test"
@@ -523,9 +526,27 @@ def scheduled_request(job: str, schedule_time: datetime | str | None = None) -> 
     return HttpEvent(f"{job}@{at}", headers, b"", f"run of {job} at {at}")
 
 
-def deliver(url: str, event: HttpEvent, *, timeout: float = 60.0) -> int:
-    """POST `event` to `url` once, as the platform does; the HTTP status of the answer (a
-    refused connection raises `URLError`)."""
+Target = str | Callable[[HttpEvent], int]
+"""Where a delivery goes: a URL, or a callable that POSTs the event and returns the HTTP
+status (`via_test_client(client)` makes one of a Flask test client)."""
+
+
+def via_test_client(client: Any, path: str = "/") -> Callable[[HttpEvent], int]:
+    """A delivery target that POSTs to a Flask test client (for example
+    `functions_framework.create_app(target, source, "cloudevent").test_client()`) in this
+    process, instead of over the network."""
+
+    def post(event: HttpEvent) -> int:
+        return int(client.post(path, data=event.body, headers=dict(event.headers)).status_code)
+
+    return post
+
+
+def deliver(url: Target, event: HttpEvent, *, timeout: float = 60.0) -> int:
+    """POST `event` to `url` (a URL, or a `Target` callable) once, as the platform does; the
+    HTTP status of the answer (a refused connection raises `URLError`)."""
+    if callable(url):
+        return url(event)
     request = urllib.request.Request(url, data=event.body, headers=dict(event.headers))
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -537,7 +558,7 @@ def deliver(url: str, event: HttpEvent, *, timeout: float = 60.0) -> int:
 
 
 def deliver_concurrently(
-    url: str, event: HttpEvent, copies: int = 6, *, timeout: float = 60.0
+    url: Target, event: HttpEvent, copies: int = 6, *, timeout: float = 60.0
 ) -> list[int]:
     """POST `copies` copies of `event` to `url` at once, from as many threads; their HTTP
     statuses in the order they were started. With `dedup`, one copy runs the effect; the
@@ -548,24 +569,21 @@ def deliver_concurrently(
 
 
 def deliver_until_done(
-    url: str,
+    url: Target,
     event: HttpEvent,
     *,
     copies: int = 1,
     limit: int = 50,
     timeout: float = 60.0,
-    post: Callable[[str, HttpEvent], int] | None = None,
 ) -> list[int]:
-    """Deliver `copies` copies at once, then one at a time until one is answered 2xx, as the
-    platform retries (at most `limit` deliveries); every status seen."""
-    send = post or (lambda u, e: deliver(u, e, timeout=timeout))
+    """Deliver `copies` copies at once (one by default), then one at a time until one is
+    answered 2xx, as the platform retries (at most `limit` deliveries); every status seen."""
     if copies > 1:
-        with ThreadPoolExecutor(max_workers=copies) as pool:
-            statuses = list(pool.map(lambda _: send(url, event), range(copies)))
+        statuses = deliver_concurrently(url, event, copies, timeout=timeout)
     else:
-        statuses = [send(url, event)]
+        statuses = [deliver(url, event, timeout=timeout)]
     while not any(200 <= s < 300 for s in statuses) and len(statuses) < limit:
-        statuses.append(send(url, event))
+        statuses.append(deliver(url, event, timeout=timeout))
     return statuses
 
 

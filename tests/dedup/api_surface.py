@@ -12,7 +12,7 @@ import importlib
 import inspect
 from typing import Any
 
-MODULES = ("dedup", "dedup.http", "dedup.tasks", "dedup.outbox", "dedup.aio")
+MODULES = ("dedup", "dedup.http", "dedup.tasks", "dedup.outbox", "dedup.aio", "dedup.testing")
 
 
 _FOREIGN = ("typing", "collections", "dataclasses", "enum", "abc", "builtins")
