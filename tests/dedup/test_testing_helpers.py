@@ -92,7 +92,8 @@ def test_firestore_event_keeps_a_snapshots_times() -> None:
         def to_dict(self) -> dict[str, Any]:
             return {"a": 1}
 
-    event = testing.firestore_event("c/d", None, Snapshot(), change="created")
+    snapshot: Any = Snapshot()  # duck-typed: what the builder reads of a DocumentSnapshot
+    event = testing.firestore_event("c/d", None, snapshot, change="created")
     got = parsed(firestore_fn.on_document_created(document="c/{id}"), event)
     assert got.data.update_time == datetime(2026, 1, 2, tzinfo=UTC)
 
@@ -172,7 +173,7 @@ def test_alert_remote_config_test_lab_and_custom_events() -> None:
 def test_scheduled_request_is_one_run_per_job_and_time() -> None:
     """The headers give the run's identity; retries of one run share it."""
     seen: list[Any] = []
-    function = scheduler_fn.on_schedule(schedule="0 8 * * *")(
+    function: Any = scheduler_fn.on_schedule(schedule="0 8 * * *")(
         lambda event: seen.append(describe(event))
     )
     at = datetime(2026, 12, 1, 8, tzinfo=UTC)
@@ -254,7 +255,7 @@ def recorder() -> Iterator[Any]:
     server.headers, server.statuses, server.deleted = [], [], []
     server.delete_status = 200
     server.barrier = None
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     server.url = f"http://127.0.0.1:{server.server_address[1]}/"
     yield server
@@ -322,7 +323,7 @@ def served_on_order(firestore_host: str) -> Iterator[str]:
     `functions-framework --target=on_order --signature-type=cloudevent` serves it."""
     app = functions_framework.create_app("on_order", APP, "cloudevent")
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}/"
     server.shutdown()
