@@ -526,6 +526,9 @@ def scheduled_request(job: str, schedule_time: datetime | str | None = None) -> 
     return HttpEvent(f"{job}@{at}", headers, b"", f"run of {job} at {at}")
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Requests go straight to the server under test, never through an `HTTP_PROXY`."""
+
 Target = str | Callable[[HttpEvent], int]
 """Where a delivery goes: a URL, or a callable that POSTs the event and returns the HTTP
 status (`via_test_client(client)` makes one of a Flask test client)."""
@@ -549,7 +552,7 @@ def deliver(url: Target, event: HttpEvent, *, timeout: float = 60.0) -> int:
         return url(event)
     request = urllib.request.Request(url, data=event.body, headers=dict(event.headers))
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _DIRECT.open(request, timeout=timeout) as response:
             response.read()
             return int(response.status)
     except urllib.error.HTTPError as answered:
@@ -609,7 +612,7 @@ class FirestoreEmulator:
         dedup records and the effects alike); `RuntimeError` if the emulator refuses."""
         request = urllib.request.Request(self.documents_url, method="DELETE")
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with _DIRECT.open(request, timeout=timeout) as response:
                 response.read()
         except urllib.error.HTTPError as refused:
             raise RuntimeError(
