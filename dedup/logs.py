@@ -4,10 +4,13 @@ Lines go to `logging.getLogger("dedup")`. Each carries `severity`, `message`, `e
 `suffix`, `key`, `outcome`, `attempt` and `ms` (plus `error` and `subject` when known), never
 payloads.
 
-Nothing is configured behind your back: `configure_logging()`, called once from `main.py`,
-attaches a stdout handler with `CloudLoggingFormatter` to "dedup" (level INFO) unless the
-application already configured a handler there or on the root logger, so lines reach Cloud
-Logging as structured entries. Configure logging yourself instead to route them elsewhere.
+The library configures its own logger, and only it, on first use: the first delivery line
+attaches a stdout handler with `CloudLoggingFormatter` to "dedup" (level INFO unless set, and
+`propagate` off, so a root handler added later does not print each line twice) unless the
+application has by then configured a handler there or on the root logger, whose routing then
+wins (set the "dedup" logger's level yourself in that case). The root logger is never touched.
+So a function needs no set-up call for its outcome lines to reach Cloud Logging as structured
+entries. `configure_logging()` does the same at once (start-up, `main.py`); it is idempotent.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ logger = logging.getLogger(LOGGER_NAME)
 
 _FIELDS = ("eventId", "suffix", "key", "outcome", "attempt", "ms", "error", "path", "subject")
 _setup_lock = threading.Lock()
+_first_use_done = False
+"""Set once the first delivery line has decided whether to attach the handler."""
 
 
 class CloudLoggingFormatter(logging.Formatter):
@@ -44,16 +49,28 @@ class CloudLoggingFormatter(logging.Formatter):
 
 
 def configure_logging() -> None:
-    """Attach the stdout JSON handler to the "dedup" logger (level INFO if unset), once, and
-    only if neither it nor the root logger has a handler. Call it at start-up (`main.py`)."""
+    """Attach the stdout JSON handler to the "dedup" logger (level INFO if unset, `propagate`
+    off), once, and only if neither it nor the root logger has a handler. Safe to call at
+    start-up and again: never a second handler, never a doubled line. Without the call the
+    first delivery line does the same (see the module docstring)."""
     with _setup_lock:
         if logger.handlers or logging.getLogger().handlers:
             return
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(CloudLoggingFormatter())
         logger.addHandler(handler)
+        logger.propagate = False
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
+
+
+def _configure_on_first_use() -> None:
+    """`configure_logging()` once per process, at the first delivery line."""
+    global _first_use_done
+    if _first_use_done:
+        return
+    configure_logging()
+    _first_use_done = True
 
 
 def log_delivery(
@@ -71,7 +88,9 @@ def log_delivery(
     subject: str | None = None,
 ) -> None:
     """Emit the one line describing a delivery's outcome (no traceback, no payload); fields
-    left None are omitted from the line."""
+    left None are omitted from the line. The first one configures the "dedup" logger if the
+    application has not (`configure_logging`)."""
+    _configure_on_first_use()
     logger.log(
         level,
         message,

@@ -32,6 +32,7 @@ import pytest
 import requests
 from google.cloud import firestore
 
+from dedup import testing
 from tests import emulator_env
 from tests.plugin import receiver_port
 
@@ -177,8 +178,7 @@ def clean_firestore(firestore_host: str) -> None:
     This wipes the emulator's data: run tests against emulators of their own (`make test`
     starts them), not ones holding data you entered by hand.
     """
-    url = f"http://{firestore_host}/emulator/v1/projects/{PROJECT}/databases/(default)/documents"
-    requests.delete(url, timeout=10).raise_for_status()
+    testing.FirestoreEmulator(firestore_host, PROJECT).clear(timeout=10)
 
 
 _triggers_on = True

@@ -14,7 +14,7 @@ Fixtures
     `receiver`: the recording HTTP receiver on the port `.env.local` names (what the
     functions send to: `receiver.applied(path)`, `receiver.fail(path, status)`...).
 
-Helpers
+Helpers (the event builders and concurrent deliveries are the library's, `dedup.testing`)
     `sign_up()`, `new_key()`, `request_headers(user, key)` (JSON, token, Idempotency-Key),
     `call(client, user, data)` (the callable protocol: `(status, body)`),
     `task_dispatch(task_name, data, queue=...)` (the request Cloud Tasks sends),
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +34,10 @@ import functions_framework
 import pytest
 from flask.testing import FlaskClient
 
+from dedup import testing
+from dedup.testing import HttpEvent
 from demo.clients import AUTH_ENV, User, function_url, new_key, sign_up
 from demo.clients import order_headers as request_headers
-from demo.events import HttpEvent
 from demo.receiver import Receiver, running_receiver
 from demo.tasks import task_dispatch
 from tools import firebase_dotenv
@@ -62,25 +62,22 @@ ENV_LOCAL = ROOT / ".env.local"
 
 @dataclass
 class TaskFunction:
-    """A task-queue function behind functions-framework's Flask test client."""
+    """A task-queue function behind functions-framework's Flask test client; the deliveries
+    are `dedup.testing`'s, aimed at the client (`testing.via_test_client`)."""
 
     client: FlaskClient
 
     def dispatch(self, task: HttpEvent) -> int:
         """POST the task once, as Cloud Tasks does; the HTTP status it would see."""
-        return self.client.post("/", data=task.body, headers=dict(task.headers)).status_code
+        return testing.deliver(testing.via_test_client(self.client), task)
 
     def dispatch_concurrently(self, task: HttpEvent, copies: int) -> list[int]:
         """`copies` dispatches of the same task at once, from as many threads."""
-        with ThreadPoolExecutor(max_workers=copies) as pool:
-            return list(pool.map(lambda _: self.dispatch(task), range(copies)))
+        return testing.deliver_concurrently(self.dispatch, task, copies)
 
     def dispatch_until_done(self, task: HttpEvent, limit: int = 200) -> list[int]:
         """Dispatch until one answer is 2xx, as Cloud Tasks retries; every status seen."""
-        statuses = [self.dispatch(task)]
-        while not 200 <= statuses[-1] < 300 and len(statuses) < limit:
-            statuses.append(self.dispatch(task))
-        return statuses
+        return testing.deliver_until_done(self.dispatch, task, limit=limit)
 
 
 def receiver_port(env_local: Path = ENV_LOCAL) -> int:

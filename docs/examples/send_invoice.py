@@ -8,8 +8,8 @@ from typing import Any
 from firebase_functions import tasks_fn
 
 from dedup import Delivery, TerminalError
+from dedup.send import post_once
 from dedup.tasks import task_once
-from functions.http_delivery import post_once
 
 
 # The deployed name is also the queue id: letters, digits and hyphens only, hence camelCase.

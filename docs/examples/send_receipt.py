@@ -1,4 +1,4 @@
-"""A receipt mail sent once per order: lease mode, HTTP through the project's helper."""
+"""A receipt mail sent once per order: lease mode, HTTP through the library's sender."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 from firebase_functions import firestore_fn
 
 from dedup import Delivery, trigger_once
-from functions.http_delivery import post_once
+from dedup.send import post_once
 
 
 @firestore_fn.on_document_created(document="orders/{orderId}")

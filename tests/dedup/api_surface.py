@@ -12,7 +12,15 @@ import importlib
 import inspect
 from typing import Any
 
-MODULES = ("dedup", "dedup.http", "dedup.tasks", "dedup.outbox", "dedup.aio")
+MODULES = (
+    "dedup",
+    "dedup.http",
+    "dedup.tasks",
+    "dedup.outbox",
+    "dedup.aio",
+    "dedup.testing",
+    "dedup.send",
+)
 
 
 _FOREIGN = ("typing", "collections", "dataclasses", "enum", "abc", "builtins")

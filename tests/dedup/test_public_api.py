@@ -1,7 +1,7 @@
 """The public API of `dedup` stays source-compatible: every name of `dedup.__all__`,
-`dedup.http`, `dedup.tasks`, `dedup.outbox` and `dedup.aio` as released (pinned in
-`tests/dedup/public_api.json`) is still there, with parameters a call written for it still
-fits. New names and new optional parameters are allowed."""
+`dedup.http`, `dedup.tasks`, `dedup.outbox`, `dedup.aio`, `dedup.testing` and `dedup.send` as
+released (pinned in `tests/dedup/public_api.json`) is still there, with parameters a call
+written for it still fits. New names and new optional parameters are allowed."""
 
 from __future__ import annotations
 

@@ -324,7 +324,8 @@ def test_firestore_calls_are_child_spans_once_the_functions_switch_telemetry_on(
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    recorded = json.loads(done.stdout)
+    # The last line: dedup's own outcome lines (JSON on stdout, no set-up call) come first.
+    recorded = json.loads(done.stdout.strip().splitlines()[-1])
     spans = recorded["spans"]
     deliveries = [s for s in spans if s["name"] == SPAN]
     assert [d["attributes"]["dedup.outcome"] for d in deliveries] == ["ran", "duplicate"]

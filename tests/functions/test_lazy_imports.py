@@ -25,10 +25,12 @@ LOADED_ON_USE = (
     "dedup.http",
     "dedup.outbox",
     "dedup.tasks",
+    "dedup.testing",
     "opentelemetry.sdk",
 )
 """What `import dedup` and an event function leave unloaded until it is used: the async
-client's runner, the HTTP and task wrappers, the outbox, the telemetry SDK and the CLI (click
+client's runner, the HTTP and task wrappers, the outbox, the test helpers, the telemetry SDK
+and the CLI (click
 and rich come with firebase-functions, which every function imports)."""
 
 SETTINGS = {

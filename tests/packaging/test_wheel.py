@@ -1,4 +1,5 @@
-"""The `dedup` library installs as a package: `pip wheel .`, then `pip install <wheel>[cli]`.
+"""The `dedup` library installs as a package: `pip wheel .`, then `pip install <wheel>[cli]`;
+and `python -m build`, what the release workflow runs, builds the same package.
 
 Slow (about a minute: a fresh venv gets the wheel and its dependencies from the configured
 package index), so `make unit` leaves it out (`packaging` marker); `make test` runs it.
@@ -45,6 +46,8 @@ def test_wheel_installs_the_library_and_the_dedup_command(tmp_path: Path) -> Non
     assert "dedup/cli/__init__.py" in names
     assert "dedup/http/__init__.py" in names
     assert "dedup/py.typed" in names
+    assert "dedup/testing.py" in names
+    assert "dedup/send.py" in names
     assert not [n for n in names if n.startswith(("functions/", "main.py", "tests/", "demo/"))]
 
     venv = tmp_path / "venv"
@@ -72,3 +75,24 @@ def test_wheel_installs_the_library_and_the_dedup_command(tmp_path: Path) -> Non
     lines = imported.stdout.splitlines()
     assert [line.split()[0] for line in lines] == list(public)
     assert all(str(venv) in line for line in lines)  # the installed copies, not the work tree's
+
+
+def test_python_m_build_makes_the_wheel_the_release_publishes(tmp_path: Path) -> None:
+    """`python -m build --wheel` (the release workflow's builder, in its isolated build
+    environment) makes a wheel of the package's version holding the library with its test
+    helpers and sender, and nothing of the template."""
+    import tomllib
+
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "dedup", source / "dedup", ignore=shutil.ignore_patterns("__pycache__"))
+    run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", source)
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    assert wheel.name == f"exactly_once_functions-{version}-py3-none-any.whl"
+    names = zipfile.ZipFile(wheel).namelist()
+    for needed in ("dedup/__init__.py", "dedup/testing.py", "dedup/send.py", "dedup/py.typed"):
+        assert needed in names
+    assert not [n for n in names if n.startswith(("functions/", "main.py", "tests/", "demo/"))]
