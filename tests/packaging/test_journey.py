@@ -1,0 +1,271 @@
+"""A team's own project, not this template: install the built wheel, write a Firestore trigger
+and an HTTP endpoint as the docs do, run `dedup manifest`, serve the functions with
+functions-framework against the Firestore emulator and send concurrent duplicates.
+
+The project lives in a temporary folder outside the repository (`firebase init functions`'s
+shape: `firebase.json`, `functions/main.py`, `functions/requirements.txt`); it imports nothing of
+the template and calls no set-up function. Slow (a fresh venv, about a minute), so `make unit`
+leaves it out (`packaging`); it needs the Firestore emulator `make test` starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+from google.cloud import firestore
+
+from dedup import testing
+from tests.conftest import PROJECT
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.packaging, pytest.mark.needs_emulators]
+
+MAIN = '''\
+"""Orders: a Firestore trigger and an HTTP endpoint, each effect once."""
+
+import flask
+from firebase_functions import firestore_fn, https_fn
+from google.cloud import firestore
+
+from dedup import Delivery, trigger_once
+from dedup.http import IdempotentRequest, idempotent_http
+
+
+def count(client: firestore.Client, key: str) -> None:
+    client.document(f"effects/{key}").set({"n": firestore.Increment(1)}, merge=True)
+
+
+@firestore_fn.on_document_created(document="orders/{orderId}")
+@trigger_once("order_created")
+def order_created(event, delivery: Delivery) -> None:
+    count(delivery.client, delivery.key)
+
+
+@https_fn.on_request()
+@idempotent_http("charge", anonymous=True)
+def charge(call: IdempotentRequest) -> flask.Response:
+    count(call.delivery.client, call.delivery.key)
+    return flask.Response("{}", 201, content_type="application/json")
+'''
+
+COPIES = 6
+
+
+def run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run a command; fail the test with its output if it fails; its stdout."""
+    done = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def pinned(name: str) -> str:
+    """The template's pin of `name` (requirements.txt), which the suite runs against."""
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line.split("==")[0].strip() == name:
+            return line.strip()
+    raise AssertionError(f"{name} is not pinned in requirements.txt")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the functions folder, its venv's bin): a fresh project with the wheel installed the
+    documented way (`pip install` of the package, beside the project's own requirements)."""
+    work = tmp_path_factory.mktemp("journey")
+    source = work / "library"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "dedup", source / "dedup", ignore=shutil.ignore_patterns("__pycache__"))
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "-q",
+        "-w",
+        work / "dist",
+        source,
+        cwd=work,
+    )
+    [wheel] = (work / "dist").glob("*.whl")
+    app = work / "my-app"
+    functions = app / "functions"
+    functions.mkdir(parents=True)
+    (app / "firebase.json").write_text(
+        json.dumps({"functions": [{"source": "functions", "runtime": "python312"}]})
+    )
+    (functions / "main.py").write_text(MAIN)
+    (functions / "requirements.txt").write_text(
+        f"{pinned('firebase-functions')}\n{pinned('functions-framework')}\n"
+    )
+    venv = functions / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=work)
+    bin_ = venv / "bin"
+    run(
+        bin_ / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "-r",
+        functions / "requirements.txt",
+        cwd=work,
+    )
+    run(bin_ / "python", "-m", "pip", "install", "-q", f"{wheel}[cli]", cwd=work)
+    return functions, bin_
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment of the project's own processes: no DEDUP_* of this shell, no template
+    on the path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEDUP_") and k != "PYTHONPATH"}
+    return {**env, "GOOGLE_CLOUD_PROJECT": PROJECT, **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def serve(project: tuple[Path, Path], tmp_path: Path) -> Iterator[Callable[[str, str], str]]:
+    """`serve(target, signature)`: the project's function served by its venv's
+    functions-framework; its URL. Each server's output is kept in `tmp_path/<target>.log`."""
+    functions, bin_ = project
+    servers: list[subprocess.Popen[bytes]] = []
+
+    def start(target: str, signature: str) -> str:
+        port = free_port()
+        log = (tmp_path / f"{target}.log").open("wb")
+        command = [
+            str(bin_ / "functions-framework"),
+            f"--target={target}",
+            f"--signature-type={signature}",
+            f"--port={port}",
+            "--host=127.0.0.1",
+        ]
+        env = clean_env(FIRESTORE_EMULATOR_HOST=os.environ["FIRESTORE_EMULATOR_HOST"])
+        servers.append(subprocess.Popen(command, cwd=functions, env=env, stdout=log, stderr=log))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return f"http://127.0.0.1:{port}/"
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError((tmp_path / f"{target}.log").read_text())
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_manifest_turns_retries_on(project: tuple[Path, Path]) -> None:
+    """`dedup manifest SOURCE_DIR` from the installed wheel writes the SDK's manifest with
+    `retry: true` on the Firestore trigger; `--check` then passes, and fails without it."""
+    functions, bin_ = project
+    (functions / "functions.yaml").unlink(missing_ok=True)
+    done = subprocess.run(
+        [bin_ / "dedup", "manifest", "--check", functions],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "order_created" in done.stdout + done.stderr
+    run(bin_ / "dedup", "manifest", functions, cwd=functions.parent, env=clean_env())
+    manifest = yaml.safe_load((functions / "functions.yaml").read_text())
+    assert manifest["endpoints"]["order_created"]["eventTrigger"]["retry"] is True
+    run(bin_ / "dedup", "manifest", "--check", functions, cwd=functions.parent, env=clean_env())
+
+
+def test_a_misspelled_setting_stops_the_import(project: tuple[Path, Path]) -> None:
+    """`DEDUP_LEASE_SECOND=30` stops `import main`, naming DEDUP_LEASE_SECONDS."""
+    functions, bin_ = project
+    done = subprocess.run(
+        [bin_ / "python", "-c", "import main"],
+        cwd=functions,
+        env=clean_env(DEDUP_LEASE_SECOND="30"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "DEDUP_LEASE_SECONDS" in done.stderr
+    run(bin_ / "python", "-c", "import main", cwd=functions, env=clean_env())
+
+
+def effects(client: firestore.Client) -> dict[str, int]:
+    return {d.id: int((d.to_dict() or {})["n"]) for d in client.collection("effects").stream()}
+
+
+def test_concurrent_duplicates_give_one_effect_each(
+    serve: Callable[[str, str], str], firestore_client: firestore.Client, tmp_path: Path
+) -> None:
+    """Served as the gcloud path serves them, the trigger and the endpoint each have one effect
+    per event under concurrent duplicates, and the trigger's log holds the JSON outcome line
+    with no set-up call in the project's code."""
+    trigger = serve("order_created", "cloudevent")
+    events = [
+        testing.firestore_event(f"orders/{n}", None, {"item": n}, project=PROJECT, change="created")
+        for n in ("o1", "o2")
+    ]
+    for event in events:
+        statuses = testing.deliver_until_done(trigger, event, copies=COPIES)
+        assert any(200 <= s < 300 for s in statuses), statuses
+    assert sorted(effects(firestore_client).values()) == [1, 1]
+    assert sorted(effects(firestore_client)) == sorted(f"{e.id}-order_created" for e in events)
+
+    endpoint = serve("charge", "http")
+    key = uuid.uuid4().hex
+
+    def post(_: int) -> int:
+        request = urllib.request.Request(
+            endpoint,
+            data=b'{"amount": 5}',
+            method="POST",
+            headers={"Content-Type": "application/json", "Idempotency-Key": key},
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=60) as answer:
+            return int(answer.status)
+
+    with ThreadPoolExecutor(COPIES) as pool:
+        statuses = list(pool.map(post, range(COPIES)))
+    assert statuses == [201] * COPIES, statuses
+    assert len(effects(firestore_client)) == 3
+    assert all(n == 1 for n in effects(firestore_client).values())
+
+    lines = [
+        json.loads(line)
+        for line in (tmp_path / "order_created.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    assert any(line.get("outcome") == "ran" for line in lines), lines
