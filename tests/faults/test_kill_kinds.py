@@ -20,7 +20,7 @@ from google.cloud import firestore
 
 from demo.events import HttpEvent
 from demo.receiver import Receiver
-from demo.serve import ServedFunction, served_function
+from demo.serve import ROOT, ServedFunction, served_function
 from tests.dedup.test_kinds import captured
 from tests.faults.support import (
     CRASH_SOURCE,
@@ -33,6 +33,8 @@ from tests.faults.support import (
 
 pytestmark = pytest.mark.needs_emulators
 LEASE = {"DEDUP_LEASE_SECONDS": "2"}
+CRASH = {"PYTHONPATH": str(ROOT), "CRASH_AT": "in_handler"}
+"""The crash source lives outside the root and imports main.py from it."""
 BUCKET = "demo-exactly-once.appspot.com"
 
 
@@ -109,7 +111,7 @@ def test_a_scheduled_run_killed_in_its_handler_posts_once(
         "DIGEST_TIME_ZONE": "UTC",
     }
     crash_file = tmp_path / "digest.crash"
-    doomed_env = {**settings, "CRASH_AT": "in_handler", "CRASH_FILE": str(crash_file)}
+    doomed_env = {**settings, **CRASH, "CRASH_FILE": str(crash_file)}
     with served_function(
         "daily_digest", doomed_env, log=tmp_path / "crash.log", source=CRASH_SOURCE,
         signature_type="http",
