@@ -73,12 +73,7 @@ def test_an_upload_killed_in_its_handler_is_registered_once(
     uid = f"k{unique()}"
     event = upload(f"uploads/{uid}/photo.png", 42)
     crash_file = tmp_path / "upload.crash"
-    env = {
-        **LEASE,
-        "CRASH_AT": "in_handler",
-        "CRASH_FILE": str(crash_file),
-        "UPLOAD_BUCKET": BUCKET,
-    }
+    env = {**LEASE, **CRASH, "CRASH_FILE": str(crash_file), "UPLOAD_BUCKET": BUCKET}
     with served_function(
         "register_upload", env, log=tmp_path / "crash.log", source=CRASH_SOURCE
     ) as doomed:
