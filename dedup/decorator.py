@@ -19,7 +19,8 @@ function (run by `dedup.aio.AsyncDeduplicator`) for `functions_framework.aio.clo
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
@@ -144,39 +145,29 @@ def trigger_once(
 
             async def once_async(event: Any) -> None:
                 _entered()
-                try:
+                with _answered():
                     event_id, options = options_for(event)
-                except MissingEventId as refused:
-                    raise _answer(refused) from refused
 
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
 
                 runner = admitted.async_deduplicator()
-                try:
-                    with continued(from_event(event)):
-                        await runner.run_event(event_id, suffix, run_async, options)
-                except (LeaseHeld, MissingEventId) as refused:
-                    raise _answer(refused) from refused
+                with _answered(), continued(from_event(event)):
+                    await runner.run_event(event_id, suffix, run_async, options)
 
             setattr(once_async, USES_DEDUP, suffix)
             return admitted.identify(once_async)
 
         def once(event: Any) -> None:
             _entered()
-            try:
+            with _answered():
                 event_id, options = options_for(event)
-            except MissingEventId as refused:
-                raise _answer(refused) from refused
 
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)
 
-            try:
-                with continued(from_event(event)):
-                    admitted.deduplicator().run_event(event_id, suffix, run_handler, options)
-            except (LeaseHeld, MissingEventId) as refused:
-                raise _answer(refused) from refused
+            with _answered(), continued(from_event(event)):
+                admitted.deduplicator().run_event(event_id, suffix, run_handler, options)
 
         setattr(once, USES_DEDUP, suffix)
         return admitted.identify(once)
@@ -184,19 +175,23 @@ def trigger_once(
     return cast(HandlerDecorator, decorate)
 
 
-def _answer(refused: LeaseHeld | MissingEventId) -> Exception:
-    """A live lease or an event without an id as functions-framework answers them without a
-    traceback (500 and 400, `dedup.answers`); still a `LeaseHeld` or `MissingEventId`. Where
-    Flask is not loaded (no functions-framework), `refused` itself."""
-    if "flask" not in sys.modules:
-        return refused
-    from dedup import answers
+@contextmanager
+def _answered() -> Iterator[None]:
+    """A live lease or an event without an id raised inside, as functions-framework answers them
+    without a traceback: 500 and 400 (`dedup.answers`), still a `LeaseHeld` or a
+    `MissingEventId`. Where Flask is not loaded (no functions-framework), re-raised as is."""
+    try:
+        yield
+    except (LeaseHeld, MissingEventId) as refused:
+        if "flask" not in sys.modules:
+            raise
+        from dedup import answers
 
-    if isinstance(refused, answers.LeaseHeldAnswer | answers.MissingEventIdAnswer):
-        return refused
-    if isinstance(refused, LeaseHeld):
-        return answers.answer_lease_held(refused)
-    return answers.answer_missing_id(refused)
+        if isinstance(refused, answers.LeaseHeldAnswer | answers.MissingEventIdAnswer):
+            raise
+        if isinstance(refused, LeaseHeld):
+            raise answers.answer_lease_held(refused) from refused
+        raise answers.answer_missing_id(refused) from refused
 
 
 def _entered() -> None:
