@@ -46,6 +46,9 @@ class Kind(NamedTuple):
     """(the CloudEvent subject, the event's data as a mapping) -> the subject to record."""
     retry: Retry = "event"
     """How the platform retries it (see `Retry`)."""
+    apis: tuple[str, ...] = ()
+    """The Google APIs whose events these are, which a project enables before deploying a
+    function of the kind (besides Eventarc and Pub/Sub, which every event function needs)."""
 
 
 def _own_subject(subject: str | None, data: Any) -> str | None:
@@ -71,19 +74,41 @@ def _field(data: Any, name: str) -> str | None:
 
 
 KINDS: tuple[Kind, ...] = (
-    Kind("storage", ("google.cloud.storage.object.v1.",), _storage_subject),
-    Kind("database", ("google.firebase.database.ref.v1.",), _database_subject),
-    Kind("alerts", ("google.firebase.firebasealerts.alerts.v1.published",), _own_subject),
+    Kind(
+        "storage",
+        ("google.cloud.storage.object.v1.",),
+        _storage_subject,
+        apis=("storage.googleapis.com",),
+    ),
+    Kind(
+        "database",
+        ("google.firebase.database.ref.v1.",),
+        _database_subject,
+        apis=("firebasedatabase.googleapis.com",),
+    ),
+    Kind(
+        "alerts",
+        ("google.firebase.firebasealerts.alerts.v1.published",),
+        _own_subject,
+        apis=("firebasealerts.googleapis.com",),
+    ),
     Kind(
         "remote_config",
         ("google.firebase.remoteconfig.remoteConfig.v1.updated",),
         _own_subject,
+        apis=("firebaseremoteconfig.googleapis.com",),
     ),
-    Kind("test_lab", ("google.firebase.testlab.testMatrix.v1.completed",), _own_subject),
+    Kind(
+        "test_lab",
+        ("google.firebase.testlab.testMatrix.v1.completed",),
+        _own_subject,
+        apis=("testing.googleapis.com",),
+    ),
     Kind(
         "dataconnect",
         ("google.firebase.dataconnect.connector.v1.mutationExecuted",),
         _own_subject,
+        apis=("firebasedataconnect.googleapis.com",),
     ),
 )
 """The kinds that `dedup.events` reads generically from their CloudEvent; Firestore and Pub/Sub
@@ -92,7 +117,9 @@ events (documents, message ids) and scheduled runs have readers of their own the
 CUSTOM = Kind("custom", (), _own_subject)
 """Any other CloudEvent type: an Eventarc custom event, or a type newer than this table."""
 
-SCHEDULE = Kind("schedule", (), _own_subject, retry="schedule")
+SCHEDULE = Kind(
+    "schedule", (), _own_subject, retry="schedule", apis=("cloudscheduler.googleapis.com",)
+)
 """A Cloud Scheduler run: not a CloudEvent; `dedup.events` reads its headers."""
 
 

@@ -61,6 +61,7 @@ from typing import Any
 
 import yaml
 
+from dedup import kinds
 from dedup.cli.project import RECORDS_ROLES, with_retries
 from dedup.config import DedupConfig, telemetry_enabled
 from dedup.errors import ConfigError
@@ -837,12 +838,6 @@ STORAGE_EVENT = "google.cloud.storage.object.v1."
 ALERT_EVENT = "google.firebase.firebasealerts.alerts.v1.published"
 STORAGE_AGENT_ROLE = "roles/pubsub.publisher"
 """Granted to the Cloud Storage service agent: it publishes the bucket's events (Eventarc)."""
-EVENT_SOURCE_APIS = {
-    "scheduleTrigger": ("cloudscheduler.googleapis.com",),
-    STORAGE_EVENT: ("storage.googleapis.com",),
-    ALERT_EVENT: ("firebasealerts.googleapis.com",),
-}
-"""Extra APIs `make bootstrap` enables for the functions that need them."""
 BUCKET_PARAM = "UPLOAD_BUCKET"
 MIN_ATTEMPT_DEADLINE, MAX_ATTEMPT_DEADLINE = 180, 1800
 """Cloud Scheduler's attempt deadline: the function's timeout, within these bounds (seconds),
@@ -892,6 +887,17 @@ def resolve_params(manifest: dict[str, Any], target: Target, env: Mapping[str, s
         return node
 
     manifest["endpoints"] = walk(manifest.get("endpoints", {}))
+
+
+def source_apis(endpoint: Mapping[str, Any]) -> tuple[str, ...]:
+    """The extra APIs `make bootstrap` enables for a function: its kind's (`dedup.kinds`), the
+    schedule's for a scheduled function; none for Firestore, Pub/Sub and task functions."""
+    if "scheduleTrigger" in endpoint:
+        return kinds.SCHEDULE.apis
+    event_type = (endpoint.get("eventTrigger") or {}).get("eventType")
+    if not isinstance(event_type, str) or not event_type:
+        return ()
+    return kinds.kind_of(event_type).apis
 
 
 def is_storage(endpoint: Mapping[str, Any]) -> bool:
@@ -955,10 +961,7 @@ def event_source_bootstrap(manifest: Mapping[str, Any], target: Target, number: 
     agent's `pubsub.publisher` role when a function takes Storage events."""
     needed: list[str] = []
     for _, endpoint in endpoints(manifest):
-        event_type = str((endpoint.get("eventTrigger") or {}).get("eventType", ""))
-        for key, apis in EVENT_SOURCE_APIS.items():
-            if key in endpoint or (event_type and event_type.startswith(key)):
-                needed += [api for api in apis if api not in needed]
+        needed += [api for api in source_apis(endpoint) if api not in needed]
     plan = [shlex.join(["gcloud", "services", "enable", *needed, f"--project={target.project}"])]
     if not needed:
         return []
