@@ -25,6 +25,7 @@ The record key of a delivery, in the configured layout, is computed in one place
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -39,6 +40,7 @@ from dedup.core import (
 )
 from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
+from dedup.firebase_options import global_timeout_seconds, on_the_platform
 from dedup.keys import validate_suffix
 from dedup.record import Mode
 
@@ -270,7 +272,8 @@ def gate(
 ) -> Gate:
     """Check a decorator factory's arguments at import time: `InvalidSuffix` for a bad suffix,
     `ConfigError` for a bad or misspelled DEDUP_* variable when the function uses the process's
-    configuration (read here, once per process: `process_config`), for both `config` and
+    configuration (read here, once per process: `process_config`) or, on the platform, for a
+    lease shorter than the global timeout (`dedup.firebase_options`), for both `config` and
     `deduplicator`, for an unknown mode, for an
     `on_ambiguous` other than "rerun"/"skip" or a `reconcile` that is not callable (naming the
     function), or (HTTP kinds) for a deduplicator that would not refuse a reused key."""
@@ -279,7 +282,10 @@ def gate(
     if config is not None and deduplicator is not None:
         raise ConfigError(f"pass either config or deduplicator to {kind.decorator}, not both")
     if config is None and deduplicator is None:
-        process_config()  # the process's one read of DEDUP_*: a bad variable stops the import
+        read = process_config()  # the process's one read of DEDUP_*: a bad one stops the import
+        timeout = global_timeout_seconds()
+        if timeout is not None and on_the_platform(os.environ):
+            replace(read, function_timeout_seconds=timeout)  # a lease that is too short: refused
     try:
         chosen_mode = Mode(mode)
     except ValueError:

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 from dedup.config import DedupConfig
 from dedup.entrance import process_config
+from dedup.firebase_options import on_the_platform
 
 Check = TypeVar("Check", bound=Callable[[], object])
 
@@ -58,11 +59,6 @@ def declared_timeout(function: object) -> int | None:
     endpoint = getattr(function, "__firebase_endpoint__", None)
     timeout = getattr(endpoint, "timeoutSeconds", None)
     return timeout if isinstance(timeout, int) else None
-
-
-def on_the_platform(environ: Mapping[str, str]) -> bool:
-    """True in a deployed instance (Cloud Run's `K_SERVICE`), False locally and in emulators."""
-    return bool(environ.get("K_SERVICE")) and environ.get("FUNCTIONS_EMULATOR") != "true"
 
 
 def refuse_unsafe_settings(

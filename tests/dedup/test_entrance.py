@@ -251,3 +251,33 @@ def test_a_malformed_setting_stops_the_template_import() -> None:
     assert "DEDUP_LEASE_SECONDS" in done.stderr
     good = run_python(code, FUNCTION_TARGET="sync_published_count", DEDUP_LEASE_SECONDS="900")
     assert good.returncode == 0, good.stderr
+
+
+UNDER_A_GLOBAL_TIMEOUT = """
+from firebase_functions.options import set_global_options
+from dedup import trigger_once
+
+set_global_options(timeout_sec=300)
+
+@trigger_once("timed")
+def handler(event, delivery):
+    pass
+
+print("imported")
+"""
+
+
+def test_on_the_platform_a_lease_shorter_than_the_global_timeout_stops_the_import() -> None:
+    """With `set_global_options(timeout_sec=300)` and the default 60 s lease, a deployed instance
+    (K_SERVICE set) stops at the declaration, saying what to set; a lease of 310 s imports, and
+    so does any lease locally and in the Functions emulator."""
+    refused = run_python(UNDER_A_GLOBAL_TIMEOUT, K_SERVICE="svc")
+    assert refused.returncode != 0
+    assert "Set DEDUP_LEASE_SECONDS to at least 310" in refused.stderr
+    for env in (
+        {"K_SERVICE": "svc", "DEDUP_LEASE_SECONDS": "310"},
+        {},
+        {"K_SERVICE": "svc", "FUNCTIONS_EMULATOR": "true"},
+    ):
+        done = run_python(UNDER_A_GLOBAL_TIMEOUT, **env)
+        assert done.stdout.strip() == "imported", (env, done.stderr)
