@@ -275,7 +275,7 @@ class Deduplicator(DeduplicatorBase):
         Firestore (any `dedup.flow_io.Records`, such as the tests' in-memory store)."""
         super().__init__(config, telemetry)
         self._records = records
-        self._client = client
+        self._given_client = client
         self._client_factory = client_factory
         self._store: RecordStore | None = None
         self._stores: dict[str, RecordStore] = {}
@@ -288,7 +288,7 @@ class Deduplicator(DeduplicatorBase):
         if self._store is None:
             with self._lock:
                 if self._store is None:
-                    client = self._client
+                    client = self._given_client
                     if client is None:
                         factory = self._client_factory or self._default_client
                         client = factory()

@@ -58,7 +58,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         every event loop, instead of Firestore (such as the tests' in-memory store)."""
         super().__init__(config, telemetry)
         self._records = records
-        self._client = client
+        self._given_client = client
         self._client_factory = client_factory
         self._turns = KeyTurns()
         self._stores: weakref.WeakKeyDictionary[
@@ -80,7 +80,7 @@ class AsyncDeduplicator(DeduplicatorBase):
             stores = self._stores.setdefault(loop, {})
             first = stores.get(None)
             if first is None:
-                client = self._client
+                client = self._given_client
                 if client is None:
                     factory = self._client_factory or self._default_client
                     client = factory()
