@@ -211,7 +211,7 @@ def _raw_cloud_event(event: RawCloudEvent) -> EventInfo:
     attributes = event.get_attributes()
     data = event.get_data()
     event_id: Any = attributes.get("id")
-    document_path = _document_path(attributes)
+    document_path = _path_of_document(attributes)
     subject = document_path
     if attributes.get("type") == PUBSUB_EVENT_TYPE and isinstance(data, Mapping):
         message = data.get("message") or {}
@@ -256,7 +256,7 @@ def pubsub_subject(source: object, message_id: str | None) -> str | None:
     return f"topics/{topic}/messages/{message_id}" if topic else f"messages/{message_id}"
 
 
-def _document_path(attributes: Mapping[str, Any]) -> str | None:
+def _path_of_document(attributes: Mapping[str, Any]) -> str | None:
     document = attributes.get("document")
     if isinstance(document, str) and document:
         return document

@@ -204,9 +204,7 @@ def _cloud_event(
 def _document(value: Any, name: str, now: datetime) -> Any:
     """A document's fields (a mapping, or a `DocumentSnapshot` with its own times) as the
     event's protobuf `Document`; None for no document (absent, or a missing snapshot)."""
-    from google.cloud.firestore_v1 import _helpers
-    from google.cloud.firestore_v1.types import Document as FirestoreDocument
-    from google.events.cloud.firestore import Document as EventDocument
+    from google.events.cloud.firestore import Document
 
     if value is None:
         return None
@@ -217,13 +215,45 @@ def _document(value: Any, name: str, now: datetime) -> Any:
         created, updated = value.create_time or now, value.update_time or now
     else:
         fields, created, updated = dict(value), now, now
-    native = FirestoreDocument(
+    return Document(
         name=name,
-        fields=_helpers.encode_dict(fields),
+        fields={key: _value(field) for key, field in fields.items()},
         create_time=created,
         update_time=updated,
     )
-    return EventDocument.deserialize(FirestoreDocument.serialize(native))
+
+
+def _value(value: Any) -> Any:
+    """A field's value as the event's protobuf `Value` (what Firestore writes into the event):
+    null, bool, int, float, str, bytes, a time, a geo point, a map or a list of those."""
+    from google.events.cloud.firestore import ArrayValue, MapValue, Value
+    from google.type import latlng_pb2
+
+    if value is None:
+        return Value(null_value=0)
+    if isinstance(value, bool):
+        return Value(boolean_value=value)
+    if isinstance(value, int):
+        return Value(integer_value=value)
+    if isinstance(value, float):
+        return Value(double_value=value)
+    if isinstance(value, str):
+        return Value(string_value=value)
+    if isinstance(value, bytes):
+        return Value(bytes_value=value)
+    if isinstance(value, datetime):
+        return Value(timestamp_value=value)
+    if isinstance(value, Mapping):
+        return Value(map_value=MapValue(fields={k: _value(v) for k, v in value.items()}))
+    if isinstance(value, list | tuple):
+        return Value(array_value=ArrayValue(values=[_value(v) for v in value]))
+    if hasattr(value, "latitude") and hasattr(value, "longitude"):  # firestore.GeoPoint
+        point = latlng_pb2.LatLng(latitude=value.latitude, longitude=value.longitude)
+        return Value(geo_point_value=point)
+    raise TypeError(
+        f"a Firestore event field cannot hold a {type(value).__name__} here: use null, bool, "
+        "int, float, str, bytes, a datetime, a GeoPoint, a map or a list"
+    )
 
 
 def firestore_event(

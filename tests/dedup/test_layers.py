@@ -153,3 +153,22 @@ def test_private_firestore_attributes_only_in_their_module() -> None:
     )
     assert found == []
     assert PRIVATE_FIRESTORE.search((PACKAGE / INTERNALS).read_text())
+
+
+def test_no_private_module_of_google_cloud_is_imported() -> None:
+    """No module of `dedup` imports a private module of google-cloud (`_helpers` and the like),
+    however the import is spelled."""
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            found += [
+                f"{module}: {name}"
+                for name in names
+                if name.startswith("google.") and any(p.startswith("_") for p in name.split("."))
+            ]
+    assert found == []
