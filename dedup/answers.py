@@ -101,7 +101,7 @@ def refuse_unparsed(error: Exception) -> Any:
     raised after is re-raised (functions-framework's 500). HTTP errors pass through as they are."""
     if isinstance(error, HTTPException):
         return error
-    if flask.g.get(ENTERED_FLAG) or flask.g.get("event_parsed"):
+    if flask.g.get(ENTERED_FLAG):
         raise error
     why = "the request is not an event this function can read"
     log_delivery(logging.WARNING, f"refused (400): {why}", outcome="refused")

@@ -70,7 +70,7 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
-from dedup.answers import ENTERED_FLAG
+from dedup.answers import ENTERED_FLAG, mark_entered
 from dedup.events import SCHEDULE_TIME_HEADER
 from dedup.firebase_app import default_app
 from dedup.logs import log_delivery
@@ -365,8 +365,7 @@ def validated[F: Callable[..., None]](function: F) -> F:
 
     @functools.wraps(function)
     def checked(raw: CloudEvent) -> None:
-        if flask.has_app_context():
-            flask.g.event_parsed = True  # failures from here on are the function's own
+        mark_entered()  # failures from here on are the function's own
         try:
             event = parsed_event(raw, trigger)
         except _Refused as refused:
@@ -420,8 +419,8 @@ def refuse_unparseable_request(error: Exception) -> tuple[str, int, dict[str, st
     that are not CloudEvents); the function's own failures, raised once `validated` or the
     `trigger_once` wrapper was entered (`dedup.answers.mark_entered`), are re-raised, so
     functions-framework logs them and answers 500 and the platform retries."""
-    if flask.g.get("event_parsed") or flask.g.get(ENTERED_FLAG):
-        raise error  # raised by the function (`validated`) or the dedup wrapper: its own
+    if flask.g.get(ENTERED_FLAG):
+        raise error  # raised once `validated` or the dedup wrapper was entered: the function's
     return _refusal(400, "the request is not a parseable CloudEvent")
 
 

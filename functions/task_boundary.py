@@ -35,6 +35,7 @@ from typing import Any, cast
 import flask
 
 from dedup import strict_json
+from dedup.answers import mark_entered
 from dedup.logs import log_delivery
 from dedup.tasks import TASK_NAME_HEADER
 from functions.boundary import is_health_probe
@@ -88,7 +89,7 @@ def validated_task[F: Callable[..., Any]](function: F) -> F:
         problem = dispatch_problem(request)
         if problem is not None:
             return _refusal(name, *problem)
-        flask.g.event_parsed = True  # failures from here on are the function's own (500)
+        mark_entered()  # failures from here on are the function's own (500)
         return function(request)
 
     return cast(F, checked)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -47,18 +48,14 @@ def library_version() -> str:
 
 
 def runtime_requirements() -> list[str]:
-    """The library's runtime requirements, as the distribution declares them (no extras)."""
+    """The library's runtime requirements (no extras): as the installed distribution declares
+    them, else (a checkout that is not installed) as its pyproject.toml lists them."""
     try:
         declared = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
-        declared = []
-    found = [line for line in declared if "extra ==" not in line]
-    return found or [
-        "google-cloud-firestore>=2.34.1",
-        "firebase-functions>=0.6.0",
-        "cloudevents>=1.12.0",
-        "opentelemetry-api>=1.45.2",
-    ]
+        pyproject = library_folder().parent / "pyproject.toml"
+        return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+    return [line for line in declared if "extra ==" not in line]
 
 
 def project_name(requirement: str) -> str | None:

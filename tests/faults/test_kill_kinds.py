@@ -12,7 +12,6 @@ the scheduled request built as Cloud Scheduler sends it.
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,14 @@ from google.cloud import firestore
 
 from demo.events import HttpEvent
 from demo.receiver import Receiver
-from demo.serve import ROOT, ServedFunction, served_function
+from demo.serve import ROOT, served_function
 from tests.dedup.test_kinds import captured
 from tests.faults.support import (
     CRASH_SOURCE,
     NO_ANSWER,
-    deliver,
+    crash_during,
     redeliver_until_acknowledged,
     unique,
-    wait_for_crash_point,
 )
 
 pytestmark = pytest.mark.needs_emulators
@@ -36,18 +34,6 @@ LEASE = {"DEDUP_LEASE_SECONDS": "2"}
 CRASH = {"PYTHONPATH": str(ROOT), "CRASH_AT": "in_handler"}
 """The crash source lives outside the root and imports main.py from it."""
 BUCKET = "demo-exactly-once.appspot.com"
-
-
-def killed_in_handler(served: ServedFunction, crash_file: Path, event: HttpEvent) -> int:
-    """Deliver `event`, SIGKILL the server's process group once the handler is reached; the
-    status the platform saw."""
-    answers: list[int] = []
-    flight = threading.Thread(target=lambda: answers.append(deliver(served, event).status))
-    flight.start()
-    wait_for_crash_point(crash_file, "in_handler")
-    served.kill()
-    flight.join(timeout=30)
-    return answers[0]
 
 
 def upload(name: str, size: int) -> HttpEvent:
@@ -77,7 +63,7 @@ def test_an_upload_killed_in_its_handler_is_registered_once(
     with served_function(
         "register_upload", env, log=tmp_path / "crash.log", source=CRASH_SOURCE
     ) as doomed:
-        assert killed_in_handler(doomed, crash_file, event) == NO_ANSWER
+        assert crash_during(doomed, crash_file, "in_handler", event).status == NO_ANSWER
     assert firestore_client.document(f"users/{uid}").get().to_dict() is None  # nothing committed
     with served_function("register_upload", {**LEASE, "UPLOAD_BUCKET": BUCKET}) as fresh:
         answers = redeliver_until_acknowledged(fresh, event, within=60)
@@ -111,7 +97,7 @@ def test_a_scheduled_run_killed_in_its_handler_posts_once(
         "daily_digest", doomed_env, log=tmp_path / "crash.log", source=CRASH_SOURCE,
         signature_type="http",
     ) as doomed:  # fmt: skip
-        assert killed_in_handler(doomed, crash_file, run) == NO_ANSWER
+        assert crash_during(doomed, crash_file, "in_handler", run).status == NO_ANSWER
     assert receiver.applied("/digest") == []
     with served_function("daily_digest", settings, signature_type="http") as fresh:
         assert redeliver_until_acknowledged(fresh, run, within=60)[-1].acknowledged

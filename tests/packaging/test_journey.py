@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -30,8 +29,7 @@ from google.cloud import firestore
 
 from dedup import testing
 from tests.conftest import PROJECT
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.packaging.conftest import ROOT, run
 
 pytestmark = [pytest.mark.packaging, pytest.mark.needs_emulators]
 
@@ -66,21 +64,6 @@ def charge(call: IdempotentRequest) -> flask.Response:
 COPIES = 6
 
 
-def run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
-    """Run a command; fail the test with its output if it fails; its stdout."""
-    done = subprocess.run(
-        [str(part) for part in command],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
 def pinned(name: str) -> str:
     """The template's pin of `name` (requirements.txt), which the suite runs against."""
     for line in (ROOT / "requirements.txt").read_text().splitlines():
@@ -90,28 +73,11 @@ def pinned(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def project(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> tuple[Path, Path]:
     """(the functions folder, its venv's bin): a fresh project with the wheel installed the
     documented way (`pip install` of the package, beside the project's own requirements)."""
     work = tmp_path_factory.mktemp("journey")
-    source = work / "library"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "dedup", source / "dedup", ignore=shutil.ignore_patterns("__pycache__"))
-    run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "-q",
-        "-w",
-        work / "dist",
-        source,
-        cwd=work,
-    )
-    [wheel] = (work / "dist").glob("*.whl")
+    wheel = built_wheel
     app = work / "my-app"
     functions = app / "functions"
     functions.mkdir(parents=True)

@@ -8,39 +8,24 @@ package index), so `make unit` leaves it out (`packaging` marker); `make test` r
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.packaging.conftest import ROOT, library_source, run
 
 pytestmark = pytest.mark.packaging
 
 
-def run(*command: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a command; fail the test with its output if it fails."""
-    result = subprocess.run(
-        [str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, f"{command} failed:\n{result.stdout}\n{result.stderr}"
-    return result
-
-
-def test_wheel_installs_the_library_and_the_dedup_command(tmp_path: Path) -> None:
+def test_wheel_installs_the_library_and_the_dedup_command(
+    tmp_path: Path, built_wheel: Path
+) -> None:
     """A wheel built from the sources holds the `dedup` package (and nothing of the functions),
     installs with its runtime dependencies into a fresh venv, and with the `cli` extra puts a
     working `dedup` command on that venv's PATH."""
-    source = tmp_path / "source"  # a copy, so the build leaves nothing in the work tree
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "dedup", source / "dedup", ignore=shutil.ignore_patterns("__pycache__"))
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist", source)
-    [wheel] = (tmp_path / "dist").glob("*.whl")
+    wheel = built_wheel
     names = zipfile.ZipFile(wheel).namelist()
     assert "dedup/__init__.py" in names
     assert "dedup/cli/__init__.py" in names
@@ -83,11 +68,7 @@ def test_python_m_build_makes_the_wheel_the_release_publishes(tmp_path: Path) ->
     helpers and sender, and nothing of the template."""
     import tomllib
 
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "dedup", source / "dedup", ignore=shutil.ignore_patterns("__pycache__"))
+    source = library_source(tmp_path / "source")
     run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", source)
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     [wheel] = (tmp_path / "dist").glob("*.whl")
