@@ -40,7 +40,7 @@ from dedup.core import (
 )
 from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
-from dedup.firebase_options import global_timeout_seconds, on_the_platform
+from dedup.firebase_internals import global_timeout_seconds, on_the_platform
 from dedup.keys import validate_suffix
 from dedup.record import Mode
 
@@ -273,7 +273,7 @@ def gate(
     """Check a decorator factory's arguments at import time: `InvalidSuffix` for a bad suffix,
     `ConfigError` for a bad or misspelled DEDUP_* variable when the function uses the process's
     configuration (read here, once per process: `process_config`) or, on the platform, for a
-    lease shorter than the global timeout (`dedup.firebase_options`), for both `config` and
+    lease shorter than the global timeout (`dedup.firebase_internals`), for both `config` and
     `deduplicator`, for an unknown mode, for an
     `on_ambiguous` other than "rerun"/"skip" or a `reconcile` that is not callable (naming the
     function), or (HTTP kinds) for a deduplicator that would not refuse a reused key."""

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from dedup.config import DedupConfig
 from dedup.entrance import process_config
-from dedup.firebase_options import on_the_platform
+from dedup.firebase_internals import on_the_platform
 
 Check = TypeVar("Check", bound=Callable[[], object])
 

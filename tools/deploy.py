@@ -75,8 +75,6 @@ GENERATED = f"{GENERATED_MANIFEST_MARK} for `make deploy-firebase`, which delete
 """First line of the manifest it writes; `tools/emulators.py` removes a leftover with it."""
 MANIFEST_FILE = "functions.yaml"
 DEFAULT_SERVICE_ACCOUNT = "exactly-once-fn"
-FIRESTORE_EVENT = "google.cloud.firestore.document.v1."
-PUBSUB_EVENT = "google.cloud.pubsub.topic.v1.messagePublished"
 REGION_VARIABLE = "FUNCTION_REGION"
 """The functions' region in their environment (`functions.region`): firebase-tools sets it on
 every function; `make deploy-gcloud` writes it into the env files."""
@@ -317,16 +315,17 @@ def endpoints(manifest: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]
     yield from sorted(manifest.get("endpoints", {}).items())
 
 
-def is_firestore(endpoint: Mapping[str, Any]) -> bool:
-    """True for a Firestore document trigger."""
+def kind_of_trigger(endpoint: Mapping[str, Any]) -> kinds.Kind:
+    """The kind (`dedup.kinds`) of an endpoint's event trigger: what its deploy needs."""
     trigger = endpoint.get("eventTrigger") or {}
-    return str(trigger.get("eventType", "")).startswith(FIRESTORE_EVENT)
+    event_type = trigger.get("eventType")
+    return kinds.kind_of(event_type if isinstance(event_type, str) else None)
 
 
 def trigger_topic(endpoint: Mapping[str, Any]) -> str | None:
     """The topic id of a Pub/Sub trigger, else None."""
     trigger = endpoint.get("eventTrigger") or {}
-    if trigger.get("eventType") != PUBSUB_EVENT:
+    if not trigger or kind_of_trigger(endpoint).name != "pubsub":
         return None
     return str(trigger["eventFilters"]["topic"]).rsplit("/", 1)[-1]
 
@@ -428,7 +427,8 @@ def deploy_manifest(
         trigger = endpoint.get("eventTrigger")
         if trigger is None:
             continue
-        if is_firestore(endpoint) and for_deploy:
+        location = kind_of_trigger(endpoint).deploy.location
+        if location == "database" and for_deploy:
             database = trigger.get("eventFilters", {}).get("database", "(default)")
             if database not in locations:
                 if target.firestore_location:
@@ -438,10 +438,10 @@ def deploy_manifest(
                 else:
                     locations[database] = read_firestore_location(target.project, database)
             trigger["region"] = locations[database]
-        if trigger.get("eventType") == ALERT_EVENT:
+        if location == "global":
             trigger["region"] = "global"  # Firebase Alerts are published globally
     for _, endpoint in endpoints(manifest):  # after the databases: each read in turn
-        if is_storage(endpoint) and for_deploy:
+        if kind_of_trigger(endpoint).deploy.location == "bucket" and for_deploy:
             trigger = endpoint["eventTrigger"]
             if reads is not None and not target.bucket_location:
                 trigger["region"] = reads.bucket_location(str(trigger["eventFilters"]["bucket"]))
@@ -576,18 +576,13 @@ def trigger_flags(name: str, endpoint: Mapping[str, Any], target: Target) -> lis
     flags = [f"--trigger-service-account={target.service_account_email}"]
     if trigger.get("retry"):
         flags.append("--retry")
-    topic = trigger_topic(endpoint)
-    if topic is not None:
-        return [f"--trigger-topic={topic}", *flags]
-    if is_storage(endpoint):
-        return storage_trigger_flags(trigger, flags)
-    flags.append(f"--trigger-event-filters=type={trigger['eventType']}")
-    for key, value in sorted((trigger.get("eventFilters") or {}).items()):
-        flags.append(f"--trigger-event-filters={key}={value}")
-    for key, value in sorted((trigger.get("eventFilterPathPatterns") or {}).items()):
-        flags.append(f"--trigger-event-filters-path-pattern={key}={value}")
-    location = trigger.get("region") or target.region
-    return [*flags, f"--trigger-location={location}"]
+    deploy = kind_of_trigger(endpoint).deploy
+    flags = [*deploy.gcloud_trigger(trigger), *flags]
+    if not deploy.gcloud_location:
+        return flags
+    if deploy.location == "bucket" and not trigger.get("region"):
+        return flags  # the bucket's location is put on the trigger once read (`deploy_manifest`)
+    return [*flags, f"--trigger-location={trigger.get('region') or target.region}"]
 
 
 def secret_names(manifest: Mapping[str, Any]) -> list[str]:
@@ -834,10 +829,6 @@ def bootstrap_plan(
 
 # --- deploy-time params, Storage, Firebase Alerts and schedules --------------------------------
 
-STORAGE_EVENT = "google.cloud.storage.object.v1."
-ALERT_EVENT = "google.firebase.firebasealerts.alerts.v1.published"
-STORAGE_AGENT_ROLE = "roles/pubsub.publisher"
-"""Granted to the Cloud Storage service agent: it publishes the bucket's events (Eventarc)."""
 BUCKET_PARAM = "UPLOAD_BUCKET"
 MIN_ATTEMPT_DEADLINE, MAX_ATTEMPT_DEADLINE = 180, 1800
 """Cloud Scheduler's attempt deadline: the function's timeout, within these bounds (seconds),
@@ -894,16 +885,7 @@ def source_apis(endpoint: Mapping[str, Any]) -> tuple[str, ...]:
     schedule's for a scheduled function; none for Firestore, Pub/Sub and task functions."""
     if "scheduleTrigger" in endpoint:
         return kinds.SCHEDULE.apis
-    event_type = (endpoint.get("eventTrigger") or {}).get("eventType")
-    if not isinstance(event_type, str) or not event_type:
-        return ()
-    return kinds.kind_of(event_type).apis
-
-
-def is_storage(endpoint: Mapping[str, Any]) -> bool:
-    """True for a Cloud Storage object trigger."""
-    trigger = endpoint.get("eventTrigger") or {}
-    return str(trigger.get("eventType", "")).startswith(STORAGE_EVENT)
+    return kind_of_trigger(endpoint).apis
 
 
 def read_bucket_location(project: str, bucket: str) -> str:
@@ -941,37 +923,25 @@ def storage_trigger_region(trigger: Mapping[str, Any], target: Target) -> str:
     return location
 
 
-def storage_trigger_flags(trigger: Mapping[str, Any], identity: list[str]) -> list[str]:
-    """`--trigger-bucket` for a finalize trigger; any other Storage event by its type. Both
-    with `--trigger-location`, the bucket's location (`storage_trigger_region`)."""
-    bucket = trigger["eventFilters"]["bucket"]
-    location = [f"--trigger-location={trigger['region']}"] if trigger.get("region") else []
-    if trigger["eventType"] == STORAGE_EVENT + "finalized":
-        return [f"--trigger-bucket={bucket}", *identity, *location]
-    return [
-        f"--trigger-event-filters=type={trigger['eventType']}",
-        f"--trigger-event-filters=bucket={bucket}",
-        *identity,
-        *location,
-    ]
-
-
 def event_source_bootstrap(manifest: Mapping[str, Any], target: Target, number: str) -> list:
-    """The APIs the Storage, alert and schedule functions need, and the Storage service
-    agent's `pubsub.publisher` role when a function takes Storage events."""
+    """The APIs the functions' kinds need (`Kind.apis`), and the role each kind's service agent
+    needs to publish its events (`Deploy.service_agent`: Cloud Storage's `pubsub.publisher`)."""
     needed: list[str] = []
+    agents: list[tuple[str, str]] = []
     for _, endpoint in endpoints(manifest):
         needed += [api for api in source_apis(endpoint) if api not in needed]
-    plan = [shlex.join(["gcloud", "services", "enable", *needed, f"--project={target.project}"])]
+        agent = kind_of_trigger(endpoint).deploy.service_agent  # None without an event trigger
+        if agent is not None and agent not in agents:
+            agents.append(agent)
     if not needed:
         return []
-    if any(is_storage(e) for _, e in endpoints(manifest)):
-        agent = f"service-{number}@gs-project-accounts.iam.gserviceaccount.com"
+    plan = [shlex.join(["gcloud", "services", "enable", *needed, f"--project={target.project}"])]
+    for email, role in agents:
+        member = f"serviceAccount:{email.format(number=number)}"
         plan.append(
             shell_join(
                 ["gcloud", "projects", "add-iam-policy-binding", target.project,
-                 f"--member=serviceAccount:{agent}", f"--role={STORAGE_AGENT_ROLE}",
-                 "--condition=None", "--quiet"]
+                 f"--member={member}", f"--role={role}", "--condition=None", "--quiet"]
             ) + " >/dev/null"
         )  # fmt: skip
     return plan

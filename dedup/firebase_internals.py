@@ -1,0 +1,68 @@
+"""The private parts of firebase-functions that dedup reads, all here: what
+`set_global_options` declared (the function timeout a lease must outlast, on the platform),
+and the SDK's own parsers of a raw Firestore and Pub/Sub event (the template's strict
+boundary hands the function exactly the event firebase-functions would build).
+
+## Global options
+
+`trigger_once` runs under the platform's decorator, which declares a function's own
+`timeout_sec` only after `trigger_once` has returned; what a function can see at its declaration
+is the global options that `set_global_options` set before it. So, where the instance runs on
+the platform (`on_the_platform`), a global timeout that `DEDUP_LEASE_SECONDS` does not outlast
+(plus `DEDUP_RPC_TIMEOUT_SECONDS`) stops the import with the `ConfigError` that names the value
+to set (`dedup.entrance.gate`). A function that sets a shorter timeout of its own is judged on
+the global one, the longer: the lease this asks for is safe for it too, only longer than it
+needs. Locally, in tests and in the Functions emulator nothing is checked: short leases there
+are deliberate.
+
+## Private names read, each checked with firebase-functions 0.6.0 (pinned in requirements.txt)
+- `firebase_functions.options._GLOBAL_OPTIONS` (the `RuntimeOptions` that `set_global_options`
+  replaces), its `timeout_sec`. Nothing is read when the options module is not loaded.
+- `firebase_functions.firestore_fn._firestore_endpoint_handler(func, event_type,
+  document_pattern, raw)` and `firebase_functions.private.path_pattern.PathPattern`: how
+  `on_document_*` turns a raw CloudEvent into the `Event` its handler gets.
+- `firebase_functions.pubsub_fn._message_handler(func, raw)`: the same for
+  `on_message_published` (it rewrites the raw data in place, so it runs once per event).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+
+def global_timeout_seconds() -> int | None:
+    """The `timeout_sec` of `set_global_options`, when one was set as a number of seconds."""
+    options = sys.modules.get("firebase_functions.options")
+    if options is None:
+        return None
+    timeout = getattr(getattr(options, "_GLOBAL_OPTIONS", None), "timeout_sec", None)
+    return timeout if type(timeout) is int else None
+
+
+def parse_firestore_event(raw: Any, event_type: str, document_pattern: str) -> Any:
+    """firebase-functions' own parse of a raw Firestore CloudEvent (the handler's `Event`)."""
+    from firebase_functions import firestore_fn
+    from firebase_functions.private.path_pattern import PathPattern
+
+    parsed: list[Any] = []
+    firestore_fn._firestore_endpoint_handler(
+        parsed.append, event_type, PathPattern(document_pattern), raw
+    )
+    return parsed[0]
+
+
+def parse_pubsub_event(raw: Any) -> Any:
+    """firebase-functions' own parse of a raw Pub/Sub CloudEvent (the handler's event)."""
+    from firebase_functions import pubsub_fn
+
+    parsed: list[Any] = []
+    pubsub_fn._message_handler(parsed.append, raw)
+    return parsed[0]
+
+
+def on_the_platform(environ: Mapping[str, str]) -> bool:
+    """True in a deployed instance (Cloud Run's `K_SERVICE`), False locally and in the Functions
+    emulator (which sets `FUNCTIONS_EMULATOR=true`)."""
+    return bool(environ.get("K_SERVICE")) and environ.get("FUNCTIONS_EMULATOR") != "true"
