@@ -70,6 +70,7 @@ from demo.events import HttpEvent
 from demo.platform import DeliveryLog, deliver_at_least_once
 from demo.serve import ROOT, free_port
 from tests.dedup.test_kinds import database, matrix_event, remote_config
+from tests.waiting import eventually
 from tools.emulators import FIREBASE_BIN, PROJECT, REGION, descendants
 
 pytestmark = [pytest.mark.needs_emulators, pytest.mark.subprocesses]
@@ -160,10 +161,26 @@ def write_project(folder: Path, ports: dict[str, int]) -> None:
     (folder / "firebase.json").write_text(json.dumps(config, indent=2))
 
 
+def gone(pid: int) -> bool:
+    """`pid` has ended: no such process, or a zombie (an orphan its adopter has not reaped yet,
+    `make test`'s tools/emulators.py reaps it at the end)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:  # Linux: the state after the command name; elsewhere an orphan is reaped at once
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return Path("/proc").is_dir()  # it ended between the two looks
+    return bool(fields) and fields[0] in ("Z", "X")
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGINT to the CLI's process group (as Ctrl-C), then SIGKILL to that group (its workers
-    are in it: the emulator starts them undetached) and to every process the CLI had started,
-    so none outlives the module."""
+    are in it: the emulator starts them undetached) and to every process the CLI had started;
+    returns once all of them have ended, so none outlives the module."""
     started = descendants(process.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGINT)
@@ -175,6 +192,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     process.wait(timeout=30)
+    eventually(lambda: all(gone(pid) for pid in started), "the emulator's processes ended", 30)
 
 
 @pytest.fixture(scope="module")
