@@ -83,8 +83,6 @@ MAX_REASON = 300
 """Longest reason an answer or a refusal log line carries."""
 HEALTH_PROBE = ("GET", "/__/health")
 """The request the Functions emulator sends while a worker starts (answered 405)."""
-document_problem = firestore_kind.document_problem
-"""Why a document path does not match a trigger's pattern (`dedup.kinds.firestore`)."""
 
 STATUS_ERRORS: dict[int, type[HTTPException]] = {
     400: BadRequest,
