@@ -77,7 +77,7 @@ def env_local() -> dict[str, str]:
 def receiver_port() -> int:
     """The port `.env.local` points the emulator's functions at (its NOTIFY_URL's)."""
     port = urlsplit(env_local().get("NOTIFY_URL", "")).port
-    return int(port or 8765)
+    return int(port or 7765)
 
 
 def functions_host() -> str:

@@ -81,12 +81,12 @@ class TaskFunction:
 
 
 def receiver_port(env_local: Path = ENV_LOCAL) -> int:
-    """The port `.env.local`'s NOTIFY_URL points the emulator's functions at (8765 as shipped).
+    """The port `.env.local`'s NOTIFY_URL points the emulator's functions at (7765 as shipped).
 
     The test receiver listens there, so moving it is one edit of `.env.local`.
     """
     url = firebase_dotenv.parse(env_local.read_text())[0].get("NOTIFY_URL", "")
-    return urlsplit(url).port or 8765
+    return urlsplit(url).port or 7765
 
 
 def call(client: FlaskClient, user: User | None, data: Any) -> tuple[int, Any]:

@@ -27,9 +27,10 @@ from tools.emulators import ROOT
 
 pytestmark = pytest.mark.needs_emulators  # it starts emulators of its own
 
-PORT_SHIFT = 3
+PORT_SHIFT = 20003
 """Added to every port: checkouts side by side move theirs by multiples of 10, so the copy's
-ports are nobody else's."""
+ports are nobody else's, and every moved port lies above the Functions emulator's workers
+(tests/ports.py)."""
 PORT_KEYS = ("port", "websocketPort")
 DEMO_TIMEOUT_SECONDS = 600
 WIDTH = 100

@@ -21,8 +21,9 @@ from tests.deploy.conftest import add_function, copy_project
 from tests.named.functions import NAMED_DATABASE
 from tests.named.probe import PROBE_MARK
 
-PORT_SHIFT = 1000
-"""Moves every port of firebase.json up by 1000: free of the suite's emulators and receiver."""
+PORT_SHIFT = 11000
+"""Moves every port of firebase.json up by 11000: free of the suite's emulators, its receiver and
+the Functions emulator's workers (tests/ports.py)."""
 
 PROBED = f'''"""Counts the orders of the named database {NAMED_DATABASE} (a throwaway function)."""
 
