@@ -1,16 +1,16 @@
 """The main.py of the second Functions emulator of `tests/dedup/test_emulator_routes.py`: copied
 there as `main.py` beside a copy of `kinds_app.py`, never deployed.
 
-It exports kinds_app.py's `on_value` (Realtime Database), `on_config` (Remote Config) and
-`on_matrix` (Test Lab) unchanged but for one field of the last two's manifest entries: the
-Functions emulator (firebase-tools 15) registers a 2nd-gen event function only when its event
-type is one it emulates (Pub/Sub, Storage, Realtime Database, Firestore, Auth, Alerts) or its
-trigger names an Eventarc channel (`emulatedFunctionsFromEndpoints` in
-`lib/emulator/functionsEmulatorShared.js`); it drops the others at load, and serves no trigger
-route for them. So `on_config` and `on_matrix` name the channel firebase-functions gives an
-Eventarc custom event by default (`eventarc_fn`), and the emulator registers them, as custom
-event triggers, with a trigger route each. Their decorators, handlers and the worker that
-serves them (functions-framework, the `cloudevent` signature) are the same either way.
+It exports kinds_app.py's `on_value` (Realtime Database), `on_custom` (an Eventarc custom event),
+`on_config` (Remote Config) and `on_matrix` (Test Lab), unchanged but for one field of the last
+two's manifest entries: the Functions emulator (firebase-tools 15) registers a 2nd-gen event
+function only when its event type is one it emulates (Pub/Sub, Storage, Realtime Database,
+Firestore, Auth, Alerts) or its trigger names an Eventarc channel (`emulatedFunctionsFromEndpoints`
+in `lib/emulator/functionsEmulatorShared.js`); it drops the others at load, and serves no trigger
+route for them. So `on_config` and `on_matrix` name the channel firebase-functions gives an Eventarc
+custom event by default (`eventarc_fn`), and the emulator registers them, as custom event triggers,
+with a trigger route each. Their decorators, handlers and the worker that serves them
+(functions-framework, the `cloudevent` signature) are the same either way.
 
 `on_config_as_is` and `on_matrix_as_is` are the same kinds without the channel: the test
 checks the emulator still drops them, so the channel is dropped here once it does not.
@@ -19,7 +19,7 @@ checks the emulator still drops them, so the channel is dropped here once it doe
 from typing import Any
 
 from firebase_functions import remote_config_fn, test_lab_fn
-from kinds_app import REGISTRY, on_config, on_matrix, on_value
+from kinds_app import REGISTRY, on_config, on_custom, on_matrix, on_value
 
 from dedup import Delivery, trigger_once
 
@@ -44,4 +44,4 @@ def on_matrix_as_is(event: Any, delivery: Delivery) -> None:
     raise AssertionError("the Functions emulator now serves Test Lab functions as they are")
 
 
-__all__ = ["on_config", "on_config_as_is", "on_matrix", "on_matrix_as_is", "on_value"]
+__all__ = ["on_config", "on_config_as_is", "on_custom", "on_matrix", "on_matrix_as_is", "on_value"]

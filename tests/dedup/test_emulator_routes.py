@@ -1,5 +1,5 @@
-"""Realtime Database, Remote Config and Test Lab functions give one effect per event on the real
-Functions emulator.
+"""Realtime Database, Remote Config, Test Lab and Eventarc custom-event functions give one effect
+per event on the real Functions emulator.
 
 These events are hand-built CloudEvents delivered through the Functions emulator's own trigger
 routes (`POST /functions/projects/<project>/triggers/<trigger key>`), because no emulator of
@@ -12,9 +12,20 @@ captured data (`tests/dedup/captured/`). The route passes it to a Python worker 
 starts for the function (functions-framework, the `cloudevent` signature) and passes the
 worker's answer back.
 
+Eventarc custom events also go the way a publisher's go: to the Eventarc emulator that starts beside
+this Functions emulator, `POST
+/projects/<project>/locations/<location>/channels/firebase:publishEvents` with the events in the
+protocol's JSON form (`specVersion`, `attributes`, `textData`), as the Admin SDK's
+`getEventarc().channel().publish()` sends them. The Eventarc emulator routes each event by type and
+channel to the function's trigger route. It neither reports the function's answer nor retries a
+refused copy, so copies published at once give one effect because the copy that took the lease
+finishes; the ones that found it live are answered 500 and dropped. The custom event is hand-built
+too: it has no captured payload, being the publisher's own.
+
 The functions are `tests/dedup/kinds_app.py`'s `on_value` (`db_fn.on_value_written`),
-`on_config` (`remote_config_fn.on_config_updated`) and `on_matrix`
-(`test_lab_fn.on_test_matrix_completed`): the code `test_kinds.py` serves with
+`on_config` (`remote_config_fn.on_config_updated`), `on_matrix`
+(`test_lab_fn.on_test_matrix_completed`) and `on_custom`
+(`eventarc_fn.on_custom_event_published`): the code `test_kinds.py` serves with
 functions-framework, each effect an increment of `effects/<delivery.key>.n`. The emulator
 registers the Realtime Database trigger without a Database emulator (it logs it "ignored" and
 still serves its route), but drops Remote Config and Test Lab functions at load, so those two
@@ -57,6 +68,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +81,7 @@ from demo.emulator_triggers import EmulatorTrigger
 from demo.events import HttpEvent
 from demo.platform import DeliveryLog, deliver_at_least_once
 from demo.serve import ROOT, free_port
-from tests.dedup.test_kinds import database, matrix_event, remote_config
+from tests.dedup.test_kinds import custom, database, matrix_event, remote_config
 from tests.waiting import eventually
 from tools.emulators import FIREBASE_BIN, PROJECT, REGION, descendants
 
@@ -78,8 +90,10 @@ pytestmark = [pytest.mark.needs_emulators, pytest.mark.subprocesses]
 COPIES = 6
 """Copies of one event POSTed at once, as the platform's duplicates."""
 START_SECONDS = 180.0
-"""How long the second Functions emulator may take to list the three triggers."""
+"""How long the second Functions emulator may take to list the four triggers."""
 HERE = Path(__file__).parent
+STRAGGLER_SECONDS = 2.0
+"""How long a test waits, after its effects, for a copy that would double one."""
 REFUSAL = "the request is not an event this function can read"
 """What `dedup.answers.refuse_unparsed` answers (400) for a request the decorator cannot read."""
 
@@ -98,7 +112,11 @@ KINDS = {
     "database": Kind("on_value", "kDatabase", database),
     "remote_config": Kind("on_config", "kConfig", remote_config),
     "test_lab": Kind("on_matrix", "kTestLab", matrix_event),
+    "custom": Kind("on_custom", "kCustom", custom),
 }
+CUSTOM_CHANNEL = f"projects/{PROJECT}/locations/{REGION}/channels/firebase"
+"""The channel `eventarc_fn.on_custom_event_published` subscribes to when given none, as the
+Firebase CLI resolves it."""
 
 
 @dataclass
@@ -106,6 +124,7 @@ class FunctionsEmulator:
     """The module's own Functions emulator: its address and the trigger route of each function."""
 
     host: str
+    eventarc: str
     process: subprocess.Popen[bytes]
     log: Path
 
@@ -197,7 +216,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FunctionsEmulator]:
-    """A second Functions emulator serving on_value, on_config and on_matrix, its workers
+    """A second Functions emulator serving on_value, on_config, on_matrix and on_custom, its workers
     pointed at the session's Firestore emulator; stopped, workers included, at the end."""
     assert os.environ.get("FIRESTORE_EMULATOR_HOST"), "run through `make test`"
     folder = tmp_path_factory.mktemp("routes-project")
@@ -217,7 +236,9 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FunctionsEmul
             cwd=folder, env=env, stdout=output, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-    served = FunctionsEmulator(f"127.0.0.1:{ports['functions']}", process, log)
+    served = FunctionsEmulator(
+        f"127.0.0.1:{ports['functions']}", f"127.0.0.1:{ports['eventarc']}", process, log
+    )
     try:
         deadline = time.monotonic() + START_SECONDS
         while not all(served.routes(kind.function) for kind in KINDS.values()):
@@ -315,3 +336,67 @@ def test_the_emulator_drops_remote_config_and_test_lab_functions_as_they_are(
         assert keys, emulator.route_keys()
         assert all(key.endswith("/locations/us-central1/channels/firebase") for key in keys), keys
     assert not any("_as_is" in key for key in emulator.route_keys()), emulator.route_keys()
+
+
+def published(event_id: str) -> dict[str, Any]:
+    """`custom`'s event in the protocol's JSON form, as a publisher sends it to a channel."""
+    attributes, data = custom(event_id)
+    return {
+        "specVersion": "1.0",
+        "id": event_id,
+        "type": attributes["ce-type"],
+        "source": attributes["ce-source"],
+        "attributes": {
+            "subject": {"ceString": attributes["ce-subject"]},
+            "time": {"ceTimestamp": "2026-12-02T08:00:00.123000Z"},
+            "datacontenttype": {"ceString": "application/json"},
+        },
+        "textData": json.dumps(data),
+    }
+
+
+def publish(emulator: FunctionsEmulator, *events: dict[str, Any]) -> requests.Response:
+    """POST `events` to the Eventarc emulator's channel of the custom event."""
+    url = f"http://{emulator.eventarc}/{CUSTOM_CHANNEL}:publishEvents"
+    return requests.post(url, json={"events": list(events)}, timeout=30)
+
+
+def test_custom_events_published_to_the_eventarc_emulator_give_one_effect_each(
+    emulator: FunctionsEmulator, firestore_client: firestore.Client
+) -> None:
+    """Six copies of one custom event published at once to the Eventarc emulator give one
+    effect and one `sent` record keyed by the event's id, with its source and subject; another
+    event gives another effect."""
+    ids = [f"published-{uuid.uuid4().hex}", f"published-{uuid.uuid4().hex}"]
+    for event_id in ids:
+        event = published(event_id)
+        with ThreadPoolExecutor(COPIES) as pool:
+            answers = list(pool.map(lambda e: publish(emulator, e), [event] * COPIES))
+        assert [a.status_code for a in answers] == [200] * COPIES, [a.text for a in answers]
+    keys = sorted(f"{event_id}-kCustom" for event_id in ids)
+
+    def all_sent() -> bool:
+        stored = records(firestore_client)
+        return sorted(stored) == keys and all(r.get("state") == "sent" for r in stored.values())
+
+    eventually(all_sent, f"sent records {keys}", 120)
+    time.sleep(STRAGGLER_SECONDS)  # a copy that doubled the effect would have written it by now
+    found = effects(firestore_client)
+    assert sorted(found) == keys, found
+    assert all(effect["n"] == 1 for effect in found.values()), found
+    for record in records(firestore_client).values():
+        assert record.get("source") == "//example.com/orders", record
+        assert record.get("subject") == "orders/o1", record
+
+
+def test_a_custom_event_without_a_type_is_refused_by_the_eventarc_emulator(
+    emulator: FunctionsEmulator, firestore_client: firestore.Client
+) -> None:
+    """An event the Eventarc emulator cannot route (no `type`) gets its 400 and reaches no
+    function: nothing is written."""
+    event = published(f"untyped-{uuid.uuid4().hex}")
+    del event["type"]
+    assert publish(emulator, event).status_code == 400
+    time.sleep(STRAGGLER_SECONDS)
+    assert records(firestore_client) == {}
+    assert effects(firestore_client) == {}
