@@ -9,10 +9,17 @@ firebase-functions reads it (hand-built: Google's captured test data has a Crash
 only, which `tests/dedup/test_kinds.py` uses). For each function: six copies of an event at
 once, retried until one is answered 2xx as the platform retries, then another event the same
 way; one effect and one `sent` record per event, under two distinct keys.
+
+The same kinds as raw CloudEvents (`tests/dedup/raw_app.py`: functions-framework's own
+`@cloud_event` and `functions_framework.aio.cloud_event`, no firebase-functions) are
+recognised by their CloudEvent `type`: the same deliveries, sync (the Flask app) and async (the
+ASGI app `functions-framework --asgi` serves), also check each record's subject against the
+table in docs/usage.md.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import json
@@ -26,6 +33,8 @@ from typing import Any
 import firebase_functions
 import firebase_functions.alerts
 import functions_framework
+import functions_framework.aio
+import httpx
 import pytest
 from google.cloud import firestore
 
@@ -259,3 +268,91 @@ def test_concurrent_duplicates_under_every_decorator_give_one_effect_per_event(
     }
     assert sorted(records) == sorted(found), (records, found)
     assert all(record.get("state") == "sent" for record in records.values()), records
+
+
+RAW_APP = str(Path(__file__).with_name("raw_app.py"))
+RAW_KINDS = {
+    "firestore": "fs_written",
+    "pubsub": "pubsub",
+    "storage": "storage_finalized",
+    "database": "db_written",
+    "custom": "custom",
+    "alerts": "crash_fatal",
+    "remote_config": "remote_config",
+    "test_lab": "test_lab",
+    "dataconnect": "dataconnect",
+}
+"""Kind -> the function above whose event builder makes one of its events."""
+
+
+def deliver_sync(events: list[HttpEvent]) -> None:
+    """Each event to `raw_sync` served by functions-framework's Flask app: six copies at once,
+    then retried until one is answered 2xx."""
+    app = functions_framework.create_app("raw_sync", RAW_APP, "cloudevent")
+    target = testing.via_test_client(app.test_client())
+    for event in events:
+        statuses = testing.deliver_until_done(target, event, copies=COPIES)
+        assert any(200 <= s < 300 for s in statuses), (statuses, event.description)
+
+
+async def deliver_async(events: list[HttpEvent]) -> None:
+    """The same to `raw_async` served by functions-framework's ASGI app (what `--asgi` runs),
+    the copies awaited together on one event loop."""
+    asgi = functions_framework.aio.create_asgi_app("raw_async", RAW_APP, "cloudevent")
+    transport = httpx.ASGITransport(app=asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://function") as client:
+
+        async def post(event: HttpEvent) -> int:
+            answer = await client.post("/", content=event.body, headers=dict(event.headers))
+            return answer.status_code
+
+        for event in events:
+            statuses = list(await asyncio.gather(*(post(event) for _ in range(COPIES))))
+            while not any(200 <= s < 300 for s in statuses) and len(statuses) < 50:
+                statuses.append(await post(event))
+            assert any(200 <= s < 300 for s in statuses), (statuses, event.description)
+
+
+def expected_subject(kind: str, event: HttpEvent) -> str | None:
+    """The subject the kind's table row gives the record of `event` (docs/usage.md)."""
+    headers = event.headers
+    if kind == "storage":
+        bucket = headers["ce-source"].rpartition("/buckets/")[2]
+        return f"buckets/{bucket}/objects/{headers['ce-subject'].removeprefix('objects/')}"
+    if kind == "database":
+        return f"refs/{headers['ce-subject'].removeprefix('refs/')}"
+    if kind == "firestore":
+        return headers["ce-document"]
+    if kind == "pubsub":
+        return None  # its message id is in the body: checked by prefix below
+    return headers.get("ce-subject")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("kind", sorted(RAW_KINDS))
+def test_raw_cloud_events_of_every_kind_run_once_by_their_type(
+    kind: str, flavour: str, firestore_client: firestore.Client
+) -> None:
+    """The same kinds as raw CloudEvents under functions-framework's `@cloud_event` (sync) and
+    `functions_framework.aio.cloud_event` (async): six concurrent copies of each of two events
+    give one effect and one `sent` record each, with the kind's subject."""
+    suffix = "rawSync" if flavour == "sync" else "rawAsync"
+    events = [BUILDERS[RAW_KINDS[kind]]() for _ in range(2)]
+    if flavour == "sync":
+        deliver_sync(events)
+    else:
+        asyncio.run(deliver_async(events))
+    found = {d.id: d.to_dict() or {} for d in firestore_client.collection("effects").stream()}
+    assert len(found) == 2, found
+    assert all(key.endswith(f"-{suffix}") for key in found), found
+    assert all(effect["n"] == 1 for effect in found.values()), found
+    records = {
+        d.id: d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()
+    }
+    assert sorted(records) == sorted(found), (records, found)
+    assert all(record.get("state") == "sent" for record in records.values()), records
+    subjects = sorted(str(record.get("subject")) for record in records.values())
+    if kind == "pubsub":
+        assert all(s.startswith("topics/things/messages/") for s in subjects), subjects
+    else:
+        assert subjects == sorted(str(expected_subject(kind, e)) for e in events), subjects
