@@ -23,6 +23,7 @@ import asyncio
 import importlib
 import inspect
 import json
+import logging
 import pkgutil
 import uuid
 from collections.abc import Callable
@@ -78,8 +79,8 @@ def _storage(change: StorageChange) -> Callable[[], HttpEvent]:
 
 def _database(change: DatabaseChange) -> Callable[[], HttpEvent]:
     def build() -> HttpEvent:
-        before = None if change == "created" else {"name": "a"}
-        after = None if change == "deleted" else {"name": "b"}
+        before = None if change == "created" else {"name": uuid.uuid4().hex}
+        after = None if change == "deleted" else {"name": uuid.uuid4().hex}
         return testing.database_event("users/u1", before, after, change=change)
 
     return build
@@ -115,6 +116,15 @@ def _dataconnect() -> HttpEvent:
             "authid": "uid-1",
         },
     )
+
+
+def another_payload(name: str, event: HttpEvent) -> HttpEvent:
+    """A new event for function `name` under `event`'s dedup identity: its CloudEvent id, or
+    for Pub/Sub its message id."""
+    if name != "pubsub":
+        return BUILDERS[name]().with_id(event.id)
+    message_id = json.loads(event.body)["message"]["messageId"]
+    return testing.pubsub_event("things", b'{"other": true}', message_id=message_id)
 
 
 BUILDERS: dict[str, Callable[[], HttpEvent]] = {
@@ -249,16 +259,22 @@ def test_the_app_covers_every_event_decorator_of_firebase_functions() -> None:
 
 @pytest.mark.parametrize("name", sorted(DECORATORS))
 def test_concurrent_duplicates_under_every_decorator_give_one_effect_per_event(
-    name: str, firestore_client: firestore.Client
+    name: str, firestore_client: firestore.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Six copies of an event at once (retried until one is acknowledged), then another event:
-    one effect and one `sent` record each, under two distinct keys."""
+    one effect and one `sent` record each, under two distinct keys. A third event under the
+    first one's id is another payload: no effect, and an ERROR line that says so."""
     app = functions_framework.create_app(name, APP, "cloudevent").test_client()
     target = testing.via_test_client(app)
     events = [BUILDERS[name]() for _ in range(2)]
     for event in events:
         statuses = testing.deliver_until_done(target, event, copies=COPIES)
         assert any(200 <= s < 300 for s in statuses), (statuses, event.description)
+    reused = another_payload(name, events[0])
+    with caplog.at_level(logging.INFO, logger="dedup"):
+        assert 200 <= testing.deliver(target, reused) < 300
+    differs = [r for r in caplog.records if "payload fingerprint differs" in r.getMessage()]
+    assert [r.levelno for r in differs] == [logging.ERROR], caplog.text
     found = {d.id: d.to_dict() or {} for d in firestore_client.collection("effects").stream()}
     assert len(found) == 2, found
     assert all(key.endswith(f"-{name}") for key in found), found
