@@ -257,6 +257,21 @@ def test_the_app_covers_every_event_decorator_of_firebase_functions() -> None:
     assert sorted(BUILDERS) == sorted(DECORATORS)
 
 
+def one_effect_and_one_sent_record_each(
+    client: firestore.Client, events: int, suffix: str
+) -> dict[str, dict[str, Any]]:
+    """Assert `events` effects, each applied once under a key of `suffix`, and a `sent` record
+    at each key and nowhere else; the records by key."""
+    found = {d.id: d.to_dict() or {} for d in client.collection("effects").stream()}
+    assert len(found) == events, found
+    assert all(key.endswith(f"-{suffix}") for key in found), found
+    assert all(effect["n"] == 1 for effect in found.values()), found
+    records = {d.id: d.to_dict() or {} for d in client.collection("triggerEvents").stream()}
+    assert sorted(records) == sorted(found), (records, found)
+    assert all(record.get("state") == "sent" for record in records.values()), records
+    return records
+
+
 @pytest.mark.parametrize("name", sorted(DECORATORS))
 def test_concurrent_duplicates_under_every_decorator_give_one_effect_per_event(
     name: str, firestore_client: firestore.Client, caplog: pytest.LogCaptureFixture
@@ -275,15 +290,7 @@ def test_concurrent_duplicates_under_every_decorator_give_one_effect_per_event(
         assert 200 <= testing.deliver(target, reused) < 300
     differs = [r for r in caplog.records if "payload fingerprint differs" in r.getMessage()]
     assert [r.levelno for r in differs] == [logging.ERROR], caplog.text
-    found = {d.id: d.to_dict() or {} for d in firestore_client.collection("effects").stream()}
-    assert len(found) == 2, found
-    assert all(key.endswith(f"-{name}") for key in found), found
-    assert all(effect["n"] == 1 for effect in found.values()), found
-    records = {
-        d.id: d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()
-    }
-    assert sorted(records) == sorted(found), (records, found)
-    assert all(record.get("state") == "sent" for record in records.values()), records
+    one_effect_and_one_sent_record_each(firestore_client, 2, name)
 
 
 RAW_APP = str(Path(__file__).with_name("raw_app.py"))
@@ -340,7 +347,8 @@ def expected_subject(kind: str, event: HttpEvent) -> str | None:
     if kind == "firestore":
         return headers["ce-document"]
     if kind == "pubsub":
-        return None  # its message id is in the body: checked by prefix below
+        topic = headers["ce-source"].rpartition("/topics/")[2]
+        return f"topics/{topic}/messages/{json.loads(event.body)['message']['messageId']}"
     return headers.get("ce-subject")
 
 
@@ -358,17 +366,6 @@ def test_raw_cloud_events_of_every_kind_run_once_by_their_type(
         deliver_sync(events)
     else:
         asyncio.run(deliver_async(events))
-    found = {d.id: d.to_dict() or {} for d in firestore_client.collection("effects").stream()}
-    assert len(found) == 2, found
-    assert all(key.endswith(f"-{suffix}") for key in found), found
-    assert all(effect["n"] == 1 for effect in found.values()), found
-    records = {
-        d.id: d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()
-    }
-    assert sorted(records) == sorted(found), (records, found)
-    assert all(record.get("state") == "sent" for record in records.values()), records
+    records = one_effect_and_one_sent_record_each(firestore_client, len(events), suffix)
     subjects = sorted(str(record.get("subject")) for record in records.values())
-    if kind == "pubsub":
-        assert all(s.startswith("topics/things/messages/") for s in subjects), subjects
-    else:
-        assert subjects == sorted(str(expected_subject(kind, e)) for e in events), subjects
+    assert subjects == sorted(str(expected_subject(kind, e)) for e in events), subjects
