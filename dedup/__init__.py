@@ -27,6 +27,7 @@ from dedup.delivery import (
     WriteOnlyDelivery,
 )
 from dedup.errors import (
+    BudgetSpent,
     ConfigError,
     DatabaseMismatch,
     DedupError,
@@ -78,6 +79,7 @@ __all__ = [
     "AsyncDelivery",
     "AsyncTransactionDelivery",
     "AsyncWriteOnlyDelivery",
+    "BudgetSpent",
     "ConfigError",
     "DatabaseMismatch",
     "DedupConfig",

@@ -8,6 +8,13 @@ lease_held`). `trigger_once` raises `LeaseHeldAnswer` instead: still a `LeaseHel
 one), and also werkzeug's `InternalServerError`, which Flask answers 500 (functions-framework's
 crash header included) without logging a traceback.
 
+**The scheduler wrapper's traceback.** firebase-functions' `scheduler_fn.on_schedule` wrapper
+catches every exception of the function itself, logs it with its traceback through the root
+logger (`functions_framework.logging.exception`) and answers 500. The first held lease answered
+here installs `LoggedRefusals` on the root logger: it drops a record whose exception is a
+`LeaseHeldAnswer`, whose WARNING line the delivery already wrote. Every other record, the
+function's own errors included, passes untouched.
+
 **An event without an id.** `MissingEventId` raised by the wrapper (an event whose id is empty)
 becomes `MissingEventIdAnswer`, a `MissingEventId` and werkzeug's `BadRequest`: 400, nothing
 written.
@@ -77,9 +84,30 @@ class MissingEventIdAnswer(MissingEventId, BadRequest):
         return str(self.description)
 
 
+class LoggedRefusals(logging.Filter):
+    """Drops a log record whose exception is a held lease answered by dedup (`LeaseHeldAnswer`):
+    the delivery logged it already as its single WARNING line. Every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False only for a record carrying a `LeaseHeldAnswer` as its exception."""
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, LeaseHeldAnswer)
+
+
+_ROOT_FILTER = LoggedRefusals()
+
+
+def mute_logged_refusals() -> None:
+    """Install `LoggedRefusals` on the root logger, once (the scheduler wrapper logs there)."""
+    root = logging.getLogger()
+    if _ROOT_FILTER not in root.filters:
+        root.addFilter(_ROOT_FILTER)
+
+
 def answer_lease_held(error: LeaseHeld) -> LeaseHeldAnswer:
     """`error` as the answer functions-framework serves without a traceback (raise it `from`
-    `error`)."""
+    `error`); a wrapper that logs every exception itself (the scheduler's) logs none for it."""
+    mute_logged_refusals()
     return LeaseHeldAnswer(str(error))
 
 

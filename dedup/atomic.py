@@ -50,9 +50,11 @@ from dedup.claims import (
     after_failure,
     after_state,
     decide,
+    retry_age,
     written_by,
 )
 from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
+from dedup.errors import BudgetSpent
 from dedup.flow_io import Fill, FlowIO, Invoke
 from dedup.record import Fields, Record, State, error_text
 from dedup.runs import Run, mark_dead, precondition
@@ -66,6 +68,14 @@ contention or an outage is reported as `StoreUnavailable`."""
 TRANSACTION_ATTEMPTS = 3
 """`max_attempts` of each Firestore transaction (commit retries on Aborted)."""
 
+CONTENDED = "/contended"
+"""The instance-wide turn (`Run.turn`) a delivery takes for its next tries once a commit of
+its was aborted for contention (a lock another transaction held). Transactions that read one
+hot document deadlock on its lock and are aborted together (after the lock wait, about 2 s in
+the emulator), then retry together, and none gets through: 24 threads on one document made no
+progress in 5 minutes. In single file, one instance's contended tries stop aborting each
+other. `/` cannot occur in a record key, so no delivery's own turn is this one."""
+
 RECORD_ROUNDS = 8
 """Re-reads allowed while recording a failed attempt on a record others keep changing."""
 
@@ -78,31 +88,35 @@ class _HandlerFailed(Exception):
         self.error = error
 
 
-Commit = Callable[[FlowIO, str, Fill, datetime | None], Coroutine[Any, Any, Any]]
-"""How an atomic flow commits: `await commit(io, key, fill, guard)`."""
+Commit = Callable[[FlowIO, str, Fill, datetime | None, float], Coroutine[Any, Any, Any]]
+"""How an atomic flow commits: `await commit(io, key, fill, guard, budget)` (`budget`: each
+RPC's deadline, what is left of the delivery's time budget)."""
 
 
 async def run_transaction(run: Run, invoke: Invoke) -> Outcome:
     """Transaction mode: read the record, then run the handler (`invoke`) into a transaction
     that commits with the sent marker. One commit per key at a time on this instance."""
-    async with run.io.turn(run.key):
-        first = await run.io.read(run.key)
+    async with run.turn():
+        run.require_time("read")
+        first = await run.io.read(run.key, budget=run.rpc_budget())
         return await _run_atomic(run, invoke, first, _in_transaction)
 
 
 async def run_write_only(run: Run, invoke: Invoke) -> Outcome:
     """Write-only mode: assume no record (the common case) and run the handler (`invoke`) into
     a batch that commits with the marker's create, in one round trip for a fresh event."""
-    async with run.io.turn(run.key):
+    async with run.turn():
         return await _run_atomic(run, invoke, None, _in_batch)
 
 
-async def _in_transaction(io: FlowIO, key: str, fill: Fill, guard: datetime | None) -> Any:
-    return await io.run_transaction(key, fill, guard, attempts=TRANSACTION_ATTEMPTS)
+async def _in_transaction(
+    io: FlowIO, key: str, fill: Fill, guard: datetime | None, budget: float
+) -> Any:
+    return await io.run_transaction(key, fill, guard, attempts=TRANSACTION_ATTEMPTS, budget=budget)
 
 
-async def _in_batch(io: FlowIO, key: str, fill: Fill, guard: datetime | None) -> Any:
-    return await io.commit_batch(key, fill, guard)
+async def _in_batch(io: FlowIO, key: str, fill: Fill, guard: datetime | None, budget: float) -> Any:
+    return await io.commit_batch(key, fill, guard, budget=budget)
 
 
 async def _run_atomic(
@@ -113,13 +127,14 @@ async def _run_atomic(
     store = run.io
     last: BaseException | None = None
     retried_invalid = False  # an expired transaction is refused as InvalidArgument too
+    contended = False  # a commit was aborted for contention: the next tries take CONTENDED
     for round_ in range(TRANSACTION_ROUNDS):
         record = snapshot.record if snapshot is not None else None
         guard: datetime | None = None
         if snapshot is not None and record is not None:
             run.check_record(record)
             run.attempt = record.attempts
-            claim = decide(record, snapshot.read_time, run.config.max_attempts)
+            claim = decide(record, snapshot.read_time, run.config.attempt_limit)
             if claim is Claim.SKIP:
                 return run.skip(record)
             if claim is Claim.WAIT:
@@ -127,16 +142,23 @@ async def _run_atomic(
             if claim is Claim.MARK_DEAD:
                 if await mark_dead(run, record, snapshot, uuid.uuid4().hex):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
-                snapshot = await store.read(run.key)
+                snapshot = await store.read(run.key, budget=run.rpc_budget())
                 continue
             guard = precondition(snapshot)
         run.attempt = (record.attempts if record is not None else 0) + 1
+        # A record already read is decided on whatever the time (a duplicate costs nothing more);
+        # a new try of the handler and the commit only starts within the budget.
+        run.require_time("commit the writes and the marker of", last)
         token = uuid.uuid4().hex
         run.step(Step.AFTER_CLAIM)
         try:
-            result = await _commit(run, invoke, commit, record, guard, token)
+            if contended:
+                async with run.turn(CONTENDED):
+                    result = await _commit(run, invoke, commit, record, guard, token)
+            else:
+                result = await _commit(run, invoke, commit, record, guard, token)
         except Exception as exc:
-            failure = _failure_in_chain(exc)
+            failure = None if isinstance(exc, BudgetSpent) else _failure_in_chain(exc)
             if failure is None:
                 raise
             failed, cause = failure
@@ -147,7 +169,7 @@ async def _run_atomic(
             else:
                 last, stale = cause, False
                 if failed is not CommitFailed.OTHER:
-                    snapshot = await store.read(run.key)
+                    snapshot = await store.read(run.key, budget=run.rpc_budget())
                     ours = written_by(snapshot.record, token)
                     moved = _marker_moved(guard, snapshot)
             after = after_commit_failure(
@@ -163,12 +185,13 @@ async def _run_atomic(
             if after is AfterCommit.FRESH_TRY:
                 retried_invalid = True  # maybe the transaction expired: once more, fresh
                 if stale:
-                    snapshot = await store.read(run.key)
+                    snapshot = await store.read(run.key, budget=run.rpc_budget())
                 continue
             if after is AfterCommit.REFUSED:
                 return await _record_failed_attempt(run, cause, token)  # the handler's writes
             if after is AfterCommit.BACK_OFF:
-                await store.sleep(backoff(round_))
+                contended = contended or failed is CommitFailed.CONTENTION
+                await store.sleep(run.pause(backoff(round_)))
             continue  # contention or an outage, or another delivery wrote the marker: again
         return _committed(run, result)
     raise store.unavailable(
@@ -201,11 +224,12 @@ async def _commit(
     API error of a failed commit."""
 
     async def fill(writer: Any) -> tuple[HandlerResult, Fields]:
+        run.start_try("run the handler of")  # BudgetSpent: nothing is committed
         result = await _call_handler(invoke, writer)
         run.step(Step.AFTER_EFFECT)
         return result, _marker(run, record, token, result)
 
-    result: HandlerResult = await commit(run.io, run.key, fill, guard)
+    result: HandlerResult = await commit(run.io, run.key, fill, guard, run.rpc_budget())
     return result
 
 
@@ -294,13 +318,14 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
             run.attempt = record.attempts  # our earlier try landed; its response was lost
             return run.failed(after_state(record.state), error, exc)
         if record is not None:
-            claim = decide(record, snapshot.read_time, run.config.max_attempts)
+            claim = decide(record, snapshot.read_time, run.config.attempt_limit)
             if claim is Claim.SKIP:
                 return run.skip(record)  # another delivery finished the event meanwhile
             if claim is Claim.WAIT:
                 break  # someone else's live lease: not ours to count on
         attempts = (record.attempts if record is not None else 0) + 1
-        after = after_failure(exc, attempts, run.config.max_attempts)
+        age = retry_age(record, snapshot.read_time)
+        after = after_failure(exc, attempts, run.config.attempt_limit, age)
         state = after.state
         action = "record a failed attempt on"
         written: datetime | object

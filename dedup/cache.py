@@ -116,6 +116,11 @@ class LiveLeases:
                 self._until = {k: t for k, t in self._until.items() if t > now}
 
 
+class TurnTimeout(TimeoutError):
+    """A delivery waited for its turn on a key (`KeyTurns.turn`) longer than it may: its time
+    budget ran out while other deliveries of the key on this instance held the turn."""
+
+
 class KeyTurns:
     """Mutual exclusion per key within one process; holds no memory for idle keys.
 
@@ -128,10 +133,17 @@ class KeyTurns:
         self._locks: dict[str, tuple[Any, int]] = {}
 
     @contextmanager
-    def turn(self, key: str) -> Iterator[None]:
-        """Wait until no other thread of this process is inside `turn(key)`, then enter."""
-        with self.lock_of(key, threading.Lock) as lock, lock:
-            yield
+    def turn(self, key: str, timeout: float | None = None) -> Iterator[None]:
+        """Wait until no other thread of this process is inside `turn(key)`, then enter;
+        `TurnTimeout` after `timeout` seconds (None: wait as long as it takes)."""
+        with self.lock_of(key, threading.Lock) as lock:
+            wait = -1.0 if timeout is None else max(0.001, timeout)
+            if not lock.acquire(timeout=wait):
+                raise TurnTimeout(f"no turn on {key} within {timeout:.1f} s")
+            try:
+                yield
+            finally:
+                lock.release()
 
     @contextmanager
     def lock_of[L](self, key: str, new: Callable[[], L]) -> Iterator[L]:

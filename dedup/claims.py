@@ -10,6 +10,12 @@ an instance clock). Nothing here touches Firestore.
 | sent, failed, dead or unknown                 | SKIP      |
 | a lease that is live at the read time         | WAIT      |
 | a lease that expired (its owner crashed)      | BURY if attempts are used up, else TAKE_OVER |
+
+"Attempts used up" (`AttemptLimit.used_up`) needs two things: `max_attempts` attempts, and
+`min_retry_seconds` since the first one (database clock). Attempts alone can be spent in
+seconds by a transport that redelivers fast (a Cloud Tasks queue's own backoff, a redrive, a
+manual run) while a downstream is down or instances are being killed; the age keeps such an
+event alive until the outage had time to end, and a poison event still stops once both hold.
 | no lease (released, or an atomic attempt failed) | TAKE_OVER |
 
 Before burying an expired lease, lease mode asks the function's `reconcile` (if any) whether
@@ -37,7 +43,7 @@ What a handler that raised leaves behind, in every mode (`after_failure`):
 | the error                                   | the record       | the platform      |
 |---------------------------------------------|------------------|-------------------|
 | terminal (`TerminalError`, `InvalidArgument`) | FAILED         | stops             |
-| any other, on the last allowed attempt      | DEAD             | stops             |
+| any other, attempts used up (`AttemptLimit`) | DEAD            | stops             |
 | any other, attempts left                    | RELEASED (in progress, no lease) | retries |
 
 What an atomic commit that raised means, read back from the record (`after_commit_failure`):
@@ -65,6 +71,7 @@ What an owner's outcome write that found the record changed means (`after_fenced
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
@@ -112,9 +119,33 @@ def takeover_ambiguous(record: Record, read_time: datetime) -> bool:
     return lease_expired(record, read_time)
 
 
-def attempts_exhausted(record: Record, max_attempts: int) -> bool:
-    """The record already used every allowed attempt: the event is poison."""
-    return record.attempts >= max_attempts
+@dataclass(frozen=True)
+class AttemptLimit:
+    """When an event that keeps failing is given up as poison (`dead`): after `max_attempts`
+    attempts, and no sooner than `min_retry_seconds` after its first attempt (database clock),
+    so that attempts spent in a burst of fast redeliveries through an outage do not kill it."""
+
+    max_attempts: int
+    """Attempts before the record may become dead (DEDUP_MAX_ATTEMPTS)."""
+    min_retry_seconds: float = 0.0
+    """How long since the first attempt before it may (DEDUP_MIN_RETRY_SECONDS)."""
+
+    def used_up(self, attempts: int, age_seconds: float) -> bool:
+        """`attempts` attempts, the first `age_seconds` ago, leave no more."""
+        return attempts >= self.max_attempts and age_seconds >= self.min_retry_seconds
+
+
+def retry_age(record: Record | None, read_time: datetime) -> float:
+    """Seconds from the record's first attempt to `read_time` (database clock); 0 without a
+    record (this is the first attempt) or a first-attempt time."""
+    if record is None or record.first_attempt_at is None:
+        return 0.0
+    return max(0.0, (read_time - record.first_attempt_at).total_seconds())
+
+
+def attempts_exhausted(record: Record, read_time: datetime, limit: AttemptLimit) -> bool:
+    """The record already used every allowed attempt, for long enough: the event is poison."""
+    return limit.used_up(record.attempts, retry_age(record, read_time))
 
 
 class Claim(Enum):
@@ -132,7 +163,7 @@ class Claim(Enum):
     """Mark the record dead: its last allowed attempt crashed."""
 
 
-def decide(record: Record | None, read_time: datetime, max_attempts: int) -> Claim:
+def decide(record: Record | None, read_time: datetime, limit: AttemptLimit) -> Claim:
     """The decision for a record read at `read_time` (database clock), in every mode."""
     if record is None or record_absent(record):
         return Claim.CREATE
@@ -141,7 +172,7 @@ def decide(record: Record | None, read_time: datetime, max_attempts: int) -> Cla
     if lease_live(record, read_time):
         return Claim.WAIT
     if lease_expired(record, read_time):
-        return Claim.MARK_DEAD if attempts_exhausted(record, max_attempts) else Claim.TAKE_OVER
+        return Claim.MARK_DEAD if attempts_exhausted(record, read_time, limit) else Claim.TAKE_OVER
     if lease_released(record):
         return Claim.TAKE_OVER
     raise AssertionError(f"unreachable claim state for {record!r}")  # pragma: no cover
@@ -200,9 +231,10 @@ def error_terminal(error: BaseException) -> bool:
     return isinstance(error, TerminalError | api_exceptions.InvalidArgument)
 
 
-def last_attempt(attempt: int, max_attempts: int) -> bool:
-    """The attempt that just failed was the last one allowed (attempts count from 1)."""
-    return attempt >= max_attempts
+def last_attempt(attempt: int, limit: AttemptLimit, age_seconds: float) -> bool:
+    """The attempt that just failed was the last one allowed (attempts count from 1; the
+    first of them `age_seconds` ago, `retry_age`)."""
+    return limit.used_up(attempt, age_seconds)
 
 
 class AfterFailure(Enum):
@@ -229,11 +261,14 @@ _STATE_AFTER = {
 }
 
 
-def after_failure(error: BaseException, attempt: int, max_attempts: int) -> AfterFailure:
-    """What the `attempt`-th run's `error` leaves behind, in every mode."""
+def after_failure(
+    error: BaseException, attempt: int, limit: AttemptLimit, age_seconds: float = 0.0
+) -> AfterFailure:
+    """What the `attempt`-th run's `error` leaves behind, in every mode; the event's first
+    attempt was `age_seconds` ago (`retry_age` of the record as last read; 0 for a first)."""
     if error_terminal(error):
         return AfterFailure.FAILED
-    if last_attempt(attempt, max_attempts):
+    if last_attempt(attempt, limit, age_seconds):
         return AfterFailure.DEAD
     return AfterFailure.RELEASED
 

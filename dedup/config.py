@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from dedup.claims import AttemptLimit
 from dedup.errors import ConfigError
 from dedup.keys import KEY_LAYOUTS, KeyLayout
 
@@ -52,6 +53,7 @@ DEFAULT_COLLECTION = "triggerEvents"
 DEFAULT_LEASE_SECONDS = 60
 DEFAULT_RETENTION_DAYS = 7
 DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_MIN_RETRY_SECONDS = 600
 DEFAULT_CACHE_SIZE = 1000
 DEFAULT_RPC_TIMEOUT_SECONDS = 10
 DEFAULT_DATABASE = "(default)"
@@ -63,6 +65,7 @@ ENVIRONMENT_VARIABLES = (
     "DEDUP_LEASE_SECONDS",
     "DEDUP_RETENTION_DAYS",
     "DEDUP_MAX_ATTEMPTS",
+    "DEDUP_MIN_RETRY_SECONDS",
     "DEDUP_MAX_EVENT_AGE_SECONDS",
     "DEDUP_CACHE_SIZE",
     "DEDUP_RPC_TIMEOUT_SECONDS",
@@ -110,7 +113,8 @@ class DedupConfig:
     10 lets the platform's exponential backoff (10 s doubling to 600 s, docs/platform.md)
     ride out a downstream outage of about 40 minutes, yet stops a poison event (in lease
     mode even one that crashes the process) instead of letting it retry for the whole retry
-    window. DEDUP_MAX_ATTEMPTS (>= 1)."""
+    window. An event is not given up before `min_retry_seconds` either. DEDUP_MAX_ATTEMPTS
+    (>= 1)."""
 
     max_event_age_seconds: float | None = None
     """Events older than this (by the event's own time versus the instance clock) are
@@ -156,6 +160,15 @@ class DedupConfig:
     """The instance clock (timezone-aware). Used only for `expireAt` and `max_event_age`;
     leases are judged on the database clock. Injectable for tests."""
 
+    min_retry_seconds: int = DEFAULT_MIN_RETRY_SECONDS
+    """How long an event that keeps failing is retried, at least, from its first attempt
+    (database clock) before it may become `dead`: `dead` needs `max_attempts` attempts *and*
+    this age (`dedup.claims.AttemptLimit`). A transport that redelivers fast (a Cloud Tasks
+    queue's own backoff, a redrive, a manual run) can spend ten attempts in seconds while a
+    downstream is down or instances are killed; 600 s lets such an outage end first. Under
+    the platform's 10-600 s backoff ten attempts take about 40 minutes, so it never binds
+    there. 0: attempts alone decide. DEDUP_MIN_RETRY_SECONDS (>= 0)."""
+
     def __post_init__(self) -> None:
         """Validate every setting; raise `ConfigError` naming the first bad one."""
         segments = self.collection.split("/")
@@ -167,6 +180,7 @@ class DedupConfig:
         _require_at_least("lease_seconds (DEDUP_LEASE_SECONDS)", self.lease_seconds, 1)
         _require_at_least("retention_days (DEDUP_RETENTION_DAYS)", self.retention_days, 1)
         _require_at_least("max_attempts (DEDUP_MAX_ATTEMPTS)", self.max_attempts, 1)
+        _require_at_least("min_retry_seconds (DEDUP_MIN_RETRY_SECONDS)", self.min_retry_seconds, 0)
         _require_at_least("cache_size (DEDUP_CACHE_SIZE)", self.cache_size, 0)
         _require_at_least(
             "rpc_timeout_seconds (DEDUP_RPC_TIMEOUT_SECONDS)", self.rpc_timeout_seconds, 1
@@ -194,6 +208,27 @@ class DedupConfig:
             )
         if self.function_timeout_seconds is not None:
             self._check_lease_covers(self.function_timeout_seconds)
+
+    @property
+    def attempt_limit(self) -> AttemptLimit:
+        """When an event that keeps failing becomes `dead`: `max_attempts` attempts, and
+        `min_retry_seconds` since the first (`dedup.claims.AttemptLimit`)."""
+        return AttemptLimit(self.max_attempts, self.min_retry_seconds)
+
+    @property
+    def delivery_budget_seconds(self) -> float:
+        """How long one delivery may take (docs/configuration.md, "The time budget of a
+        delivery"): `function_timeout_seconds` when known, else the longest timeout the lease
+        covers (`lease_seconds` - `rpc_timeout_seconds`, at least 1 s).
+
+        Claims, rounds, backoff pauses and the start of the handler happen only within it, and
+        every dedup RPC's deadline is cut to what is left of it; once it is spent the delivery
+        answers `BudgetSpent` (retryable) with nothing half-written. The one write allowed
+        past it is the record of an outcome whose handler already returned (one
+        `rpc_timeout_seconds` more at most: the margin the lease keeps beyond the timeout)."""
+        if self.function_timeout_seconds is not None:
+            return float(self.function_timeout_seconds)
+        return float(max(1, self.lease_seconds - self.rpc_timeout_seconds))
 
     def _check_lease_covers(self, timeout: int) -> None:
         _require_at_least("function_timeout_seconds", timeout, 1)
@@ -242,6 +277,7 @@ class DedupConfig:
             lease_seconds=_int_var(get, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
             retention_days=_int_var(get, "DEDUP_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
             max_attempts=_int_var(get, "DEDUP_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+            min_retry_seconds=_int_var(get, "DEDUP_MIN_RETRY_SECONDS", DEFAULT_MIN_RETRY_SECONDS),
             max_event_age_seconds=None
             if age is None
             else _float_var("DEDUP_MAX_EVENT_AGE_SECONDS", age),

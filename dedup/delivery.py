@@ -108,6 +108,10 @@ class RunNotes(Protocol):
         is no longer this delivery's, `ConfigError` outside lease mode."""
         ...
 
+    def time_left(self) -> float:
+        """Seconds left of the delivery's time budget (0 or less: spent)."""
+        ...
+
 
 @dataclass(frozen=True)
 class DeliveryIdentity:
@@ -134,6 +138,16 @@ class DeliveryIdentity:
         `reconcile` to look the effect up; empty on a fresh delivery. After this delivery's own
         `note`, its fields too. Read-only."""
         return self.run_notes.notes if self.run_notes is not None else NO_NOTES
+
+    def time_left(self) -> float | None:
+        """Seconds left of this delivery's time budget (`DedupConfig.delivery_budget_seconds`,
+        the function's timeout), never below 0; None for a delivery built by hand. Pass it as
+        the timeout of the handler's own calls (`ref.get(transaction=..., timeout=...)`, an
+        HTTP request) so that the whole delivery ends within the function's timeout: `dedup`
+        bounds its own work, not the handler's."""
+        if self.run_notes is None:
+            return None
+        return max(0.0, self.run_notes.time_left())
 
     def _notes_of_run(self) -> RunNotes:
         if self.run_notes is None:

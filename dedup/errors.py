@@ -79,6 +79,18 @@ class StoreUnavailable(DedupError):
     """
 
 
+class BudgetSpent(StoreUnavailable):
+    """The delivery's time budget (`DedupConfig.delivery_budget_seconds`, the function's
+    timeout) ran out before its work was done, usually while Firestore was contended or
+    failing; retryable.
+
+    Nothing is half-written: the handler's writes were not committed (transaction and
+    write-only modes) or the handler did not start and the lease was given back (lease mode).
+    Let it escape so the platform redelivers the event; the last Firestore error, if any, is
+    chained as `__cause__`.
+    """
+
+
 class TerminalError(DedupError):
     """Raise from a handler when retrying cannot help (e.g. a webhook answered 4xx).
 

@@ -35,10 +35,18 @@ at the handler's first read), the transaction-mode tests and `tests/dedup/test_m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from google.api_core.retry import AsyncRetry, Retry
 from google.cloud.firestore import AsyncClient, AsyncTransaction, Client, Transaction
+
+type RpcTimeout = float | Callable[[], float]
+"""The bound of each RPC of a bounded transaction: seconds, or a callable giving them."""
+
+
+def _seconds(timeout: RpcTimeout) -> float:
+    return timeout() if callable(timeout) else timeout
 
 
 class BoundedTransaction(Transaction):
@@ -57,15 +65,30 @@ class BoundedTransaction(Transaction):
     """
 
     def __init__(
-        self, client: Client, *, max_attempts: int, timeout: float, begin_retry: Retry
+        self,
+        client: Client,
+        *,
+        max_attempts: int,
+        timeout: RpcTimeout,
+        begin_retry: Retry,
+        rollback_timeout: RpcTimeout | None = None,
     ) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
-        bounded by `timeout` seconds, and a begin retries transient errors by `begin_retry`."""
+        bounded by `timeout` seconds (a callable: asked before each RPC, so the bound can
+        shrink with a deadline), a rollback by `rollback_timeout` (default: `timeout`), and a
+        begin retries transient errors by `begin_retry`. A rollback keeps its own bound: one
+        cut short leaves the transaction open on the server, holding its locks until the
+        database expires it (60 s), and every other writer of those documents waits."""
         self._armed = False
         self._retry_id: bytes | None = None
         super().__init__(client, max_attempts=max_attempts)
-        self._rpc_timeout = timeout
+        self._bound = timeout
+        self._rollback_bound: RpcTimeout = timeout if rollback_timeout is None else rollback_timeout
         self._begin_retry = begin_retry
+
+    @property
+    def _rpc_timeout(self) -> float:
+        return _seconds(self._bound)
 
     @property
     def in_progress(self) -> bool:
@@ -77,8 +100,10 @@ class BoundedTransaction(Transaction):
         """The transaction's id, beginning it now if it is armed (a read is about to use it)."""
         if self._id is None and self._armed:
             api = self._client._firestore_api
+            timeout = self._rpc_timeout
             response = api.begin_transaction(
-                **_begin_call(self, self._retry_id, self._rpc_timeout), retry=self._begin_retry
+                **_begin_call(self, self._retry_id, timeout),
+                retry=self._begin_retry.with_timeout(timeout),
             )
             self._id = response.transaction
             self._armed = False
@@ -100,7 +125,9 @@ class BoundedTransaction(Transaction):
             raise ValueError("no transaction is in progress")
         try:
             if self._id is not None:  # armed, never begun: nothing to roll back
-                self._client._firestore_api.rollback(**_rollback_call(self, self._rpc_timeout))
+                self._client._firestore_api.rollback(
+                    **_rollback_call(self, _seconds(self._rollback_bound))
+                )
         finally:
             self._clean_up()
 
@@ -117,20 +144,34 @@ class BoundedAsyncTransaction(AsyncTransaction):
     when entered as the library does."""
 
     def __init__(
-        self, client: AsyncClient, *, max_attempts: int, timeout: float, begin_retry: AsyncRetry
+        self,
+        client: AsyncClient,
+        *,
+        max_attempts: int,
+        timeout: RpcTimeout,
+        begin_retry: AsyncRetry,
+        rollback_timeout: RpcTimeout | None = None,
     ) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
-        bounded by `timeout` seconds, and a begin retries transient errors by `begin_retry`."""
+        bounded by `timeout` seconds (a callable: asked before each RPC), a rollback by
+        `rollback_timeout` (see `BoundedTransaction`), and a begin retries transient errors by
+        `begin_retry`."""
         super().__init__(client, max_attempts=max_attempts)
-        self._rpc_timeout = timeout
+        self._bound = timeout
+        self._rollback_bound: RpcTimeout = timeout if rollback_timeout is None else rollback_timeout
         self._begin_retry = begin_retry
+
+    @property
+    def _rpc_timeout(self) -> float:
+        return _seconds(self._bound)
 
     async def _begin(self, retry_id: bytes | None = None) -> None:
         if self.in_progress:
             raise ValueError(f"transaction {self._id!r} has already begun")
         api = self._client._firestore_api
         response = await api.begin_transaction(
-            **_begin_call(self, retry_id, self._rpc_timeout), retry=self._begin_retry
+            **_begin_call(self, retry_id, self._rpc_timeout),
+            retry=self._begin_retry.with_timeout(self._rpc_timeout),
         )
         self._id = response.transaction
 
@@ -138,7 +179,9 @@ class BoundedAsyncTransaction(AsyncTransaction):
         if not self.in_progress:
             raise ValueError("no transaction is in progress")
         try:
-            await self._client._firestore_api.rollback(**_rollback_call(self, self._rpc_timeout))
+            await self._client._firestore_api.rollback(
+                **_rollback_call(self, _seconds(self._rollback_bound))
+            )
         finally:
             self._clean_up()
 

@@ -71,8 +71,10 @@ class Records(Protocol):
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
         ...
 
-    def read(self, key: str, *, action: str = "claim") -> Snapshot:
-        """The record (None if absent), its read time and update time."""
+    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
+        """The record (None if absent), its read time and update time. `budget`, here and
+        below: the call's deadline when shorter than the store's RPC timeout (what is left of
+        the delivery's time budget)."""
         ...
 
     def create(
@@ -94,14 +96,22 @@ class Records(Protocol):
         `Conflict` if it changed or vanished."""
         ...
 
-    def commit_batch(self, key: str, fill: SyncFill, guard: datetime | None) -> Any:
+    def commit_batch(
+        self, key: str, fill: SyncFill, guard: datetime | None, *, budget: float | None = None
+    ) -> Any:
         """Open a batch, `fill` it, add the marker (a create if `guard` is None, else an update
         guarded by it), commit once (no retry: a lost response is resolved by reading).
         Returns what `fill` returned first; raises what `fill` or the commit raised."""
         ...
 
     def run_transaction(
-        self, key: str, fill: SyncFill, guard: datetime | None, *, attempts: int
+        self,
+        key: str,
+        fill: SyncFill,
+        guard: datetime | None,
+        *,
+        attempts: int,
+        budget: float | None = None,
     ) -> Any:
         """As `commit_batch` in a transaction, which the client retries `attempts` times on
         contention (Aborted), calling `fill` again."""
@@ -123,7 +133,9 @@ class RecordIO(Protocol):
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
         ...
 
-    async def read(self, key: str, *, action: str = "claim") -> Snapshot:
+    async def read(
+        self, key: str, *, action: str = "claim", budget: float | None = None
+    ) -> Snapshot:
         """See `Records.read`."""
         ...
 
@@ -145,12 +157,20 @@ class RecordIO(Protocol):
         """See `Records.update_if_unchanged`."""
         ...
 
-    async def commit_batch(self, key: str, fill: Fill, guard: datetime | None) -> Any:
+    async def commit_batch(
+        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+    ) -> Any:
         """See `Records.commit_batch` (`fill` awaited)."""
         ...
 
     async def run_transaction(
-        self, key: str, fill: Fill, guard: datetime | None, *, attempts: int
+        self,
+        key: str,
+        fill: Fill,
+        guard: datetime | None,
+        *,
+        attempts: int,
+        budget: float | None = None,
     ) -> Any:
         """See `Records.run_transaction` (`fill` awaited)."""
         ...
@@ -163,8 +183,9 @@ class Pacing(Protocol):
         """Pause this delivery (a backoff)."""
         ...
 
-    def turn(self, key: str) -> AbstractAsyncContextManager[None]:
-        """Wait until no other delivery of `key` on this instance is inside its turn."""
+    def turn(self, key: str, timeout: float | None = None) -> AbstractAsyncContextManager[None]:
+        """Wait until no other delivery of `key` on this instance is inside its turn;
+        `dedup.cache.TurnTimeout` after `timeout` seconds (None: no limit)."""
         ...
 
 
@@ -213,24 +234,34 @@ class BlockingIO:
         self.create = _blocking(store.create)
         self.update_if_unchanged = _blocking(store.update_if_unchanged)
 
-    async def commit_batch(self, key: str, fill: Fill, guard: datetime | None) -> Any:
+    async def commit_batch(
+        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+    ) -> Any:
         """The store's `commit_batch`, `fill` driven on this thread."""
-        return self.store.commit_batch(key, _driven(fill), guard)
+        return self.store.commit_batch(key, _driven(fill), guard, budget=budget)
 
     async def run_transaction(
-        self, key: str, fill: Fill, guard: datetime | None, *, attempts: int
+        self,
+        key: str,
+        fill: Fill,
+        guard: datetime | None,
+        *,
+        attempts: int,
+        budget: float | None = None,
     ) -> Any:
         """The store's `run_transaction`, `fill` driven on this thread."""
-        return self.store.run_transaction(key, _driven(fill), guard, attempts=attempts)
+        return self.store.run_transaction(
+            key, _driven(fill), guard, attempts=attempts, budget=budget
+        )
 
     async def sleep(self, seconds: float) -> None:
         """Block this thread for `seconds`."""
         time.sleep(seconds)
 
     @asynccontextmanager
-    async def turn(self, key: str) -> AsyncIterator[None]:
-        """This thread's turn for `key` (`KeyTurns.turn`)."""
-        with self.turns.turn(key):
+    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
+        """This thread's turn for `key` (`KeyTurns.turn`), waited for `timeout` at most."""
+        with self.turns.turn(key, timeout):
             yield
 
 

@@ -33,6 +33,7 @@ drives it without an event loop, the async one awaits it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Mapping
@@ -49,6 +50,7 @@ from dedup.claims import (
     after_failure,
     after_fenced_conflict,
     decide,
+    retry_age,
     takeover_ambiguous,
     written_by,
 )
@@ -81,7 +83,7 @@ async def run_lease(run: Run, invoke: Invoke) -> Outcome:
     the others then know the lease is live (or just saw someone else's) and answer `LeaseHeld`
     without a write of their own. The handler runs outside that turn.
     """
-    async with run.io.turn(run.key):
+    async with run.turn():
         claimed = await _claim(run)
     if isinstance(claimed, Outcome):
         return claimed
@@ -104,6 +106,7 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
     notes = NO_NOTES  # what the record it took over had noted
     sent_at = time.monotonic()  # when the latest claim write was sent: our lease starts later
     for _ in range(CLAIM_ROUNDS):
+        run.require_time("claim")
         if try_create:
             ambiguous, notes = False, NO_NOTES
             sent_at = time.monotonic()
@@ -120,11 +123,11 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
                 subject=run.subject,
                 source=run.source,
             )
-            created = await store.create(run.key, fields)
+            created = await store.create(run.key, fields, budget=run.rpc_budget())
             if isinstance(created, datetime):
                 run.attempt = 1
                 return _owned(run, owner, created, sent_at)
-        snapshot = await store.read(run.key)
+        snapshot = await store.read(run.key, budget=run.rpc_budget())
         record = snapshot.record
         if record is not None and written_by(record, owner):
             # Our own claim or burial landed although its response was lost.
@@ -133,12 +136,13 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             run.ambiguous, run.notes = ambiguous, notes
             return _owned(run, owner, precondition(snapshot), sent_at)
-        claim = decide(record, snapshot.read_time, config.max_attempts)
+        claim = decide(record, snapshot.read_time, config.attempt_limit)
         try_create = claim is Claim.CREATE
         if record is None:  # vanished (TTL) between the create and the read
             continue
         run.check_record(record)
         run.attempt = record.attempts
+        run.retry_age = retry_age(record, snapshot.read_time)
         if claim is Claim.SKIP:
             return run.skip(record)
         if claim is Claim.WAIT:
@@ -164,6 +168,7 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
             ),
             precondition(snapshot),
             action="take over the lease of",
+            budget=run.rpc_budget(),
         )
         if isinstance(taken, datetime):
             run.attempt = record.attempts + 1
@@ -192,6 +197,8 @@ async def _run_owned(
     run.owner, run.token, run.lease_ends = owner, token, lease_ends
     run.note_writer = write_note
     try:
+        if run.time_left() <= 0:
+            return await _give_back_unstarted(run, owner)
         run.step(Step.AFTER_CLAIM)
         if run.ambiguous and (run.reconcile is not None or run.on_ambiguous != RERUN):
             settled = await _settle_ambiguity(run, owner)
@@ -203,23 +210,38 @@ async def _run_owned(
             if run.outcome is OutcomeKind.LEASE_LOST:  # a note found the lease taken over
                 raise
             error = error_text(exc)
-            after = after_failure(exc, run.attempt, config.max_attempts)
+            after = after_failure(exc, run.attempt, config.attempt_limit, run.retry_age)
             if after is AfterFailure.RELEASED:
                 fields = released(error=error, expire_at=run.expire_at())
                 await _record(run, owner, run.token, fields, after.state, "release", None)
             else:
                 fields = finished(after.state, owner=owner, expire_at=run.expire_at(), error=error)
                 action = f"mark {after.state.value}"
-                await _record(run, owner, run.token, fields, after.state, action, lease_ends)
+                until = run.outcome_deadline()
+                await _record(run, owner, run.token, fields, after.state, action, until)
             return run.failed(after, error, exc)
         run.step(Step.AFTER_EFFECT)
         stored = storable_result(result)
         fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
-        await _record(run, owner, run.token, fields, State.SENT, "mark sent", lease_ends)
+        until = run.outcome_deadline()
+        await _record(run, owner, run.token, fields, State.SENT, "mark sent", until)
         run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
+
+
+async def _give_back_unstarted(run: Run, owner: str) -> Outcome:
+    """The claim took the whole time budget: give the lease back without starting the handler
+    (the attempt it counted is handed back too), then raise `BudgetSpent`."""
+    token = run.token
+    assert token is not None
+    error = "the time budget was spent claiming the lease; the handler did not start"
+    fields = released(error=error, expire_at=run.expire_at(), attempts=run.attempt - 1)
+    with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
+        await _record(run, owner, token, fields, State.IN_PROGRESS, "release", None)
+    run.require_time("start the handler of")
+    raise AssertionError("unreachable: the budget is spent")  # pragma: no cover
 
 
 async def _ask(run: Run) -> bool | None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dedup import logs
+from dedup.cache import TurnTimeout
 from dedup.claims import RERUN, AfterFailure, belongs_to, error_terminal, record_sent
 from dedup.delivery import (
     NO_NOTES,
@@ -28,7 +30,7 @@ from dedup.delivery import (
     TransactionDelivery,
     WriteOnlyDelivery,
 )
-from dedup.errors import ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
+from dedup.errors import BudgetSpent, ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
 from dedup.record import Mode, Record, State
 from dedup.transitions import finished
 
@@ -78,6 +80,10 @@ _EXPLAINED = {
     ),
 }
 
+
+BUDGET_MARGIN = 0.1
+"""The share of the time budget (at most 1 s) kept back for what ends a delivery after its
+last try: an RPC is never given less than 0.1 s, and a rollback keeps its own bound."""
 
 is_terminal = error_terminal
 """A handler error that no retry can cure (`dedup.claims.error_terminal`)."""
@@ -134,6 +140,85 @@ class Run(LeaseState):
     """Lease mode: the update time of this owner's last write (what its writes are fenced by)."""
     lease_ends: float = 0.0
     """Lease mode: a monotonic lower bound of the end of this delivery's lease."""
+    retry_age: float = 0.0
+    """Seconds from the record's first attempt to the read this delivery claimed on (database
+    clock, `dedup.claims.retry_age`); 0 for a fresh event."""
+    deadline: float = 0.0
+    """When this delivery's time budget ends (monotonic): `started` plus
+    `DedupConfig.delivery_budget_seconds`, set on construction."""
+
+    _try_started: float | None = field(default=None, init=False, repr=False)
+    _longest_try: float = field(default=0.0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """Start the time budget at `started`; it ends `BUDGET_MARGIN` early (at most 1 s),
+        the room the last tries' floors (0.1 s per RPC) and a rollback take."""
+        budget = self.config.delivery_budget_seconds
+        self.deadline = self.started + budget - min(1.0, BUDGET_MARGIN * budget)
+
+    def time_left(self) -> float:
+        """Seconds left of the time budget (0 or less: spent)."""
+        return self.deadline - time.monotonic()
+
+    def rpc_budget(self) -> float:
+        """The deadline of the next dedup RPC, its retries included: the RPC timeout, cut to
+        what is left of the budget (0.1 s at least)."""
+        return max(0.1, min(float(self.config.rpc_timeout_seconds), self.time_left()))
+
+    def pause(self, seconds: float) -> float:
+        """A backoff pause cut to what is left of the budget (never negative)."""
+        return max(0.0, min(seconds, self.time_left()))
+
+    def require_time(self, action: str, cause: BaseException | None = None) -> None:
+        """Raise `BudgetSpent` (`spent`) when the time budget is spent, before `action`."""
+        if self.time_left() <= 0:
+            self.spent(action, cause)
+
+    def spent(self, action: str, cause: BaseException | None = None) -> NoReturn:
+        """Raise `BudgetSpent`, chaining `cause` (the last store error, if any): the budget ran
+        out before `action` could start (`dedup.core.run_flow` logs the line, unavailable)."""
+        budget = self.config.delivery_budget_seconds
+        error = (
+            f"the delivery's time budget of {budget:g} s is spent before it could {action} "
+            f"{self.path}; nothing was committed, the event will be retried"
+        )
+        if cause is not None:
+            error += f" (last error: {cause})"
+        raise BudgetSpent(error) from cause
+
+    @property
+    def longest_try(self) -> float:
+        """The longest try of a transaction or batch so far in this delivery (`start_try`)."""
+        return self._longest_try
+
+    def start_try(self, action: str, cause: BaseException | None = None) -> None:
+        """Before each try of a transaction or batch (a round of the flow, or the client's own
+        retry on contention): raise `BudgetSpent` unless the time left covers the longest try
+        so far (a try that waited on a locked document is not started with less to go)."""
+        now = time.monotonic()
+        if self._try_started is not None:
+            self._longest_try = max(self._longest_try, now - self._try_started)
+        if self.deadline - now <= 0 or self.deadline - now < self._longest_try:
+            self.spent(action, cause)
+        self._try_started = now
+
+    @asynccontextmanager
+    async def turn(self, key: str | None = None) -> AsyncIterator[None]:
+        """This delivery's turn on its key (or on `key`) among the instance's deliveries
+        (`FlowIO.turn`), waited for no longer than the budget allows (then `BudgetSpent`)."""
+        try:
+            async with self.io.turn(key or self.key, max(0.0, self.time_left())):
+                yield
+        except TurnTimeout as waited:
+            self.spent("take its turn on", waited)
+
+    def outcome_deadline(self) -> float:
+        """Until when the record of a finished handler's outcome may be retried: the end of
+        the budget, and at least one RPC timeout from now (the margin the lease keeps beyond
+        the function's timeout for this write), never past the lease's end."""
+        now = time.monotonic()
+        until = max(self.deadline, now + self.config.rpc_timeout_seconds)
+        return min(until, self.lease_ends) if self.lease_ends else until
 
     @property
     def path(self) -> str:
@@ -248,7 +333,7 @@ class Run(LeaseState):
             level = max(level, logging.ERROR)
             message += "; payload fingerprint differs from the recorded event's"
         if kind is OutcomeKind.DEAD:
-            message += f"; gave up after {self.config.max_attempts} attempts, inspect the record"
+            message += f"; gave up after {self.attempt} attempts, inspect the record"
         elif kind is OutcomeKind.AMBIGUOUS or kind is OutcomeKind.RECONCILED:
             message += _EXPLAINED[kind]
         logs.log_delivery(

@@ -49,13 +49,20 @@ PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
 )
 """What a write raises when its precondition (exists=false, or an update time) fails."""
 
+ROLLBACK_FLOOR_SECONDS = 0.5
+"""The least a transaction's rollback is given, even past the delivery's budget: one cut
+shorter leaves the transaction open on the server, its locks held until Firestore expires it
+(60 s), and every other writer of its documents waits. A rollback waits on no lock, so this is
+room enough unless the database is unreachable, and then the transaction dies with it."""
+
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
 
 
-def backoff(round_: int) -> float:
-    """Full-jitter exponential backoff for retry `round_` (0-based), in seconds."""
-    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**round_))
+def backoff(round_: int, cap: float = BACKOFF_CAP_SECONDS) -> float:
+    """Full-jitter exponential backoff for retry `round_` (0-based), in seconds, at most
+    `cap`."""
+    return random.uniform(0, min(cap, BACKOFF_BASE_SECONDS * 2**round_))
 
 
 class Snapshot(NamedTuple):
@@ -119,6 +126,21 @@ class StoreBase[C]:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""
         return f"{self.collection}/{key}"
 
+    def timeout_within(self, budget: float | None) -> float:
+        """The deadline of one call: the RPC timeout, or `budget` when that is shorter."""
+        limit = float(self.rpc_timeout_seconds)
+        return limit if budget is None else max(0.1, min(limit, budget))
+
+    def shrinking(self, budget: float | None, *, floor: float = 0.1) -> float | Callable[[], float]:
+        """The bound of each RPC of a transaction started now with `budget` seconds left:
+        the RPC timeout, cut to what is left of `budget` when that RPC starts (`floor` at
+        least)."""
+        limit = float(self.rpc_timeout_seconds)
+        if budget is None:
+            return limit
+        end = time.monotonic() + budget
+        return lambda: max(floor, min(limit, end - time.monotonic()))
+
     def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
         return StoreUnavailable(
@@ -142,11 +164,17 @@ class RecordStore(StoreBase[firestore.Client]):
         """Reference to the record's document."""
         return self.client.collection(self.collection).document(key)
 
-    def transaction(self, *, max_attempts: int) -> BoundedTransaction:
-        """A new transaction whose RPCs are bounded like every other call of this store."""
-        timeout = self.rpc_timeout_seconds
+    def transaction(self, *, max_attempts: int, budget: float | None = None) -> BoundedTransaction:
+        """A new transaction whose RPCs are bounded like every other call of this store
+        (`budget`: the time left of the delivery's budget, which every RPC's bound then
+        shrinks with)."""
+        timeout = self.timeout_within(budget)
         return BoundedTransaction(
-            self.client, max_attempts=max_attempts, timeout=timeout, begin_retry=sync_retry(timeout)
+            self.client,
+            max_attempts=max_attempts,
+            timeout=self.shrinking(budget),
+            begin_retry=sync_retry(timeout),
+            rollback_timeout=self.shrinking(budget, floor=ROLLBACK_FLOOR_SECONDS),
         )
 
     def create(
@@ -186,22 +214,28 @@ class RecordStore(StoreBase[firestore.Client]):
             budget,
         )
 
-    def read(self, key: str, *, action: str = "claim") -> Snapshot:
-        """Read the record, retrying transient errors within the RPC timeout."""
-        timeout = self.rpc_timeout_seconds
+    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
+        """Read the record, retrying transient errors within the RPC timeout (or `budget`)."""
+        timeout = self.timeout_within(budget)
         with self.wrapped(action, key):
             snapshot = self.ref(key).get(retry=sync_retry(timeout), timeout=timeout)
         return snapshot_of(snapshot)
 
     def commit_batch(
-        self, key: str, fill: Callable[[Any], tuple[Any, Fields]], guard: datetime | None
+        self,
+        key: str,
+        fill: Callable[[Any], tuple[Any, Fields]],
+        guard: datetime | None,
+        *,
+        budget: float | None = None,
     ) -> Any:
         """Fill a `WriteBatch`, add the marker (`add_marker`) and commit it once (no retry: a
-        lost response is resolved by reading); what `fill` returned first."""
+        lost response is resolved by reading), within the RPC timeout (or `budget`); what
+        `fill` returned first."""
         batch = self.client.batch()
         result, fields = fill(batch)
         add_marker(batch, self.ref(key), fields, guard, "write_only")
-        batch.commit(retry=None, timeout=self.rpc_timeout_seconds)
+        batch.commit(retry=None, timeout=self.timeout_within(budget))
         return result
 
     def run_transaction(
@@ -211,9 +245,11 @@ class RecordStore(StoreBase[firestore.Client]):
         guard: datetime | None,
         *,
         attempts: int,
+        budget: float | None = None,
     ) -> Any:
         """Fill a `BoundedTransaction`, add the marker and commit it, run by
-        `firestore.transactional` (`fill` called again on each of `attempts` on Aborted)."""
+        `firestore.transactional` (`fill` called again on each of `attempts` on Aborted); each
+        RPC within the RPC timeout (or `budget`)."""
         ref = self.ref(key)
 
         def body(transaction: firestore.Transaction) -> Any:
@@ -221,7 +257,8 @@ class RecordStore(StoreBase[firestore.Client]):
             add_marker(transaction, ref, fields, guard, "transaction")
             return result
 
-        return firestore.transactional(body)(self.transaction(max_attempts=attempts))
+        transaction = self.transaction(max_attempts=attempts, budget=budget)
+        return firestore.transactional(body)(transaction)
 
     def _conditional(
         self,

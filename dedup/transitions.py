@@ -165,14 +165,19 @@ def attempt_finished(
     return fields
 
 
-def released(*, error: str, expire_at: datetime) -> Fields:
-    """The owner gives its lease back after a failed attempt (state stays in_progress)."""
-    return {
+def released(*, error: str, expire_at: datetime, attempts: int | None = None) -> Fields:
+    """The owner gives its lease back after a failed attempt (state stays in_progress);
+    `attempts`: the count to leave (an attempt whose handler never started hands its own
+    back), None to keep the count."""
+    fields: Fields = {
         Field.STATE: State.IN_PROGRESS.value,
         Field.LEASE_STARTED_AT: None,
         Field.LAST_ERROR: error,
         Field.EXPIRE_AT: expire_at,
     }
+    if attempts is not None:
+        fields[Field.ATTEMPTS] = attempts
+    return fields
 
 
 def operator_released() -> Fields:

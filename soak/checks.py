@@ -13,7 +13,11 @@ Each check names an invariant; `check` returns every broken one as a `Violation`
   error after the effect), which the design forbids.
 * `record of another event`: a record at an event's key was written for another (event, suffix).
 * `in_progress past its lease`: a record still leased after its lease expired, at the end.
-* `attempts`: no record counts more than `max_attempts` + concurrency attempts.
+* `attempts`: no record retried for `min_retry_seconds` counts more than `max_attempts` +
+  concurrency attempts (younger ones may: fast redeliveries spend attempts that must not kill
+  the event, `dedup.claims.AttemptLimit`).
+* `dead too soon`: no record is dead before both `max_attempts` attempts and
+  `min_retry_seconds` between its first and last attempt.
 * `not acknowledged`: a delivery chain was still being redelivered when the drain ended.
 * `worker exited`: a function process died by anything other than the soak's SIGKILL.
 """
@@ -24,6 +28,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from dedup import dedup_key
+from dedup.config import DEFAULT_MIN_RETRY_SECONDS
 from soak.functions import FUNCTIONS
 
 
@@ -38,6 +43,8 @@ class RecordView:
     attempts: int
     lease_expired: bool
     """True when the record holds a lease that expired before the final read time."""
+    retried_seconds: float = 0.0
+    """From the record's first attempt to its last (database clock)."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class Observed:
     worker_exits: list[str] = field(default_factory=list)
     """How function processes died other than by the soak's SIGKILL."""
     max_attempts: int = 10
+    min_retry_seconds: float = DEFAULT_MIN_RETRY_SECONDS
     copies: int = 3
 
 
@@ -135,7 +143,19 @@ def check(seen: Observed) -> list[Violation]:
                     f"record {record.key!r} (attempt {record.attempts})",
                 )
             )
-        if record.attempts > limit:
+        retried_long = record.retried_seconds >= seen.min_retry_seconds
+        if record.state == "dead" and (record.attempts < seen.max_attempts or not retried_long):
+            found.append(
+                Violation(
+                    "dead too soon",
+                    event,
+                    name,
+                    f"record {record.key!r} is dead after {record.attempts} attempts over "
+                    f"{record.retried_seconds:.0f} s; dead needs max_attempts "
+                    f"{seen.max_attempts} and min_retry_seconds {seen.min_retry_seconds:g}",
+                )
+            )
+        if record.attempts > limit and retried_long:
             found.append(
                 Violation(
                     "attempts",

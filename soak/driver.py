@@ -72,9 +72,13 @@ class SoakSettings:
     handler_failure_rate: float = 0.03
     receiver_fault_interval: float = 2.0
     collision_rate: float = 0.03
-    lease_seconds: int = 10
+    lease_seconds: int = 15
     max_attempts: int = 10
     rpc_timeout_seconds: int = 5
+    function_timeout_seconds: int = 10
+    """The timeout the soak's functions declare (`DedupConfig.function_timeout_seconds`, their
+    time budget): the longest the lease covers, `lease_seconds` - `rpc_timeout_seconds`. The
+    results report the longest delivery beside it (`longest_delivery_s`)."""
     drain_seconds: float = 90.0
     seed: int = 1
     project: str = "demo-soak"
@@ -110,6 +114,11 @@ class _Stats:
     outcomes: Counter[str] = field(default_factory=Counter)
     error_samples: dict[str, list[str]] = field(default_factory=dict)
     restart_outages: list[float] = field(default_factory=list)
+    longest_delivery: float = 0.0
+    """The longest delivery a worker answered (seconds from the request to the answer)."""
+    longest_delivery_of: tuple[str, str, str] = ("", "", "")
+    """(event id, function, answer) of that delivery."""
+    longest_by_function: dict[str, float] = field(default_factory=dict)
 
 
 class Soak:
@@ -301,6 +310,11 @@ class Soak:
         outcome, message = _outcome(response.status, body)
         with self._lock:
             chain.last = f"{outcome}: {message}" if message else outcome
+            took = self.stats.longest_by_function.get(chain.function, 0.0)
+            self.stats.longest_by_function[chain.function] = max(took, ended - started)
+            if ended - started > self.stats.longest_delivery:
+                self.stats.longest_delivery = ended - started
+                self.stats.longest_delivery_of = (chain.event_id, chain.function, chain.last)
             self.stats.outcomes[outcome] += 1
             samples = self.stats.error_samples.setdefault(outcome, [])
             if message and len(samples) < 3:
@@ -332,6 +346,7 @@ class Soak:
             lease_seconds=self.s.lease_seconds,
             max_attempts=self.s.max_attempts,
             rpc_timeout_seconds=self.s.rpc_timeout_seconds,
+            function_timeout_seconds=self.s.function_timeout_seconds,
             lost_response_rate=self.s.lost_response_rate,
             refused_commit_rate=self.s.refused_commit_rate,
             read_fault_rate=self.s.read_fault_rate,
@@ -445,6 +460,7 @@ class Soak:
                     lease_expired=record.state is State.IN_PROGRESS
                     and record.has_lease
                     and not record.lease_live(snapshot.read_time),
+                    retried_seconds=_retried_seconds(record),
                 )
             )
         applied = [
@@ -496,6 +512,8 @@ class Soak:
             "violations": len(violations),
             "violation_examples": _examples(violations),
             "wall_s": round(wall, 1),
+            "longest_delivery_s": round(self.stats.longest_delivery, 2),
+            "function_timeout_s": self.s.function_timeout_seconds,
             "details": {
                 "settings": asdict(self.s),
                 "violations_by_check": dict(by_check),
@@ -509,8 +527,17 @@ class Soak:
                 "receiver_applied_unanswered": len(seen.unanswered),
                 "receiver_distinct_keys": len({k for k, _, _ in seen.notify_applied}),
                 "restart_outage_s": [round(x, 1) for x in self.stats.restart_outages],
+                "longest_delivery_by_function_s": {
+                    name: round(took, 2) for name, took in self.stats.longest_by_function.items()
+                },
             },
         }
+
+
+def _retried_seconds(record: Record) -> float:
+    """From a record's first attempt to its last (0 when either is missing)."""
+    first, last = record.first_attempt_at, record.last_attempt_at
+    return (last - first).total_seconds() if first and last else 0.0
 
 
 def _outcome(status: int, body: bytes) -> tuple[str, str]:

@@ -44,6 +44,7 @@ class WorkerSettings:
     lease_seconds: int
     max_attempts: int
     rpc_timeout_seconds: int
+    function_timeout_seconds: int
     lost_response_rate: float
     refused_commit_rate: float
     read_fault_rate: float
@@ -81,6 +82,7 @@ def serve(settings: WorkerSettings) -> None:
         lease_seconds=settings.lease_seconds,
         max_attempts=settings.max_attempts,
         rpc_timeout_seconds=settings.rpc_timeout_seconds,
+        function_timeout_seconds=settings.function_timeout_seconds,
         project=settings.project,
     )
     dedup = Deduplicator(config, client=client)

@@ -36,7 +36,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
-from dedup.cache import KeyTurns
+from dedup.cache import KeyTurns, TurnTimeout
 from dedup.record import Fields
 from dedup.store import ConditionalTries, Conflict, Snapshot, StoreBase, snapshot_of
 from tests.dedup.grpc_faults import Fault, Plan
@@ -311,7 +311,7 @@ class MemoryStore(StoreBase[MemoryClient]):
         """The record's reference."""
         return self.client.collection(self.collection).document(key)
 
-    def read(self, key: str, *, action: str = "claim") -> Snapshot:
+    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
         """Read the record (reads never fail here, as document reads pass the gRPC plan)."""
         return snapshot_of(self.document(self.path(key)))
 
@@ -336,7 +336,12 @@ class MemoryStore(StoreBase[MemoryClient]):
         return self._conditional(action, key, write, budget)
 
     def commit_batch(
-        self, key: str, fill: Callable[[Any], tuple[Any, Fields]], guard: datetime | None
+        self,
+        key: str,
+        fill: Callable[[Any], tuple[Any, Fields]],
+        guard: datetime | None,
+        *,
+        budget: float | None = None,
     ) -> Any:
         """Fill a batch, add the marker, commit it once."""
         writer = MemoryWriter(self.client)
@@ -351,6 +356,7 @@ class MemoryStore(StoreBase[MemoryClient]):
         guard: datetime | None,
         *,
         attempts: int,
+        budget: float | None = None,
     ) -> Any:
         """Fill a transaction, add the marker, commit it; filled again on Aborted."""
         for attempt in range(attempts):
@@ -409,7 +415,9 @@ class AsyncMemoryStore:
         self.path = store.path
         self.unavailable = store.unavailable
 
-    async def read(self, key: str, *, action: str = "claim") -> Snapshot:
+    async def read(
+        self, key: str, *, action: str = "claim", budget: float | None = None
+    ) -> Snapshot:
         """See `MemoryStore.read`."""
         return self.store.read(key, action=action)
 
@@ -433,7 +441,9 @@ class AsyncMemoryStore:
             key, fields, update_time, action=action, budget=budget
         )
 
-    async def commit_batch(self, key: str, fill: Any, guard: datetime | None) -> Any:
+    async def commit_batch(
+        self, key: str, fill: Any, guard: datetime | None, *, budget: float | None = None
+    ) -> Any:
         """See `MemoryStore.commit_batch` (`fill` awaited)."""
         writer = MemoryWriter(self.client)
         result, fields = await fill(writer)
@@ -441,7 +451,13 @@ class AsyncMemoryStore:
         return result
 
     async def run_transaction(
-        self, key: str, fill: Any, guard: datetime | None, *, attempts: int
+        self,
+        key: str,
+        fill: Any,
+        guard: datetime | None,
+        *,
+        attempts: int,
+        budget: float | None = None,
     ) -> Any:
         """See `MemoryStore.run_transaction` (`fill` awaited)."""
         for attempt in range(attempts):
@@ -466,8 +482,14 @@ class AsyncMemoryStore:
         await asyncio.sleep(seconds)
 
     @asynccontextmanager
-    async def turn(self, key: str) -> AsyncIterator[None]:
-        """This task's turn for `key`."""
+    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
+        """This task's turn for `key` (`timeout` as `AsyncRecordStore.turn`)."""
         with self.turns.lock_of(key, asyncio.Lock) as lock:
-            async with lock:
+            try:
+                await asyncio.wait_for(lock.acquire(), timeout)
+            except TimeoutError:
+                raise TurnTimeout(f"no turn on {key} within {timeout} s") from None
+            try:
                 yield
+            finally:
+                lock.release()

@@ -20,8 +20,10 @@ from google.api_core.retry import AsyncRetry
 from google.cloud import firestore
 from google.cloud.firestore import AsyncClient, AsyncDocumentReference, AsyncTransaction
 
+from dedup.cache import TurnTimeout
 from dedup.firestore_internals import BoundedAsyncTransaction
 from dedup.store import (
+    ROLLBACK_FLOOR_SECONDS,
     ConditionalTries,
     Conflict,
     Snapshot,
@@ -59,11 +61,14 @@ class AsyncRecordStore(StoreBase[AsyncClient]):
         """Reference to the record's document."""
         return self.client.collection(self.collection).document(key)
 
-    async def read(self, key: str, *, action: str = "claim") -> Snapshot:
-        """Read the record, retrying transient errors within the RPC timeout."""
-        retry = transient_retry(self.rpc_timeout_seconds, AsyncRetry)
+    async def read(
+        self, key: str, *, action: str = "claim", budget: float | None = None
+    ) -> Snapshot:
+        """Read the record, retrying transient errors within the RPC timeout (or `budget`)."""
+        timeout = self.timeout_within(budget)
+        retry = transient_retry(timeout, AsyncRetry)
         with self.wrapped(action, key):
-            document = await self.ref(key).get(retry=retry, timeout=self.rpc_timeout_seconds)
+            document = await self.ref(key).get(retry=retry, timeout=timeout)
         return snapshot_of(document)
 
     async def create(
@@ -99,23 +104,38 @@ class AsyncRecordStore(StoreBase[AsyncClient]):
         await asyncio.sleep(seconds)
 
     @asynccontextmanager
-    async def turn(self, key: str) -> AsyncIterator[None]:
-        """This task's turn for `key` among the instance's deliveries on this event loop."""
+    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
+        """This task's turn for `key` among the instance's deliveries on this event loop;
+        `TurnTimeout` after `timeout` seconds (None: no limit)."""
         with self.turns.lock_of(key, asyncio.Lock) as lock:
-            async with lock:
+            try:
+                await asyncio.wait_for(lock.acquire(), timeout)
+            except TimeoutError:
+                raise TurnTimeout(f"no turn on {key} within {timeout:.1f} s") from None
+            try:
                 yield
+            finally:
+                lock.release()
 
-    async def commit_batch(self, key: str, fill: Fill, guard: datetime | None) -> Any:
+    async def commit_batch(
+        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+    ) -> Any:
         """Fill an `AsyncWriteBatch`, add the marker (`dedup.store.add_marker`) and commit it
         once; see `RecordStore.commit_batch`."""
         batch = self.client.batch()
         result, fields = await fill(batch)
         add_marker(batch, self.ref(key), fields, guard, "write_only")
-        await batch.commit(retry=None, timeout=self.rpc_timeout_seconds)
+        await batch.commit(retry=None, timeout=self.timeout_within(budget))
         return result
 
     async def run_transaction(
-        self, key: str, fill: Fill, guard: datetime | None, *, attempts: int
+        self,
+        key: str,
+        fill: Fill,
+        guard: datetime | None,
+        *,
+        attempts: int,
+        budget: float | None = None,
     ) -> Any:
         """Fill a `BoundedAsyncTransaction`, add the marker and commit it, run by
         `firestore.async_transactional`; see `RecordStore.run_transaction`."""
@@ -126,11 +146,12 @@ class AsyncRecordStore(StoreBase[AsyncClient]):
             add_marker(transaction, ref, fields, guard, "transaction")
             return result
 
-        timeout = self.rpc_timeout_seconds
+        timeout = self.timeout_within(budget)
         transaction = BoundedAsyncTransaction(
             self.client,
             max_attempts=attempts,
-            timeout=timeout,
+            timeout=self.shrinking(budget),
+            rollback_timeout=self.shrinking(budget, floor=ROLLBACK_FLOOR_SECONDS),
             begin_retry=transient_retry(timeout, AsyncRetry),
         )
         return await firestore.async_transactional(body)(transaction)

@@ -299,7 +299,9 @@ def test_a_revived_dead_event_runs_on_its_next_delivery(
     invoke: Invoke, firestore_client: firestore.Client
 ) -> None:
     """Revive makes a poison event runnable again, with a full attempt budget."""
-    dedup = Deduplicator(DedupConfig(max_attempts=3, cache_size=0), client=firestore_client)
+    dedup = Deduplicator(
+        DedupConfig(max_attempts=3, min_retry_seconds=0, cache_size=0), client=firestore_client
+    )
     records.write(firestore_client, [record_fields("e1", state=State.DEAD, attempts=3)])
     runs: list[Delivery] = []
     assert dedup.run("e1", "sendEmail", runs.append).kind is OutcomeKind.DUPLICATE
@@ -317,7 +319,9 @@ def test_list_finds_unknown_records_and_revive_runs_them_again(
     """An ambiguous delivery skipped on purpose (`on_ambiguous="skip"`) leaves an unknown
     record: `list --state unknown` finds it, later deliveries skip it, and `revive KEY` hands
     it back so that the next delivery runs the handler (not ambiguous: a released lease)."""
-    dedup = Deduplicator(DedupConfig(max_attempts=3, cache_size=0), client=firestore_client)
+    dedup = Deduplicator(
+        DedupConfig(max_attempts=3, min_retry_seconds=0, cache_size=0), client=firestore_client
+    )
     (key,) = records.write(
         firestore_client,
         [record_fields("e1", state=State.IN_PROGRESS, lease="expired", age=timedelta(minutes=5))],
@@ -364,7 +368,9 @@ def test_release_of_a_crashed_last_attempt_runs_the_handler_on_the_next_delivery
 ) -> None:
     """`release` does what its help says even when the crashed attempt was the last allowed:
     the next delivery runs the handler (one more attempt), it does not bury the event."""
-    dedup = Deduplicator(DedupConfig(max_attempts=3, cache_size=0), client=firestore_client)
+    dedup = Deduplicator(
+        DedupConfig(max_attempts=3, min_retry_seconds=0, cache_size=0), client=firestore_client
+    )
     (key,) = records.write(
         firestore_client,
         [record_fields("e1", state=State.IN_PROGRESS, lease="expired", attempts=3)],

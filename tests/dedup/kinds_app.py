@@ -83,3 +83,11 @@ def on_slow_upload(event: Any, delivery: Delivery) -> None:
     """Works long enough for concurrent copies to find its lease live."""
     time.sleep(1.5)
     _effect(delivery)
+
+
+@scheduler_fn.on_schedule(schedule="0 9 * * *")
+@trigger_once("kSlowTick", registry=REGISTRY)
+def on_slow_tick(event: Any, delivery: Delivery) -> None:
+    """A scheduled run that works long enough for concurrent retries to find its lease live."""
+    time.sleep(1.5)
+    _effect(delivery)

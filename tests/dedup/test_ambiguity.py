@@ -27,7 +27,14 @@ from dedup import (
     State,
     trigger_once,
 )
-from dedup.claims import AfterAmbiguity, Claim, after_ambiguity, decide, takeover_ambiguous
+from dedup.claims import (
+    AfterAmbiguity,
+    AttemptLimit,
+    Claim,
+    after_ambiguity,
+    decide,
+    takeover_ambiguous,
+)
 from dedup.core import SuffixRegistry
 from dedup.delivery import Step
 from dedup.keys import dedup_key
@@ -54,7 +61,9 @@ class World:
         return Record.from_snapshot(self.store.document(self.store.path(KEY)))
 
     def instance(self, max_attempts: int = 5) -> Deduplicator:
-        config = DedupConfig(lease_seconds=LEASE, cache_size=0, max_attempts=max_attempts)
+        config = DedupConfig(
+            lease_seconds=LEASE, cache_size=0, max_attempts=max_attempts, min_retry_seconds=0
+        )
         return Deduplicator(config, records=self.store)
 
     def handler(self, delivery: Delivery) -> None:
@@ -120,11 +129,11 @@ def test_only_an_expired_lease_is_ambiguous() -> None:
     released = record(State.IN_PROGRESS, None)
     live = record(State.IN_PROGRESS, now)
     assert takeover_ambiguous(expired, now)
-    assert decide(expired, now, 5) is Claim.TAKE_OVER
+    assert decide(expired, now, AttemptLimit(5)) is Claim.TAKE_OVER
     assert not takeover_ambiguous(released, now)
-    assert decide(released, now, 5) is Claim.TAKE_OVER
+    assert decide(released, now, AttemptLimit(5)) is Claim.TAKE_OVER
     assert not takeover_ambiguous(live, now)
-    assert decide(record(State.UNKNOWN, None), now, 5) is Claim.SKIP
+    assert decide(record(State.UNKNOWN, None), now, AttemptLimit(5)) is Claim.SKIP
 
 
 # --- what each choice does --------------------------------------------------------------------

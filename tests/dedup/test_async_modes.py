@@ -132,7 +132,7 @@ def test_a_failing_async_handler_is_retried_then_failed_or_dead(
         assert (await make_async_dedup().run("e1", "s", retry, mode=mode)).kind is OutcomeKind.RAN
         assert retry.deliveries[-1].attempt == 2  # write-only: after a refused optimistic try
 
-        poison = make_async_dedup(max_attempts=2)
+        poison = make_async_dedup(max_attempts=2, min_retry_seconds=0)
         with pytest.raises(RuntimeError):
             await poison.run("p1", "s", AsyncCalls(RuntimeError("poison")), mode=mode)
         dead = await poison.run("p1", "s", AsyncCalls(RuntimeError("poison")), mode=mode)
@@ -201,7 +201,9 @@ def test_live_leases_expired_leases_and_poison_are_judged_like_the_sync_path(
                 await make_async_dedup().run("live", "s", handler, mode=mode)
         taken = await make_async_dedup().run("old", "s", handler)
         assert (taken.kind, taken.attempt) == (OutcomeKind.RAN, 2)
-        buried = await make_async_dedup(max_attempts=3).run("poison", "s", handler)
+        buried = await make_async_dedup(max_attempts=3, min_retry_seconds=0).run(
+            "poison", "s", handler
+        )
         assert buried.kind is OutcomeKind.DEAD
 
     asyncio.run(scenario())

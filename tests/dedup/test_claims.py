@@ -12,6 +12,7 @@ from dedup.claims import (
     AfterCommit,
     AfterConflict,
     AfterFailure,
+    AttemptLimit,
     Claim,
     CommitFailed,
     after_commit_failure,
@@ -19,6 +20,7 @@ from dedup.claims import (
     after_fenced_conflict,
     after_state,
     decide,
+    retry_age,
 )
 from dedup.errors import TerminalError
 from dedup.record import Mode, Record, State
@@ -26,6 +28,10 @@ from dedup.record import Mode, Record, State
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 60
 MAX_ATTEMPTS = 5
+MIN_RETRY = LEASE
+"""Seconds since the first attempt before an event may become dead: the expired-lease reads
+below (at T0 + LEASE) are exactly that old."""
+LIMIT = AttemptLimit(MAX_ATTEMPTS, MIN_RETRY)
 
 IN_PROGRESS = Record(
     key="e-s",
@@ -73,6 +79,11 @@ TABLE: dict[str, tuple[Record | None, datetime, Claim]] = {
         EXPIRED,
         Claim.MARK_DEAD,
     ),
+    "lease expired, attempts used up within min_retry_seconds of the first": (
+        replace(IN_PROGRESS, attempts=MAX_ATTEMPTS + 3, first_attempt_at=T0 + timedelta(seconds=1)),
+        EXPIRED,
+        Claim.TAKE_OVER,
+    ),
     "released": (RELEASED, T0, Claim.TAKE_OVER),
     "released with attempts used up (an operator's release)": (
         replace(RELEASED, attempts=MAX_ATTEMPTS),
@@ -99,26 +110,44 @@ def test_decide(case: str, mode: Mode) -> None:
     record, read_time, expected = TABLE[case]
     if record is not None:
         record = replace(record, mode=mode)
-    assert decide(record, read_time, MAX_ATTEMPTS) is expected
+    assert decide(record, read_time, LIMIT) is expected
 
 
-FAILURES: dict[str, tuple[Exception, int, AfterFailure]] = {
-    "terminal on the first attempt": (TerminalError("no"), 1, AfterFailure.FAILED),
-    "terminal on the last attempt": (TerminalError("no"), MAX_ATTEMPTS, AfterFailure.FAILED),
-    "invalid data": (api_exceptions.InvalidArgument("too big"), 1, AfterFailure.FAILED),
-    "retryable, attempts left": (RuntimeError("boom"), MAX_ATTEMPTS - 1, AfterFailure.RELEASED),
-    "retryable, last attempt": (RuntimeError("boom"), MAX_ATTEMPTS, AfterFailure.DEAD),
-    "retryable, above the bound": (RuntimeError("boom"), MAX_ATTEMPTS + 2, AfterFailure.DEAD),
+OLD = float(MIN_RETRY)
+SOON = MIN_RETRY - 0.5
+FAILURES: dict[str, tuple[Exception, int, float, AfterFailure]] = {
+    "terminal on the first attempt": (TerminalError("no"), 1, 0.0, AfterFailure.FAILED),
+    "terminal on the last attempt": (TerminalError("no"), MAX_ATTEMPTS, OLD, AfterFailure.FAILED),
+    "invalid data": (api_exceptions.InvalidArgument("too big"), 1, 0.0, AfterFailure.FAILED),
+    "retryable, attempts left": (RuntimeError("x"), MAX_ATTEMPTS - 1, OLD, AfterFailure.RELEASED),
+    "retryable, last attempt": (RuntimeError("x"), MAX_ATTEMPTS, OLD, AfterFailure.DEAD),
+    "retryable, above the bound": (RuntimeError("x"), MAX_ATTEMPTS + 2, OLD, AfterFailure.DEAD),
+    "retryable, attempts used up too soon": (
+        RuntimeError("x"),
+        MAX_ATTEMPTS + 20,
+        SOON,
+        AfterFailure.RELEASED,
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(FAILURES))
 def test_after_failure(case: str) -> None:
     """What a failed handler leaves behind is one decision for every mode: failed, dead or
-    released; and a record in that state is recognised as that decision."""
-    error, attempt, expected = FAILURES[case]
-    assert after_failure(error, attempt, MAX_ATTEMPTS) is expected
+    released; and a record in that state is recognised as that decision. Attempts spent
+    within `min_retry_seconds` of the first never make an event dead."""
+    error, attempt, age, expected = FAILURES[case]
+    assert after_failure(error, attempt, LIMIT, age) is expected
     assert after_state(expected.state) is expected
+
+
+def test_retry_age_is_judged_on_the_database_clock() -> None:
+    """The age of an event's attempts runs from the record's firstAttemptAt to a read time of
+    the database; no record (a first attempt) is age 0."""
+    assert retry_age(IN_PROGRESS, EXPIRED) == LEASE
+    assert retry_age(None, EXPIRED) == 0.0
+    assert retry_age(replace(IN_PROGRESS, first_attempt_at=None), EXPIRED) == 0.0
+    assert retry_age(replace(IN_PROGRESS, first_attempt_at=EXPIRED), T0) == 0.0
 
 
 F = CommitFailed

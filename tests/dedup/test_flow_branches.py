@@ -98,7 +98,9 @@ def commits(numbers: set[int], fault: Fault) -> Any:
 
 
 def dedup(store: Store) -> Deduplicator:
-    config = DedupConfig(max_attempts=MAX_ATTEMPTS, lease_seconds=60, cache_size=0)
+    config = DedupConfig(
+        max_attempts=MAX_ATTEMPTS, min_retry_seconds=0, lease_seconds=60, cache_size=0
+    )
     return Deduplicator(config, records=store)
 
 

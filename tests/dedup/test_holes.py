@@ -89,7 +89,7 @@ def test_a_commit_refused_for_the_handlers_writes_counts_an_attempt(
     redelivery, because it assumes no record until its blind create fails."""
     missing = firestore_client.collection("posts").document("missing")
     handler = Counting(lambda d: writer(d).update(missing, {"n": 1}))
-    dedup = make_dedup(max_attempts=2, cache_size=0)
+    dedup = make_dedup(max_attempts=2, min_retry_seconds=0, cache_size=0)
     with pytest.raises(api_exceptions.NotFound):
         dedup.run("e1", "s", handler, mode=mode)
     assert handler.calls == 1
@@ -112,7 +112,7 @@ def test_a_create_of_an_existing_document_counts_an_attempt(
     existing.create({"n": 0})
     handler = Counting(lambda d: writer(d).create(existing, {"n": 1}))
     with pytest.raises(api_exceptions.AlreadyExists):
-        make_dedup(max_attempts=3).run("e1", "s", handler, mode=mode)
+        make_dedup(max_attempts=3, min_retry_seconds=0).run("e1", "s", handler, mode=mode)
     assert handler.calls == 1
     assert read_record("e1-s").attempts == 1  # type: ignore[union-attr]
 
@@ -214,7 +214,9 @@ def test_contention_on_the_handlers_reads_is_retried_never_counted(
             raise api_exceptions.Aborted("Transaction lock timeout")
 
     handler = Counting(body)
-    outcome = make_dedup(max_attempts=1).run("e1", "s", handler, mode=Mode.TRANSACTION)
+    outcome = make_dedup(max_attempts=1, min_retry_seconds=0).run(
+        "e1", "s", handler, mode=Mode.TRANSACTION
+    )
     assert (outcome.kind, outcome.attempt, handler.calls) == (OutcomeKind.RAN, 1, 2)
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 
@@ -237,7 +239,9 @@ def test_a_lost_claim_response_is_the_deliverys_own_claim(
     """The claim's create is applied but its response lost: the delivery recognises its own
     lease (owner token) and runs the handler, instead of waiting on itself for a whole lease
     (and, with `max_attempts=1`, having the next delivery bury the event unrun)."""
-    dedup = faulty_dedup("Commit", {1}, Fault.LOSE_RESPONSE, max_attempts=max_attempts)
+    dedup = faulty_dedup(
+        "Commit", {1}, Fault.LOSE_RESPONSE, max_attempts=max_attempts, min_retry_seconds=0
+    )
     handler = Counting()
     outcome = dedup.run("e1", "s", handler)
     assert (outcome.kind, outcome.attempt, handler.calls) == (OutcomeKind.RAN, 1, 1)
@@ -293,7 +297,7 @@ def test_release_of_a_live_lease_lets_its_running_owner_record_the_outcome(
     dead."""
     ref = firestore_client.collection("triggerEvents").document("e1-s")
     handler = Counting(lambda d: ref.update(operator_released()))
-    outcome = make_dedup(max_attempts=1).run("e1", "s", handler)
+    outcome = make_dedup(max_attempts=1, min_retry_seconds=0).run("e1", "s", handler)
     assert outcome.kind is OutcomeKind.RAN
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 

@@ -274,6 +274,28 @@ def test_a_copy_that_finds_a_live_lease_is_retried_without_a_traceback(
     assert effects(firestore_client)[f"{event_id}-kSlow"]["n"] == 1
 
 
+def test_a_scheduled_copy_that_finds_a_live_lease_logs_no_traceback(
+    firestore_client: firestore.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under firebase-functions' scheduler wrapper, which logs every exception with its traceback,
+    copies of one run that find its lease live still answer 500 (Cloud Scheduler retries) and log
+    the delivery's WARNING line (`lease_held`) only; the run's effect happens once."""
+    app = functions_framework.create_app("on_slow_tick", APP, "http").test_client()
+    job = f"firebase-schedule-on_slow_tick-{uuid.uuid4().hex[:8]}"
+    headers = scheduler_headers(job, "2026-12-03T09:00:00Z")
+    with caplog.at_level(logging.INFO), ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: app.post("/", headers=headers), range(4)))
+    statuses = sorted(answer.status_code for answer in answers)
+    assert statuses[0] == 200, statuses
+    assert statuses[-1] == 500, statuses
+    assert [r for r in caplog.records if r.exc_info] == []
+    assert not any("Traceback" in r.getMessage() for r in caplog.records)
+    held = [r for r in caplog.records if "lease_held" in r.getMessage()]
+    assert held
+    assert all(r.levelno == logging.WARNING for r in held)
+    assert effects(firestore_client)[f"{job}@2026-12-03T09:00:00Z-kSlowTick"]["n"] == 1
+
+
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_malformed_request_of_every_kind_is_refused_4xx_with_nothing_written(
     kind: str, firestore_client: firestore.Client, caplog: pytest.LogCaptureFixture

@@ -169,9 +169,11 @@ def test_last_allowed_attempt_failing_makes_the_record_dead(
 ) -> None:
     """At max_attempts a failing handler is recorded dead, returns normally, logs ERROR."""
     with pytest.raises(RuntimeError):
-        make_dedup(max_attempts=2).run("e1", "s", Calls(RuntimeError("boom")))
+        make_dedup(max_attempts=2, min_retry_seconds=0).run("e1", "s", Calls(RuntimeError("boom")))
     with caplog.at_level(logging.INFO, logger="dedup"):
-        outcome = make_dedup(max_attempts=2).run("e1", "s", Calls(RuntimeError("boom")))
+        outcome = make_dedup(max_attempts=2, min_retry_seconds=0).run(
+            "e1", "s", Calls(RuntimeError("boom"))
+        )
     assert (outcome.kind, outcome.attempt) == (OutcomeKind.DEAD, 2)
     record = read_record("e1-s")
     assert record is not None
@@ -180,7 +182,10 @@ def test_last_allowed_attempt_failing_makes_the_record_dead(
     assert errors
     assert "triggerEvents/e1-s" in errors[0].getMessage()
     handler = Calls()
-    assert make_dedup(max_attempts=2).run("e1", "s", handler).kind is OutcomeKind.DUPLICATE
+    assert (
+        make_dedup(max_attempts=2, min_retry_seconds=0).run("e1", "s", handler).kind
+        is OutcomeKind.DUPLICATE
+    )
     assert handler.count == 0
 
 
@@ -192,7 +197,10 @@ def test_poison_event_that_crashes_is_buried_on_takeover(
         firestore_client, "e1-s", started=datetime.now(UTC) - timedelta(minutes=10), attempts=3
     )
     handler = Calls()
-    assert make_dedup(max_attempts=3).run("e1", "s", handler).kind is OutcomeKind.DEAD
+    assert (
+        make_dedup(max_attempts=3, min_retry_seconds=0).run("e1", "s", handler).kind
+        is OutcomeKind.DEAD
+    )
     assert handler.count == 0
     record = read_record("e1-s")
     assert record is not None

@@ -96,8 +96,11 @@ def test_terminal_error_is_failed_and_max_attempts_is_dead(
         raise RuntimeError("poison")
 
     with pytest.raises(RuntimeError):
-        make_dedup(max_attempts=2).run("p1", "s", crashing, mode=mode)
-    assert make_dedup(max_attempts=2).run("p1", "s", crashing, mode=mode).kind is OutcomeKind.DEAD
+        make_dedup(max_attempts=2, min_retry_seconds=0).run("p1", "s", crashing, mode=mode)
+    assert (
+        make_dedup(max_attempts=2, min_retry_seconds=0).run("p1", "s", crashing, mode=mode).kind
+        is OutcomeKind.DEAD
+    )
     record = read_record("p1-s")
     assert record is not None
     assert (record.state, record.attempts) == (State.DEAD, 2)

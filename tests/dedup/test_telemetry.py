@@ -149,7 +149,7 @@ def _failed(o: Observed) -> None:
 
 
 def _dead(o: Observed) -> None:
-    o.dedup(max_attempts=1).run("e1", SUFFIX, fail)
+    o.dedup(max_attempts=1, min_retry_seconds=0).run("e1", SUFFIX, fail)
 
 
 def _too_old(o: Observed) -> None:

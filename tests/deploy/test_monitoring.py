@@ -187,7 +187,7 @@ def _deliveries(client: firestore.Client) -> None:
 
     make().run("ran", "s", ok, payload=b"a")
     make().run("ran", "s", ok, payload=b"a")  # duplicate
-    make(max_attempts=1).run("dead", "s", fail)
+    make(max_attempts=1, min_retry_seconds=0).run("dead", "s", fail)
     make().run("failed", "s", terminal)
     with pytest.raises(LeaseLost):
         make().run("lost", "s", purged)

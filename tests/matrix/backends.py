@@ -118,6 +118,7 @@ def config_for(kind: str, point: Point) -> DedupConfig:
         collection=COLLECTION,
         lease_seconds=LEASE_SECONDS,
         max_attempts=MAX_ATTEMPTS,
+        min_retry_seconds=0,
         cache_size=0,
         rpc_timeout_seconds=1,
         **point.settings,

@@ -104,7 +104,7 @@ def test_a_stuck_lease_too_many_attempts_and_unacknowledged_deliveries_are_viola
     """Records must end final or released, within max_attempts + concurrency, all acked."""
     records = clean().records
     records[0] = RecordView(records[0].key, "order-1", "notify", "in_progress", 1, True)
-    records[1] = RecordView(records[1].key, "order-1", "count", "sent", 14, False)
+    records[1] = RecordView(records[1].key, "order-1", "count", "sent", 14, False, 600.0)
     seen = clean(records=records, unacknowledged=[("post-2", "count", "LeaseHeld")])
     assert checks_of(seen) == ["in_progress past its lease", "attempts", "not acknowledged"]
 
@@ -119,3 +119,14 @@ def test_a_record_written_for_another_event_is_a_violation() -> None:
         ("record of another event", "order-1", "count")
     ]
     assert "'order-1-x'" in violations[0].detail
+
+
+def test_many_attempts_young_are_fine_and_dead_too_soon_is_a_violation() -> None:
+    """Attempts above the bound within min_retry_seconds are what fast redeliveries spend (no
+    violation); a record dead before max_attempts attempts over min_retry_seconds is one."""
+    records = clean().records
+    records[0] = RecordView(records[0].key, "order-1", "notify", "in_progress", 40, False, 30.0)
+    records[1] = RecordView(records[1].key, "order-1", "count", "dead", 12, False, 30.0)
+    assert checks_of(clean(records=records)) == ["dead too soon"]
+    records[1] = RecordView(records[1].key, "order-1", "count", "dead", 12, False, 600.0)
+    assert checks_of(clean(records=records)) == []
