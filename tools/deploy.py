@@ -4,6 +4,7 @@
     venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
     venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
+              | deploy-run | bootstrap-run (tools.deploy_run: the Cloud Run functions path)
     venv/bin/python -m tools.deploy read KIND OPTIONS [--out=FILE] # one deploy-time value
         KIND: firestore-location [--database=D] | bucket-location --bucket=B
               | secret-version --secret=S | project-number
@@ -1062,6 +1063,10 @@ def monitoring_plan(target: Target) -> list[str]:
 
 def plan(what: str, target: Target) -> list[str]:
     """The shell commands of `make WHAT`, in order."""
+    if what in ("deploy-run", "bootstrap-run"):
+        from tools import deploy_run  # it builds on this module
+
+        return deploy_run.plan(what, target)
     if what == "monitoring":
         return monitoring_plan(target)
     env = deploy_env(target)
@@ -1081,7 +1086,8 @@ def plan(what: str, target: Target) -> list[str]:
         commands = bootstrap_plan(manifest, target, env, reads)
         return reads.plan() + commands
     raise DeployError(
-        f"unknown plan {what!r}: deploy-gcloud, bootstrap, topics, queues or monitoring"
+        f"unknown plan {what!r}: deploy-gcloud, deploy-run, bootstrap, bootstrap-run, topics, "
+        "queues or monitoring"
     )
 
 
