@@ -106,6 +106,8 @@ class FakeGoogle:
             with self.lock:
                 self.uploads.append(body if isinstance(body, bytes) else json.dumps(body).encode())
             return 200, {}
+        if method == "POST" and path.startswith("/upload/storage/v1/b/"):  # gcloud run --source
+            return self.storage_upload(path, query, body)
         if verb == "generateUploadUrl":
             with self.lock:
                 n = len(self.uploads) + len(self.calls("POST", ":generateUploadUrl"))
@@ -126,6 +128,8 @@ class FakeGoogle:
             agent = resource.split("/")[-1].split(".")[0]
             email = f"service-{PROJECT_NUMBER}@gcp-sa-{agent}.iam.gserviceaccount.com"
             return 200, self.operation(resource, {"email": email})
+        if verb == "submit" and resource.endswith("/builds"):  # Cloud Run's source build
+            return self.submit_build(resource.removesuffix("/builds"), body or {})
         if verb in ("batchEnable", "enable"):
             return 200, self.operation(resource, {})
         if method == "GET":
@@ -139,6 +143,70 @@ class FakeGoogle:
             return 200, {}
         return self.refuse(method, raw_path)
 
+    def knative_write(self, method: str, resource: str, body: dict[str, Any]) -> tuple:
+        """Create (POST to `.../services`) or replace (PUT) a Cloud Run service, stored ready:
+        its generation observed, its revision ready, its run.app URL set."""
+        meta = dict(body.get("metadata") or {})
+        name = f"{resource}/{meta['name']}" if method == "POST" else resource
+        meta["generation"] = int(self.resources.get(name, {}).get("metadata", {})
+                                 .get("generation", 0)) + 1  # fmt: skip
+        service = meta["name"]
+        ready = {"type": "Ready", "status": "True"}
+        status = {
+            "observedGeneration": meta["generation"],
+            "conditions": [ready, {**ready, "type": "ConfigurationsReady"},
+                           {**ready, "type": "RoutesReady"}],
+            "latestReadyRevisionName": f"{service}-00001", "latestCreatedRevisionName":
+            f"{service}-00001", "url": f"https://{service}-{PROJECT_NUMBER}.fake.run.app",
+            "address": {"url": f"https://{service}-{PROJECT_NUMBER}.fake.run.app"},
+            "traffic": [{"revisionName": f"{service}-00001", "percent": 100,
+                         "latestRevision": True}],
+        }  # fmt: skip
+        stored = {**body, "metadata": meta, "status": status}
+        with self.lock:
+            self.resources[name] = stored
+        return 200, stored
+
+    def submit_build(self, location: str, body: dict[str, Any]) -> tuple:
+        """Cloud Run's `builds:submit` (`gcloud run deploy --source`): a build that has already
+        succeeded, its Cloud Build operation stored finished with the image it built."""
+        with self.lock:
+            number = len(self.calls("POST", ":submit"))
+        project = location.split("/")[1]
+        build_id = f"build-{number}"
+        build = {
+            "id": build_id, "projectId": project, "status": "SUCCESS",
+            "name": f"{location}/builds/{build_id}", "logUrl": f"{self.url}/logs/{build_id}",
+            "results": {"images": [{"name": body.get("imageUri", "image"),
+                                    "digest": "sha256:" + "0" * 64}]},
+        }  # fmt: skip
+        operation = {"name": f"{location}/operations/{build_id}", "done": True,
+                     "metadata": {"@type": "type.googleapis.com/"
+                                  "google.devtools.cloudbuild.v1.BuildOperationMetadata",
+                                  "build": build},
+                     "response": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.Build",
+                                  **build}}  # fmt: skip
+        with self.lock:
+            self.resources[operation["name"]] = operation
+        return 200, {"buildOperation": operation, "baseImageUri": body.get("buildpackBuild", {})
+                     .get("baseImage", "")}  # fmt: skip
+
+    def storage_upload(self, path: str, query: dict[str, list[str]], body: Any) -> tuple:
+        """A Cloud Storage object upload (multipart: metadata, then the file): the file is kept
+        in `uploads`, the answer is the object with its size (which gcloud checks)."""
+        raw = body if isinstance(body, bytes) else b""
+        data = raw
+        if raw.startswith(b"--"):
+            boundary = raw.split(b"\n", 1)[0].strip()
+            part = raw.split(boundary)[2]  # [preamble, metadata, file, closing]
+            data = part.split(b"\n\n", 1)[1].removesuffix(b"\n")
+        with self.lock:
+            self.uploads.append(data)
+        bucket = path.split("/")[5]
+        name = (query.get("name") or ["object"])[0]
+        return 200, {"kind": "storage#object", "bucket": bucket, "name": name,
+                     "size": str(len(data)), "generation": "1"}  # fmt: skip
+
     def refuse(self, method: str, path: str) -> tuple:
         """Record an unknown request and answer so that the caller fails clearly."""
         self.unknown.append(f"{method} {path}")
@@ -146,18 +214,27 @@ class FakeGoogle:
         return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
 
     def operation(self, name: str, response: dict[str, Any]) -> dict[str, Any]:
-        """A finished long-running operation."""
+        """A finished long-running operation (Eventarc names its operations by location)."""
+        if "/triggers/" in name:
+            where = name.split("/triggers/")[0]
+            return {"name": f"{where}/operations/op-1", "done": True, "response": response,
+                    "metadata": {}}  # fmt: skip
         return {"name": f"{name}/operations/op-1", "done": True, "response": response,
                 "metadata": {}}  # fmt: skip
 
     def get(self, resource: str, path: str, query: dict[str, list[str]]) -> tuple:
         """Read a stored resource, a fixed fact, or a list; else 404 as the APIs say."""
+        if "/operations/" in resource and resource in self.resources:
+            return 200, self.resources[resource]
         if "/operations/" in resource:
             owner = resource.split("/operations/")[0]
             return 200, self.operation(owner, self.resources.get(owner, {}))
         if resource in self.resources:
             return 200, self.resources[resource]
         parts = resource.split("/")
+        if parts[0] == "apis":  # Cloud Run's Knative API: a missing resource is a 404
+            return 404, {"error": {"code": 404, "message": f"{resource} not found",
+                                   "status": "NOT_FOUND"}}  # fmt: skip
         if len(parts) == 4 and parts[2] == "services":  # Service Usage: every API is on
             return 200, {"name": resource, "state": "ENABLED", "config": {"name": parts[-1]}}
         if resource.endswith("/runtimes"):
@@ -172,6 +249,11 @@ class FakeGoogle:
         if len(parts) == 2 and parts[0] == "projects":
             return 200, {"projectId": parts[1], "projectNumber": PROJECT_NUMBER, "name": resource,
                          "lifecycleState": "ACTIVE", "state": "ACTIVE"}  # fmt: skip
+        if parts == ["storage", "v1", "b"]:  # the project's buckets: every one asked of exists
+            names = query.get("prefix") or []
+            return 200, {"kind": "storage#buckets", "items": [
+                {"kind": "storage#bucket", "name": n, "id": n, "location": BUCKET_LOCATION,
+                 "projectNumber": PROJECT_NUMBER} for n in names]}  # fmt: skip
         if len(parts) == 4 and parts[:3] == ["storage", "v1", "b"]:  # a bucket (JSON API)
             return 200, {"kind": "storage#bucket", "name": parts[3], "id": parts[3],
                          "location": BUCKET_LOCATION, "locationType": "multi-region",
@@ -203,6 +285,8 @@ class FakeGoogle:
             with self.lock:
                 self.resources[name] = {**task, "name": name}
             return 200, {**task, "name": name, "task": {"name": "/" + name}}  # both answers' forms
+        if parts[0] == "apis":  # Cloud Run's Knative API (`gcloud run`)
+            return self.knative_write(method, resource, body)
         if method == "PUT":
             name, stored = resource, {**body, "name": resource}
         elif method == "POST" and len(parts) % 2 == 1:
