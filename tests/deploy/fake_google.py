@@ -43,6 +43,7 @@ DIRECT = {
     "jobs",
 }
 """Collections whose create/update answers with the resource itself, not an operation."""
+BUILD_TYPE = "type.googleapis.com/google.devtools.cloudbuild.v1.Build"
 
 
 @dataclass
@@ -180,14 +181,14 @@ class FakeGoogle:
             "results": {"images": [{"name": body.get("imageUri", "image"),
                                     "digest": "sha256:" + "0" * 64}]},
         }  # fmt: skip
-        operation = {"name": f"{location}/operations/{build_id}", "done": True,
+        name = f"{location}/operations/{build_id}"
+        operation: dict[str, Any] = {"name": name, "done": True,
                      "metadata": {"@type": "type.googleapis.com/"
                                   "google.devtools.cloudbuild.v1.BuildOperationMetadata",
                                   "build": build},
-                     "response": {"@type": "type.googleapis.com/google.devtools.cloudbuild.v1.Build",
-                                  **build}}  # fmt: skip
+                     "response": {"@type": BUILD_TYPE, **build}}  # fmt: skip
         with self.lock:
-            self.resources[operation["name"]] = operation
+            self.resources[name] = operation
         return 200, {"buildOperation": operation, "baseImageUri": body.get("buildpackBuild", {})
                      .get("baseImage", "")}  # fmt: skip
 
