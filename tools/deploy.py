@@ -41,6 +41,10 @@ only `make deploy-gcloud` deploys it, with `FUNCTION_USE_ASGI=true`. A task-queu
 whose name is no valid queue id is refused by every plan. Secrets are pinned, on both paths,
 to the version that is the latest at deploy time.
 
+The runtime (`--runtime=python313`...) is the venv's Python's (`deploy_runtime`, from
+`tools.runtime`, the one place every deploy path asks); a firebase.json that says another is
+refused, naming both, before anything deploys.
+
 Before anything is planned, every function's timeout is checked against the dedup lease of the
 env files both paths deploy (`.env`, then `.env.<project>`, read as Firebase reads them):
 `DedupConfig.from_env(..., function_timeout_seconds=...)` refuses a lease shorter than

@@ -9,9 +9,11 @@ holding only a venv's pyvenv.cfg and a firebase.json; the plans are the ones `ma
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,20 @@ def find(tmp_path: Path, *versions: str, **env: str) -> subprocess.CompletedProc
 def test_the_order_is_313_then_314_then_312() -> None:
     """The supported versions, in the order make install looks for them."""
     assert supported_versions() == ("3.13", "3.14", "3.12")
+
+
+def test_pyproject_says_what_was_tested_and_what_is_accepted() -> None:
+    """The classifiers name exactly the versions the finder calls tested; requires-python
+    accepts exactly the supported ones (3.12 up to 3.14)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    prefix = "Programming Language :: Python :: 3."
+    classified = {c.removeprefix(prefix) for c in project["classifiers"] if c.startswith(prefix)}
+    finder = (ROOT / "tools" / "find-python.sh").read_text()
+    tested = re.search(r'^tested="([^"]+)"$', finder, re.MULTILINE)
+    assert tested is not None
+    assert {f"3.{c}" for c in classified} == set(tested.group(1).split())
+    minors = sorted(int(v.split(".")[1]) for v in supported_versions())
+    assert project["requires-python"] == f">=3.{minors[0]},<3.{minors[-1] + 1}"
 
 
 def test_313_is_chosen_before_314_and_312(tmp_path: Path) -> None:
