@@ -57,17 +57,24 @@ planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --mak
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-install: $(STAMP_PY) $(STAMP_NODE) ## Python 3.12 venv (with `dedup` in venv/bin) and the pinned Firebase CLI.
+# The venv's Python: PYTHON= when given, else the first of 3.13, 3.14, 3.12 found
+# (tools/find-python.sh, docs/emulators.md). Each install makes that choice again: a venv built
+# with another version is removed, saying so, and built anew. The deploy runtime follows the
+# venv (tools/runtime.py): install writes it into firebase.json, whose runtime the Firebase CLI
+# reads to deploy and to start the venv's python3.X in the Functions emulator.
+install: $(STAMP_PY) $(STAMP_NODE) ## The venv (Python 3.13, 3.14 or 3.12; PYTHON= to choose), the Firebase CLI.
+	@tools/find-python.sh --venv $(VENV) >/dev/null
+	@[ -f $(STAMP_PY) ] || $(MAKE) --no-print-directory $(STAMP_PY)
+	@$(PY) -m tools.runtime sync
 
-# The Firebase CLI needs the venv at exactly <functions source>/venv, built with the runtime's
-# Python (python312 in firebase.json).
+# A missing venv is built with the chosen Python; the targets that need only the venv (unit,
+# lint, deploy-gcloud...) use the one there is.
 $(STAMP_PY): requirements.txt requirements-dev.txt pyproject.toml tools/find-python.sh
-	@python=$$(tools/find-python.sh) || exit 1; \
-	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
-	  echo "Recreating $(VENV): it was not built with Python 3.12."; rm -rf $(VENV); fi; \
-	[ -x $(PY) ] || "$$python" -m venv $(VENV)
+	@python=$$(tools/find-python.sh --venv $(VENV)) || exit 1; \
+	[ -x $(PY) ] || { echo "Building $(VENV) with $$python"; "$$python" -m venv $(VENV); }
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e '.[cli]'
+	@$(PY) -m tools.runtime sync
 	@touch $@
 
 $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
@@ -102,7 +109,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/deploy_run.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy.py tools/deploy_run.py tools/runtime.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 # Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
@@ -129,7 +136,8 @@ bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service 
 # answers for each prompt of a deploy is listed in docs/deploy.md.
 deploy-firebase: install guard-project topics ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
 	@trap 'rm -f functions.yaml' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; \
-	  set -e; set -x; $(DEPLOY) manifest functions.yaml $(DEPLOY_ARGS); \
+	  set -e; set -x; $(PY) -m tools.runtime check $(or $(shell $(PY) -m tools.runtime 2>/dev/null),unknown); \
+	  $(DEPLOY) manifest functions.yaml $(DEPLOY_ARGS); \
 	  $(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT) \
 	    --non-interactive --force
 

@@ -42,6 +42,10 @@ only `make deploy-gcloud` deploys it, with `FUNCTION_USE_ASGI=true`. A task-queu
 whose name is no valid queue id is refused by every plan. Secrets are pinned, on both paths,
 to the version that is the latest at deploy time.
 
+The runtime (`--runtime=python313`...) is the venv's Python's (`deploy_runtime`, from
+`tools.runtime`, the one place every deploy path asks); a firebase.json that says another is
+refused, naming both, before anything deploys.
+
 Before anything is planned, every function's timeout is checked against the dedup lease of the
 env files both paths deploy (`.env`, then `.env.<project>`, read as Firebase reads them):
 `DedupConfig.from_env(..., function_timeout_seconds=...)` refuses a lease shorter than
@@ -69,6 +73,7 @@ from dedup.errors import ConfigError
 from tools import firebase_dotenv
 from tools.emulators import GENERATED_MANIFEST_MARK
 from tools.exports import DeclarationError, Exported, exported_functions
+from tools.runtime import RuntimeMismatch, runtime_of_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -635,18 +640,28 @@ def secret_versions_of(
     return versions
 
 
+def deploy_runtime(target: Target) -> str:
+    """The runtime (python313...) every path deploys to: the venv's (`tools.runtime`), refused
+    with `DeployError` when firebase.json says another, before anything deploys."""
+    try:
+        return runtime_of_venv(target.source)
+    except RuntimeMismatch as exc:
+        raise DeployError(str(exc)) from None
+
+
 def gcloud_deploy_commands(
     manifest: Mapping[str, Any], target: Target, reads: DeployTimeReads | None = None
 ) -> list[list[str]]:
     """One `gcloud functions deploy` per function of the manifest, same shape as firebase's;
     with `reads`, the secret versions not pinned are read at deploy time."""
     versions = secret_versions_of(manifest, target, reads)
+    runtime = deploy_runtime(target)
     commands = []
     for name, endpoint in endpoints(manifest):
         env_file = target.env_dir / f"{env_kind(endpoint)}.env.yaml"
         commands.append(
             [
-                "gcloud", "functions", "deploy", name, "--gen2", "--runtime=python312",
+                "gcloud", "functions", "deploy", name, "--gen2", f"--runtime={runtime}",
                 f"--region={endpoint['region'][0]}", f"--project={target.project}",
                 "--source=.",
                 f"--entry-point={endpoint['entryPoint']}",

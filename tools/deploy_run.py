@@ -47,6 +47,7 @@ from tools.deploy import (
     default_bucket,
     deploy_env,
     deploy_manifest,
+    deploy_runtime,
     endpoints,
     env_files,
     env_kind,
@@ -90,14 +91,11 @@ RUN_APIS = (
 RUN_PLANS = ("deploy-run", "bootstrap-run")
 
 
-def base_image(source: Path) -> str:
-    """The buildpack's base image: the runtime the other paths deploy (firebase.json's
-    `runtime`, which `make deploy-gcloud` passes as `--runtime`). The one place this path
-    decides it."""
-    config = json.loads((source / "firebase.json").read_text())
-    functions = config["functions"]
-    entry = functions[0] if isinstance(functions, list) else functions
-    return str(entry["runtime"])
+def base_image(target: Target) -> str:
+    """The buildpack's base image: the runtime every path deploys to, the venv's Python's
+    (`tools.deploy.deploy_runtime`, which asks `tools.runtime`); `DeployError` when
+    firebase.json says another, before anything deploys."""
+    return deploy_runtime(target)
 
 
 def service_name(function: str, entry_point: str) -> str:
@@ -203,7 +201,7 @@ def deploy_command(
     return [
         "gcloud", "run", "deploy", service, "--source=.",
         f"--function={endpoint.get('entryPoint') or function}",
-        f"--base-image={base_image(target.source)}",
+        f"--base-image={base_image(target)}",
         f"--region={endpoint['region'][0]}", f"--project={target.project}",
         f"--service-account={endpoint['serviceAccountEmail']}",
         f"--env-vars-file={env_file.relative_to(target.source)}",

@@ -239,8 +239,16 @@ class FakeGoogle:
         if len(parts) == 4 and parts[2] == "services":  # Service Usage: every API is on
             return 200, {"name": resource, "state": "ENABLED", "config": {"name": parts[-1]}}
         if resource.endswith("/runtimes"):
-            return 200, {"runtimes": [{"name": "python312", "displayName": "Python 3.12",
-                                       "stage": "GA", "environment": "GEN_2"}]}  # fmt: skip
+            runtimes = [
+                {
+                    "name": f"python3{minor}",
+                    "displayName": f"Python 3.{minor}",
+                    "stage": "GA",
+                    "environment": "GEN_2",
+                }
+                for minor in (12, 13, 14)
+            ]
+            return 200, {"runtimes": runtimes}
         if resource.endswith("/defaultServiceAccount"):  # Cloud Build's
             email = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
             return 200, {"name": resource,

@@ -173,7 +173,8 @@ def check_gcloud(project: Path) -> None:
     assert set(deploys) == set(declared)
     for name, cmd in deploys.items():
         endpoint = manifest[name]
-        assert {"--gen2", "--runtime=python312", f"--region={REGION}"} <= set(cmd), name
+        runtime = f"--runtime=python3{sys.version_info.minor}"  # the venv's (tools.runtime)
+        assert {"--gen2", runtime, f"--region={REGION}"} <= set(cmd), name
         assert f"--entry-point={name}" in cmd
         assert f"--timeout={declared[name]['timeoutSeconds']}s" in cmd
         assert f"--memory={endpoint['availableMemoryMb']}Mi" in cmd

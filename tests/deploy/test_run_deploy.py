@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import shutil
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -92,7 +93,9 @@ def test_each_function_is_built_for_its_entry_point(run_deploy: RunDeploy, name:
         annotations.get("run.googleapis.com/build-function-target")
         == (MANIFEST[name]["entryPoint"])
     )
-    assert annotations.get("run.googleapis.com/build-base-image") == "python312"
+    assert (
+        annotations.get("run.googleapis.com/build-base-image") == f"python3{sys.version_info.minor}"
+    )  # the venv's (tools.runtime)
     spec = service["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
     variables = {e["name"]: e.get("value") for e in spec["containers"][0].get("env", [])}

@@ -8,6 +8,7 @@ names, ack deadlines, delivery attempts, env files) are checked on their own.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def test_one_run_deploy_per_function(planned: list[str], name: str) -> None:
     line = only(planned, f"gcloud run deploy {service} ")
     words = line.split()
     assert f"--function={endpoint['entryPoint']}" in words
-    assert "--base-image=python312" in words
+    assert f"--base-image=python3{sys.version_info.minor}" in words  # the venv's
     assert "--source=." in words
     assert "--region=europe-west1" in words
     for flag in ("--memory=", "--cpu=", "--concurrency=", "--min-instances=",
