@@ -11,6 +11,9 @@ Registry, billing, rules, the OAuth token endpoint), as a generic resource store
 * `:getIamPolicy`, `:setIamPolicy`, `:testIamPermissions`, `:generateUploadUrl` and a few
   read-only facts (enabled services, billing, the project and its number, the Firestore
   database's location) have fixed answers.
+* A new Eventarc trigger gets, as Eventarc gives it, a Pub/Sub transport: the topic it was given,
+  or one of its own, and a push subscription stored under `transport.pubsub.subscription`. A
+  Pub/Sub `PATCH` merges the `subscription` (or `topic`) of its body.
 
 It records every request (`requests`) and every uploaded archive (`uploads`). A request it
 does not know is answered 400 (never retried) with a message naming it, and kept in `unknown`,
@@ -144,6 +147,22 @@ class FakeGoogle:
             return 200, {}
         return self.refuse(method, raw_path)
 
+    def trigger_transport(self, name: str, trigger: dict[str, Any]) -> dict[str, Any]:
+        """What Eventarc makes for a new trigger: its Pub/Sub transport, the topic it was given
+        (`--transport-topic`) or one of its own, and a push subscription on it to the
+        destination, stored so that `gcloud pubsub subscriptions` commands find it."""
+        project, location, trigger_id = name.split("/")[1], name.split("/")[3], name.split("/")[-1]
+        given = (trigger.get("transport") or {}).get("pubsub", {}).get("topic")
+        topic = given or f"projects/{project}/topics/eventarc-{location}-{trigger_id}-001"
+        subscription = f"projects/{project}/subscriptions/eventarc-{location}-{trigger_id}-sub-001"
+        with self.lock:
+            self.resources.setdefault(topic, {"name": topic})
+            self.resources[subscription] = {
+                "name": subscription, "topic": topic, "ackDeadlineSeconds": 10,
+                "pushConfig": {"pushEndpoint": f"https://{trigger_id}.fake.run.app"},
+            }  # fmt: skip
+        return {"pubsub": {"topic": topic, "subscription": subscription}}
+
     def knative_write(self, method: str, resource: str, body: dict[str, Any]) -> tuple:
         """Create (POST to `.../services`) or replace (PUT) a Cloud Run service, stored ready:
         its generation observed, its revision ready, its run.app URL set."""
@@ -215,11 +234,16 @@ class FakeGoogle:
         return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
 
     def operation(self, name: str, response: dict[str, Any]) -> dict[str, Any]:
-        """A finished long-running operation (Eventarc names its operations by location)."""
+        """A finished long-running operation. Eventarc names its operations by location, so a
+        trigger's is stored under its own name, and polling it answers that trigger."""
         if "/triggers/" in name:
-            where = name.split("/triggers/")[0]
-            return {"name": f"{where}/operations/op-1", "done": True, "response": response,
-                    "metadata": {}}  # fmt: skip
+            where, trigger_id = name.split("/triggers/")
+            operation_name = f"{where}/operations/op-{trigger_id}"
+            operation = {"name": operation_name, "done": True, "response": response,
+                         "metadata": {}}  # fmt: skip
+            with self.lock:
+                self.resources[operation_name] = operation
+            return operation
         return {"name": f"{name}/operations/op-1", "done": True, "response": response,
                 "metadata": {}}  # fmt: skip
 
@@ -308,6 +332,11 @@ class FakeGoogle:
         else:
             name = resource
             stored = {**self.resources.get(name, {}), **body, "name": name}
+        if method == "PATCH" and parts[-2] in ("subscriptions", "topics"):  # Pub/Sub's update
+            kind = parts[-2].removesuffix("s")
+            stored = {**self.resources.get(name, {}), **body.get(kind, {}), "name": name}
+        if "/triggers/" in name and method == "POST":
+            stored["transport"] = self.trigger_transport(name, stored)
         if "/functions/" in name:
             stored.setdefault("state", "ACTIVE")
             service = stored.setdefault("serviceConfig", {})
