@@ -12,8 +12,9 @@ Registry, billing, rules, the OAuth token endpoint), as a generic resource store
   read-only facts (enabled services, billing, the project and its number, the Firestore
   database's location) have fixed answers.
 * A new Eventarc trigger gets, as Eventarc gives it, a Pub/Sub transport: the topic it was given,
-  or one of its own, and a push subscription stored under `transport.pubsub.subscription`. A
-  Pub/Sub `PATCH` merges the `subscription` (or `topic`) of its body.
+  or one of its own, and a push subscription stored under `transport.pubsub.subscription`;
+  an update keeps that transport (gcloud sends an empty one). A Pub/Sub `PATCH` merges the
+  `subscription` (or `topic`) of its body.
 
 It records every request (`requests`) and every uploaded archive (`uploads`). A request it
 does not know is answered 400 (never retried) with a message naming it, and kept in `unknown`,
@@ -337,6 +338,8 @@ class FakeGoogle:
             stored = {**self.resources.get(name, {}), **body.get(kind, {}), "name": name}
         if "/triggers/" in name and method == "POST":
             stored["transport"] = self.trigger_transport(name, stored)
+        elif "/triggers/" in name:  # an update: the transport is Eventarc's, kept as it is
+            stored["transport"] = self.resources.get(name, {}).get("transport", {})
         if "/functions/" in name:
             stored.setdefault("state", "ACTIVE")
             service = stored.setdefault("serviceConfig", {})

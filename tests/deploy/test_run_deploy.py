@@ -67,9 +67,13 @@ class RunDeploy:
     """The make run and what the fake recorded."""
 
     def __init__(
-        self, fake: FakeGoogle, done: subprocess.CompletedProcess[str], project: Path
+        self,
+        fake: FakeGoogle,
+        done: subprocess.CompletedProcess[str],
+        project: Path,
+        again: subprocess.CompletedProcess[str],
     ) -> None:
-        self.fake, self.done, self.project = fake, done, project
+        self.fake, self.done, self.project, self.again = fake, done, project, again
 
     def service(self, name: str) -> dict:
         """The Knative service `gcloud run deploy` created for function `name`."""
@@ -101,7 +105,8 @@ class RunDeploy:
 
 @pytest.fixture(scope="module")
 def run_deploy(tmp_path_factory: pytest.TempPathFactory) -> RunDeploy:
-    """`make deploy-run` in a copy of the project, against a fresh fake."""
+    """`make deploy-run` in a copy of the project, against a fresh fake, then once more against
+    what the first run made (the tests below read the state after both)."""
     work = tmp_path_factory.mktemp("deploy-run")
     project = copy_project(work / "project")
     (project / f".env.{PROJECT}").write_text("".join(f"{k}={v}\n" for k, v in ENV_FILE.items()))
@@ -116,12 +121,20 @@ def run_deploy(tmp_path_factory: pytest.TempPathFactory) -> RunDeploy:
             env=env, check=True, capture_output=True,
         )  # fmt: skip
         env["HTTP_PROXY"] = env["http_proxy"] = fake.url
-        done = subprocess.run(
-            ["make", "deploy-run", f"PROJECT={PROJECT}", f"REGION={REGION}"],
-            cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=1200, start_new_session=True,
-        )  # fmt: skip
-    return RunDeploy(fake, done, project)
+        runs = [
+            subprocess.run(
+                ["make", "deploy-run", f"PROJECT={PROJECT}", f"REGION={REGION}"],
+                cwd=project,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=1200,
+                start_new_session=True,
+            )
+            for _ in range(2)  # the second finds everything in place: it updates
+        ]
+    return RunDeploy(fake, runs[0], project, again=runs[1])
 
 
 def test_make_deploy_run_succeeds_without_a_person(run_deploy: RunDeploy) -> None:
@@ -129,6 +142,20 @@ def test_make_deploy_run_succeeds_without_a_person(run_deploy: RunDeploy) -> Non
     out = run_deploy.done.stdout[-4000:] + run_deploy.done.stderr[-4000:]
     assert run_deploy.done.returncode == 0, out
     assert run_deploy.fake.unknown == [], run_deploy.fake.unknown
+
+
+def test_a_second_make_deploy_run_updates_what_exists(run_deploy: RunDeploy) -> None:
+    """Run again, the plan updates each trigger (Eventarc keeps its subscription, which the
+    plan finds again), job and queue in place, creating none twice."""
+    out = run_deploy.again.stdout[-4000:] + run_deploy.again.stderr[-4000:]
+    assert run_deploy.again.returncode == 0, out
+    assert run_deploy.fake.unknown == [], run_deploy.fake.unknown
+    triggers = [r for r in run_deploy.fake.requests if "/triggers" in r.path and
+                "/operations/" not in r.path]  # fmt: skip
+    assert len([r for r in triggers if r.method == "POST"]) == len(EVENT_FUNCTIONS)
+    assert len([r for r in triggers if r.method == "PATCH"]) == len(EVENT_FUNCTIONS)
+    assert len(run_deploy.fake.calls("POST", "/jobs")) == 1
+    assert len(run_deploy.fake.calls("PATCH", "/jobs/")) == 1
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
