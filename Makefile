@@ -52,22 +52,29 @@ planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --mak
   $(filter-out 0,$(.SHELLSTATUS)),$(error make $(1): the plan was refused (the error above)))
 
 .PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
-        deploy-gcloud bootstrap rules ttl topics queues monitoring guard-project clean
+        deploy-gcloud deploy-run bootstrap rules ttl topics queues monitoring guard-project clean
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-install: $(STAMP_PY) $(STAMP_NODE) ## Python 3.12 venv (with `dedup` in venv/bin) and the pinned Firebase CLI.
+# The venv's Python: PYTHON= when given, else the first of 3.13, 3.14, 3.12 found
+# (tools/find-python.sh, docs/emulators.md). Each install makes that choice again: a venv built
+# with another version is removed, saying so, and built anew. The deploy runtime follows the
+# venv (tools/runtime.py): install writes it into firebase.json, whose runtime the Firebase CLI
+# reads to deploy and to start the venv's python3.X in the Functions emulator.
+install: $(STAMP_PY) $(STAMP_NODE) ## The venv (Python 3.13, 3.14 or 3.12; PYTHON= to choose), the Firebase CLI.
+	@tools/find-python.sh --venv $(VENV) >/dev/null
+	@[ -f $(STAMP_PY) ] || $(MAKE) --no-print-directory $(STAMP_PY)
+	@$(PY) -m tools.runtime sync
 
-# The Firebase CLI needs the venv at exactly <functions source>/venv, built with the runtime's
-# Python (python312 in firebase.json).
+# A missing venv is built with the chosen Python; the targets that need only the venv (unit,
+# lint, deploy-gcloud...) use the one there is.
 $(STAMP_PY): requirements.txt requirements-dev.txt pyproject.toml tools/find-python.sh
-	@python=$$(tools/find-python.sh) || exit 1; \
-	if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then \
-	  echo "Recreating $(VENV): it was not built with Python 3.12."; rm -rf $(VENV); fi; \
-	[ -x $(PY) ] || "$$python" -m venv $(VENV)
+	@python=$$(tools/find-python.sh --venv $(VENV)) || exit 1; \
+	[ -x $(PY) ] || { echo "Building $(VENV) with $$python"; "$$python" -m venv $(VENV); }
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e '.[cli]'
+	@$(PY) -m tools.runtime sync
 	@touch $@
 
 $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
@@ -102,7 +109,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy.py tools/deploy_run.py tools/runtime.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 # Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
@@ -121,6 +128,7 @@ soak: $(STAMP_PY) ## Chaos soak on its own emulator (soak/results.json): make so
 
 bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service account, its roles.
 	$(call planned,bootstrap)
+	$(call planned,bootstrap-run)
 
 # The manifest (functions.yaml) lives only while firebase deploys: removed on exit, Ctrl-C,
 # SIGTERM or SIGHUP; tools/emulators.py removes a leftover one (the emulator would read it).
@@ -128,7 +136,8 @@ bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service 
 # answers for each prompt of a deploy is listed in docs/deploy.md.
 deploy-firebase: install guard-project topics ## Deploy functions, rules, indexes + TTL: make deploy-firebase PROJECT=...
 	@trap 'rm -f functions.yaml' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 129' HUP; \
-	  set -e; set -x; $(DEPLOY) manifest functions.yaml $(DEPLOY_ARGS); \
+	  set -e; set -x; $(PY) -m tools.runtime check $(or $(shell $(PY) -m tools.runtime 2>/dev/null),unknown); \
+	  $(DEPLOY) manifest functions.yaml $(DEPLOY_ARGS); \
 	  $(EMULATORS) firebase deploy --only functions,firestore --project $(PROJECT) \
 	    --non-interactive --force
 
@@ -138,6 +147,12 @@ deploy-firebase: install guard-project topics ## Deploy functions, rules, indexe
 deploy-gcloud: $(STAMP_PY) guard-project topics queues ## Deploy with gcloud (2nd gen): make deploy-gcloud PROJECT=... REGION=...
 	$(DEPLOY) env-files $(DEPLOY_ARGS)
 	$(call planned,deploy-gcloud)
+
+# Cloud Run functions (tools/deploy_run.py): one `gcloud run deploy --function` per function of
+# the manifest, then each event function's Eventarc trigger, its subscription's retry and
+# dead-letter policy, the schedules' jobs and the queues' routing to the run.app URLs.
+deploy-run: $(STAMP_PY) guard-project topics queues ## Deploy as Cloud Run functions: make deploy-run PROJECT=... REGION=...
+	$(call planned,deploy-run)
 
 rules: install guard-project ## Deploy firestore.rules and firestore.indexes.json (gcloud users too).
 	$(EMULATORS) firebase deploy --only firestore --project $(PROJECT)

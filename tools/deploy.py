@@ -4,6 +4,7 @@
     venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
     venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
+              | deploy-run | bootstrap-run (tools.deploy_run: the Cloud Run functions path)
     venv/bin/python -m tools.deploy read KIND OPTIONS [--out=FILE] # one deploy-time value
         KIND: firestore-location [--database=D] | bucket-location --bucket=B
               | secret-version --secret=S | project-number
@@ -41,6 +42,10 @@ only `make deploy-gcloud` deploys it, with `FUNCTION_USE_ASGI=true`. A task-queu
 whose name is no valid queue id is refused by every plan. Secrets are pinned, on both paths,
 to the version that is the latest at deploy time.
 
+The runtime (`--runtime=python313`...) is the venv's Python's (`deploy_runtime`, from
+`tools.runtime`, the one place every deploy path asks); a firebase.json that says another is
+refused, naming both, before anything deploys.
+
 Before anything is planned, every function's timeout is checked against the dedup lease of the
 env files both paths deploy (`.env`, then `.env.<project>`, read as Firebase reads them):
 `DedupConfig.from_env(..., function_timeout_seconds=...)` refuses a lease shorter than
@@ -68,6 +73,7 @@ from dedup.errors import ConfigError
 from tools import firebase_dotenv
 from tools.emulators import GENERATED_MANIFEST_MARK
 from tools.exports import DeclarationError, Exported, exported_functions
+from tools.runtime import RuntimeMismatch, runtime_of_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -634,18 +640,28 @@ def secret_versions_of(
     return versions
 
 
+def deploy_runtime(target: Target) -> str:
+    """The runtime (python313...) every path deploys to: the venv's (`tools.runtime`), refused
+    with `DeployError` when firebase.json says another, before anything deploys."""
+    try:
+        return runtime_of_venv(target.source)
+    except RuntimeMismatch as exc:
+        raise DeployError(str(exc)) from None
+
+
 def gcloud_deploy_commands(
     manifest: Mapping[str, Any], target: Target, reads: DeployTimeReads | None = None
 ) -> list[list[str]]:
     """One `gcloud functions deploy` per function of the manifest, same shape as firebase's;
     with `reads`, the secret versions not pinned are read at deploy time."""
     versions = secret_versions_of(manifest, target, reads)
+    runtime = deploy_runtime(target)
     commands = []
     for name, endpoint in endpoints(manifest):
         env_file = target.env_dir / f"{env_kind(endpoint)}.env.yaml"
         commands.append(
             [
-                "gcloud", "functions", "deploy", name, "--gen2", "--runtime=python312",
+                "gcloud", "functions", "deploy", name, "--gen2", f"--runtime={runtime}",
                 f"--region={endpoint['region'][0]}", f"--project={target.project}",
                 "--source=.",
                 f"--entry-point={endpoint['entryPoint']}",
@@ -1062,6 +1078,10 @@ def monitoring_plan(target: Target) -> list[str]:
 
 def plan(what: str, target: Target) -> list[str]:
     """The shell commands of `make WHAT`, in order."""
+    if what in ("deploy-run", "bootstrap-run"):
+        from tools import deploy_run  # it builds on this module
+
+        return deploy_run.plan(what, target)
     if what == "monitoring":
         return monitoring_plan(target)
     env = deploy_env(target)
@@ -1081,7 +1101,8 @@ def plan(what: str, target: Target) -> list[str]:
         commands = bootstrap_plan(manifest, target, env, reads)
         return reads.plan() + commands
     raise DeployError(
-        f"unknown plan {what!r}: deploy-gcloud, bootstrap, topics, queues or monitoring"
+        f"unknown plan {what!r}: deploy-gcloud, deploy-run, bootstrap, bootstrap-run, topics, "
+        "queues or monitoring"
     )
 
 

@@ -84,6 +84,7 @@ from demo.serve import ROOT, free_port
 from tests.dedup.test_kinds import custom, database, matrix_event, remote_config
 from tests.waiting import eventually
 from tools.emulators import FIREBASE_BIN, PROJECT, REGION, descendants
+from tools.runtime import runtime_of_venv
 
 pytestmark = [pytest.mark.needs_emulators, pytest.mark.subprocesses]
 
@@ -172,7 +173,7 @@ def write_project(folder: Path, ports: dict[str, int]) -> None:
     }
     config = {
         "functions": [
-            {"source": "source", "codebase": "routes", "runtime": "python312",
+            {"source": "source", "codebase": "routes", "runtime": runtime_of_venv(),
              "ignore": ["venv", "__pycache__"]}
         ],
         "emulators": {"singleProjectMode": True, **emulators, "ui": {"enabled": False}},

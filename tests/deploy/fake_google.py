@@ -11,6 +11,10 @@ Registry, billing, rules, the OAuth token endpoint), as a generic resource store
 * `:getIamPolicy`, `:setIamPolicy`, `:testIamPermissions`, `:generateUploadUrl` and a few
   read-only facts (enabled services, billing, the project and its number, the Firestore
   database's location) have fixed answers.
+* A new Eventarc trigger gets, as Eventarc gives it, a Pub/Sub transport: the topic it was given,
+  or one of its own, and a push subscription stored under `transport.pubsub.subscription`;
+  an update keeps that transport (gcloud sends an empty one). A Pub/Sub `PATCH` merges the
+  `subscription` (or `topic`) of its body.
 
 It records every request (`requests`) and every uploaded archive (`uploads`). A request it
 does not know is answered 400 (never retried) with a message naming it, and kept in `unknown`,
@@ -43,6 +47,7 @@ DIRECT = {
     "jobs",
 }
 """Collections whose create/update answers with the resource itself, not an operation."""
+BUILD_TYPE = "type.googleapis.com/google.devtools.cloudbuild.v1.Build"
 
 
 @dataclass
@@ -106,6 +111,8 @@ class FakeGoogle:
             with self.lock:
                 self.uploads.append(body if isinstance(body, bytes) else json.dumps(body).encode())
             return 200, {}
+        if method == "POST" and path.startswith("/upload/storage/v1/b/"):  # gcloud run --source
+            return self.storage_upload(path, query, body)
         if verb == "generateUploadUrl":
             with self.lock:
                 n = len(self.uploads) + len(self.calls("POST", ":generateUploadUrl"))
@@ -126,6 +133,8 @@ class FakeGoogle:
             agent = resource.split("/")[-1].split(".")[0]
             email = f"service-{PROJECT_NUMBER}@gcp-sa-{agent}.iam.gserviceaccount.com"
             return 200, self.operation(resource, {"email": email})
+        if verb == "submit" and resource.endswith("/builds"):  # Cloud Run's source build
+            return self.submit_build(resource.removesuffix("/builds"), body or {})
         if verb in ("batchEnable", "enable"):
             return 200, self.operation(resource, {})
         if method == "GET":
@@ -139,6 +148,86 @@ class FakeGoogle:
             return 200, {}
         return self.refuse(method, raw_path)
 
+    def trigger_transport(self, name: str, trigger: dict[str, Any]) -> dict[str, Any]:
+        """What Eventarc makes for a new trigger: its Pub/Sub transport, the topic it was given
+        (`--transport-topic`) or one of its own, and a push subscription on it to the
+        destination, stored so that `gcloud pubsub subscriptions` commands find it."""
+        project, location, trigger_id = name.split("/")[1], name.split("/")[3], name.split("/")[-1]
+        given = (trigger.get("transport") or {}).get("pubsub", {}).get("topic")
+        topic = given or f"projects/{project}/topics/eventarc-{location}-{trigger_id}-001"
+        subscription = f"projects/{project}/subscriptions/eventarc-{location}-{trigger_id}-sub-001"
+        with self.lock:
+            self.resources.setdefault(topic, {"name": topic})
+            self.resources[subscription] = {
+                "name": subscription, "topic": topic, "ackDeadlineSeconds": 10,
+                "pushConfig": {"pushEndpoint": f"https://{trigger_id}.fake.run.app"},
+            }  # fmt: skip
+        return {"pubsub": {"topic": topic, "subscription": subscription}}
+
+    def knative_write(self, method: str, resource: str, body: dict[str, Any]) -> tuple:
+        """Create (POST to `.../services`) or replace (PUT) a Cloud Run service, stored ready:
+        its generation observed, its revision ready, its run.app URL set."""
+        meta = dict(body.get("metadata") or {})
+        name = f"{resource}/{meta['name']}" if method == "POST" else resource
+        meta["generation"] = int(self.resources.get(name, {}).get("metadata", {})
+                                 .get("generation", 0)) + 1  # fmt: skip
+        service = meta["name"]
+        ready = {"type": "Ready", "status": "True"}
+        status = {
+            "observedGeneration": meta["generation"],
+            "conditions": [ready, {**ready, "type": "ConfigurationsReady"},
+                           {**ready, "type": "RoutesReady"}],
+            "latestReadyRevisionName": f"{service}-00001", "latestCreatedRevisionName":
+            f"{service}-00001", "url": f"https://{service}-{PROJECT_NUMBER}.fake.run.app",
+            "address": {"url": f"https://{service}-{PROJECT_NUMBER}.fake.run.app"},
+            "traffic": [{"revisionName": f"{service}-00001", "percent": 100,
+                         "latestRevision": True}],
+        }  # fmt: skip
+        stored = {**body, "metadata": meta, "status": status}
+        with self.lock:
+            self.resources[name] = stored
+        return 200, stored
+
+    def submit_build(self, location: str, body: dict[str, Any]) -> tuple:
+        """Cloud Run's `builds:submit` (`gcloud run deploy --source`): a build that has already
+        succeeded, its Cloud Build operation stored finished with the image it built."""
+        with self.lock:
+            number = len(self.calls("POST", ":submit"))
+        project = location.split("/")[1]
+        build_id = f"build-{number}"
+        build = {
+            "id": build_id, "projectId": project, "status": "SUCCESS",
+            "name": f"{location}/builds/{build_id}", "logUrl": f"{self.url}/logs/{build_id}",
+            "results": {"images": [{"name": body.get("imageUri", "image"),
+                                    "digest": "sha256:" + "0" * 64}]},
+        }  # fmt: skip
+        name = f"{location}/operations/{build_id}"
+        operation: dict[str, Any] = {"name": name, "done": True,
+                     "metadata": {"@type": "type.googleapis.com/"
+                                  "google.devtools.cloudbuild.v1.BuildOperationMetadata",
+                                  "build": build},
+                     "response": {"@type": BUILD_TYPE, **build}}  # fmt: skip
+        with self.lock:
+            self.resources[name] = operation
+        return 200, {"buildOperation": operation, "baseImageUri": body.get("buildpackBuild", {})
+                     .get("baseImage", "")}  # fmt: skip
+
+    def storage_upload(self, path: str, query: dict[str, list[str]], body: Any) -> tuple:
+        """A Cloud Storage object upload (multipart: metadata, then the file): the file is kept
+        in `uploads`, the answer is the object with its size (which gcloud checks)."""
+        raw = body if isinstance(body, bytes) else b""
+        data = raw
+        if raw.startswith(b"--"):
+            boundary = raw.split(b"\n", 1)[0].strip()
+            part = raw.split(boundary)[2]  # [preamble, metadata, file, closing]
+            data = part.split(b"\n\n", 1)[1].removesuffix(b"\n")
+        with self.lock:
+            self.uploads.append(data)
+        bucket = path.split("/")[5]
+        name = (query.get("name") or ["object"])[0]
+        return 200, {"kind": "storage#object", "bucket": bucket, "name": name,
+                     "size": str(len(data)), "generation": "1"}  # fmt: skip
+
     def refuse(self, method: str, path: str) -> tuple:
         """Record an unknown request and answer so that the caller fails clearly."""
         self.unknown.append(f"{method} {path}")
@@ -146,23 +235,45 @@ class FakeGoogle:
         return 400, {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
 
     def operation(self, name: str, response: dict[str, Any]) -> dict[str, Any]:
-        """A finished long-running operation."""
+        """A finished long-running operation. Eventarc names its operations by location, so a
+        trigger's is stored under its own name, and polling it answers that trigger."""
+        if "/triggers/" in name:
+            where, trigger_id = name.split("/triggers/")
+            operation_name = f"{where}/operations/op-{trigger_id}"
+            operation = {"name": operation_name, "done": True, "response": response,
+                         "metadata": {}}  # fmt: skip
+            with self.lock:
+                self.resources[operation_name] = operation
+            return operation
         return {"name": f"{name}/operations/op-1", "done": True, "response": response,
                 "metadata": {}}  # fmt: skip
 
     def get(self, resource: str, path: str, query: dict[str, list[str]]) -> tuple:
         """Read a stored resource, a fixed fact, or a list; else 404 as the APIs say."""
+        if "/operations/" in resource and resource in self.resources:
+            return 200, self.resources[resource]
         if "/operations/" in resource:
             owner = resource.split("/operations/")[0]
             return 200, self.operation(owner, self.resources.get(owner, {}))
         if resource in self.resources:
             return 200, self.resources[resource]
         parts = resource.split("/")
+        if parts[0] == "apis":  # Cloud Run's Knative API: a missing resource is a 404
+            return 404, {"error": {"code": 404, "message": f"{resource} not found",
+                                   "status": "NOT_FOUND"}}  # fmt: skip
         if len(parts) == 4 and parts[2] == "services":  # Service Usage: every API is on
             return 200, {"name": resource, "state": "ENABLED", "config": {"name": parts[-1]}}
         if resource.endswith("/runtimes"):
-            return 200, {"runtimes": [{"name": "python312", "displayName": "Python 3.12",
-                                       "stage": "GA", "environment": "GEN_2"}]}  # fmt: skip
+            runtimes = [
+                {
+                    "name": f"python3{minor}",
+                    "displayName": f"Python 3.{minor}",
+                    "stage": "GA",
+                    "environment": "GEN_2",
+                }
+                for minor in (12, 13, 14)
+            ]
+            return 200, {"runtimes": runtimes}
         if resource.endswith("/defaultServiceAccount"):  # Cloud Build's
             email = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
             return 200, {"name": resource,
@@ -172,6 +283,11 @@ class FakeGoogle:
         if len(parts) == 2 and parts[0] == "projects":
             return 200, {"projectId": parts[1], "projectNumber": PROJECT_NUMBER, "name": resource,
                          "lifecycleState": "ACTIVE", "state": "ACTIVE"}  # fmt: skip
+        if parts == ["storage", "v1", "b"]:  # the project's buckets: every one asked of exists
+            names = query.get("prefix") or []
+            return 200, {"kind": "storage#buckets", "items": [
+                {"kind": "storage#bucket", "name": n, "id": n, "location": BUCKET_LOCATION,
+                 "projectNumber": PROJECT_NUMBER} for n in names]}  # fmt: skip
         if len(parts) == 4 and parts[:3] == ["storage", "v1", "b"]:  # a bucket (JSON API)
             return 200, {"kind": "storage#bucket", "name": parts[3], "id": parts[3],
                          "location": BUCKET_LOCATION, "locationType": "multi-region",
@@ -203,6 +319,8 @@ class FakeGoogle:
             with self.lock:
                 self.resources[name] = {**task, "name": name}
             return 200, {**task, "name": name, "task": {"name": "/" + name}}  # both answers' forms
+        if parts[0] == "apis":  # Cloud Run's Knative API (`gcloud run`)
+            return self.knative_write(method, resource, body)
         if method == "PUT":
             name, stored = resource, {**body, "name": resource}
         elif method == "POST" and len(parts) % 2 == 1:
@@ -215,6 +333,13 @@ class FakeGoogle:
         else:
             name = resource
             stored = {**self.resources.get(name, {}), **body, "name": name}
+        if method == "PATCH" and parts[-2] in ("subscriptions", "topics"):  # Pub/Sub's update
+            kind = parts[-2].removesuffix("s")
+            stored = {**self.resources.get(name, {}), **body.get(kind, {}), "name": name}
+        if "/triggers/" in name and method == "POST":
+            stored["transport"] = self.trigger_transport(name, stored)
+        elif "/triggers/" in name:  # an update: the transport is Eventarc's, kept as it is
+            stored["transport"] = self.resources.get(name, {}).get("transport", {})
         if "/functions/" in name:
             stored.setdefault("state", "ACTIVE")
             service = stored.setdefault("serviceConfig", {})

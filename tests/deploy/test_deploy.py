@@ -88,6 +88,10 @@ def secret_versions(project: Path) -> str:
     return "SECRET_VERSIONS=" + " ".join(f"{s}=3" for s in printed.split())
 
 
+SUBSTITUTED = f"projects/{PROJECT}/subscriptions/read-when-it-runs"
+"""What `make_commands` puts where a command reads an argument from gcloud when it runs."""
+
+
 def make_commands(project: Path, target: str, *extra: str) -> list[list[str]]:
     """The gcloud commands `make -n TARGET` would run in `project`, as argument lists."""
     done = subprocess.run(
@@ -102,6 +106,10 @@ def make_commands(project: Path, target: str, *extra: str) -> list[list[str]]:
             if "gcloud" not in part:
                 continue  # e.g. the install recipe, printed when a stamp is out of date
             words = [w for w in shlex.split(part) if not w.startswith((">", "2>"))]
+            for word in words:  # a gcloud read whose answer is an argument: its own command
+                if word.startswith("$(gcloud ") and word.endswith(")"):
+                    commands.append(shlex.split(word[2:-1]))
+            words = [SUBSTITUTED if w.startswith("$(gcloud ") else w for w in words]
             if "gcloud" in words:
                 commands.append(words[words.index("gcloud") :])
     return commands
@@ -173,7 +181,8 @@ def check_gcloud(project: Path) -> None:
     assert set(deploys) == set(declared)
     for name, cmd in deploys.items():
         endpoint = manifest[name]
-        assert {"--gen2", "--runtime=python312", f"--region={REGION}"} <= set(cmd), name
+        runtime = f"--runtime=python3{sys.version_info.minor}"  # the venv's (tools.runtime)
+        assert {"--gen2", runtime, f"--region={REGION}"} <= set(cmd), name
         assert f"--entry-point={name}" in cmd
         assert f"--timeout={declared[name]['timeoutSeconds']}s" in cmd
         assert f"--memory={endpoint['availableMemoryMb']}Mi" in cmd
@@ -371,14 +380,16 @@ def test_an_interrupted_firebase_deploy_leaves_no_functions_yaml(
 
 @needs_gcloud
 @pytest.mark.parametrize(
-    "target", ["deploy-gcloud", "bootstrap", "ttl", "topics", "queues", "deploy-firebase"]
+    "target",
+    ["deploy-gcloud", "deploy-run", "bootstrap", "ttl", "topics", "queues", "deploy-firebase"],
 )
 def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
     """Each command fails only for want of credentials, never for an argument gcloud refuses."""
-    subprocess.run(
-        [sys.executable, "-m", "tools.deploy", "env-files", *WHERE],
-        cwd=ROOT, check=True, capture_output=True,
-    )  # fmt: skip
+    for tool in ("tools.deploy", "tools.deploy_run"):  # the env files gcloud reads as it parses
+        subprocess.run(
+            [sys.executable, "-m", tool, "env-files", *WHERE],
+            cwd=ROOT, check=True, capture_output=True,
+        )  # fmt: skip
     env = {**os.environ, "CLOUDSDK_CONFIG": str(tmp_path), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}
     commands = make_commands(ROOT, target)
     assert commands, f"make -n {target} printed no gcloud command"

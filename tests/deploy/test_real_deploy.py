@@ -176,7 +176,7 @@ def test_runtime_shape(deployed: Deployed, name: str) -> None:
     endpoint = MANIFEST[name]
     function = deployed.function(name)
     build, service = function["buildConfig"], function["serviceConfig"]
-    assert build["runtime"] == "python312"
+    assert build["runtime"] == f"python3{sys.version_info.minor}"  # the venv's (tools.runtime)
     assert build["entryPoint"] == endpoint["entryPoint"]
     assert service["availableMemory"] in (f"{endpoint['availableMemoryMb']}Mi",
                                           f"{endpoint['availableMemoryMb']}M")  # fmt: skip

@@ -14,7 +14,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -72,6 +71,16 @@ def pinned(name: str) -> str:
     raise AssertionError(f"{name} is not pinned in requirements.txt")
 
 
+def python_313() -> str:
+    """A Python 3.13 (the runtime `firebase init functions` gives), as `make install` finds
+    one (tools/find-python.sh, whose first choice is 3.13)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    found = run("sh", ROOT / "tools" / "find-python.sh", env=env).stdout.strip()
+    version = run(found, "-c", "import sys; print(sys.version_info[:2])").stdout.strip()
+    assert version == "(3, 13)", f"the journey runs on 3.13: install one ({found} is {version})"
+    return found
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> tuple[Path, Path]:
     """(the functions folder, its venv's bin): a fresh project with the wheel installed the
@@ -82,14 +91,14 @@ def project(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> tupl
     functions = app / "functions"
     functions.mkdir(parents=True)
     (app / "firebase.json").write_text(
-        json.dumps({"functions": [{"source": "functions", "runtime": "python312"}]})
+        json.dumps({"functions": [{"source": "functions", "runtime": "python313"}]})
     )
     (functions / "main.py").write_text(MAIN)
     (functions / "requirements.txt").write_text(
         f"{pinned('firebase-functions')}\n{pinned('functions-framework')}\n"
     )
     venv = functions / "venv"
-    run(sys.executable, "-m", "venv", venv, cwd=work)
+    run(python_313(), "-m", "venv", venv, cwd=work)
     bin_ = venv / "bin"
     run(
         bin_ / "python",

@@ -1,0 +1,499 @@
+"""The Cloud Run functions path: `make deploy-run`, from the manifest the other paths deploy.
+
+    venv/bin/python -m tools.deploy plan deploy-run OPTIONS [--make]    # the plan (Makefile)
+    venv/bin/python -m tools.deploy plan bootstrap-run OPTIONS [--make] # what bootstrap adds
+    venv/bin/python -m tools.deploy_run env-files --project=P --region=R  # the env files
+
+Every function `main.py` exports becomes one Cloud Run service (`gcloud run deploy SERVICE
+--source=. --function=ENTRY --base-image=RUNTIME`), built by the same buildpack as a
+`gcloud functions deploy`, from the same allow-listed upload (`.gcloudignore`). What Cloud
+Functions wired for us is wired here, in order after the deploys:
+
+* an event function: an Eventarc trigger (created, or updated when it exists) to its service;
+  then the trigger's Pub/Sub subscription gets an ack deadline of the function's timeout, the
+  retry backoff (`MIN_RETRY_DELAY`..`MAX_RETRY_DELAY`), and a dead-letter topic (with a
+  subscription on it, so nothing is dropped there) after `delivery_attempts` attempts;
+* a scheduled function: its Cloud Scheduler job, POSTing to the service's `run.app` URL with an
+  OIDC token;
+* a task-queue function: its queue routed to the service's `run.app` URL (`--http-uri-override`
+  with an OIDC override), so the tasks the template enqueues reach it;
+* an HTTP or callable function: public, as on the other paths; its URL is printed.
+
+The values only the project knows are read when the plan runs, as on the other paths
+(`tools.deploy.DeployTimeReads`): `make -n deploy-run` prints the whole plan with no account.
+docs/deploy.md has the table of the three paths and the dead-letter formula.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dedup.config import DedupConfig
+from dedup.errors import ConfigError
+from tools.deploy import (
+    BUCKET_PARAM,
+    DeployError,
+    DeployTimeReads,
+    Target,
+    _python,
+    default_bucket,
+    deploy_env,
+    deploy_manifest,
+    deploy_runtime,
+    endpoints,
+    env_files,
+    env_kind,
+    kind_of_trigger,
+    queue_flags,
+    runtime_flags,
+    schedule_flags,
+    schedule_job_name,
+    sdk_manifest,
+    secret_versions_of,
+    shell_join,
+    trigger_topic,
+)
+
+SERVICE_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
+"""Cloud Run's rule for a service name: lowercase letters, digits and '-', starting with a
+letter, not ending with '-', at most 63 characters."""
+MAX_ACK_DEADLINE = 600
+"""Pub/Sub's longest ack deadline: a push subscription waits at most this for an answer, so a
+function with a longer timeout would be redelivered while it still runs."""
+MIN_RETRY_DELAY, MAX_RETRY_DELAY = 10, 600
+"""The subscription's retry backoff (seconds): Eventarc's own, doubling from the first to the
+second (docs/platform.md)."""
+MIN_DELIVERY_ATTEMPTS, MAX_DELIVERY_ATTEMPTS = 5, 100
+"""What Pub/Sub accepts as a dead-letter policy's `maxDeliveryAttempts`."""
+PROTOBUF = "application/protobuf"
+"""The data content type of Firestore's events, as firebase-functions reads them."""
+PUBSUB_AGENT = "service-{number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+"""The Pub/Sub service agent: it publishes to the dead-letter topic and acks the source."""
+BUILD_ACCOUNT = "{number}-compute@developer.gserviceaccount.com"
+"""The account Cloud Build builds a `gcloud run deploy --source` with (the default compute
+account)."""
+RUN_APIS = (
+    "run.googleapis.com",
+    "eventarc.googleapis.com",
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "pubsub.googleapis.com",
+)
+"""The APIs this path needs (`make bootstrap` enables them)."""
+RUN_PLANS = ("deploy-run", "bootstrap-run")
+
+
+def base_image(target: Target) -> str:
+    """The buildpack's base image: the runtime every path deploys to, the venv's Python's
+    (`tools.deploy.deploy_runtime`, which asks `tools.runtime`); `DeployError` when
+    firebase.json says another, before anything deploys."""
+    return deploy_runtime(target)
+
+
+def service_name(function: str, entry_point: str) -> str:
+    """The Cloud Run service of a function: its entry point lowercased, `_` -> `-`;
+    `DeployError` when Cloud Run would refuse the name (`SERVICE_NAME`)."""
+    name = entry_point.lower().replace("_", "-")
+    if not SERVICE_NAME.fullmatch(name):
+        raise DeployError(
+            f"{function}: its Cloud Run service would be named {name!r}, which Cloud Run refuses "
+            "(lowercase letters, digits and '-', starting with a letter, not ending with '-', "
+            "at most 63 characters): export it from main.py under a shorter or plainer name"
+        )
+    return name
+
+
+def service_names(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Function -> its service name; `DeployError` when two functions would share one."""
+    names: dict[str, str] = {}
+    for function, endpoint in endpoints(manifest):
+        name = service_name(function, str(endpoint.get("entryPoint") or function))
+        twin = next((f for f, n in names.items() if n == name), None)
+        if twin is not None:
+            raise DeployError(
+                f"{twin} and {function} would both be the Cloud Run service {name}: rename one"
+            )
+        names[function] = name
+    return names
+
+
+def service_url(service: str, region: str, number: str) -> str:
+    """The service's deterministic `run.app` URL (known before the deploy)."""
+    return f"https://{service}-{number}.{region}.run.app"
+
+
+def ack_deadline(function: str, timeout: int) -> int:
+    """The subscription's ack deadline: the function's timeout (at least Pub/Sub's 10 s);
+    `DeployError` naming the function when it exceeds `MAX_ACK_DEADLINE`."""
+    if timeout > MAX_ACK_DEADLINE:
+        raise DeployError(
+            f"{function} has a timeout of {timeout} s, but an event function on Cloud Run "
+            f"functions is pushed by Pub/Sub, which waits at most {MAX_ACK_DEADLINE} s for an "
+            f"answer and would redeliver while it runs: declare timeout_sec <= {MAX_ACK_DEADLINE}"
+        )
+    return max(timeout, 10)
+
+
+def backoff_gaps(window: float) -> int:
+    """How many consecutive backoff delays (`MIN_RETRY_DELAY` doubling up to
+    `MAX_RETRY_DELAY`) it takes to span `window` seconds."""
+    gaps, spanned, delay = 0, 0.0, MIN_RETRY_DELAY
+    while spanned < window:
+        spanned += delay
+        delay = min(delay * 2, MAX_RETRY_DELAY)
+        gaps += 1
+    return gaps
+
+
+def delivery_attempts(lease_seconds: int, timeout: int, max_attempts: int) -> int:
+    """The dead-letter policy's `maxDeliveryAttempts` (docs/deploy.md, "Dead letters"): the
+    first attempt, the attempts whose backoff delays span `lease_seconds + timeout` (copies that
+    meet a live lease answer 500, and each spends an attempt), then one per handler start dedup
+    allows (`max_attempts`: a run that fails releases its lease and needs the next attempt),
+    within what Pub/Sub accepts."""
+    wanted = 1 + backoff_gaps(lease_seconds + timeout) + max_attempts
+    return min(max(wanted, MIN_DELIVERY_ATTEMPTS), MAX_DELIVERY_ATTEMPTS)
+
+
+def dead_letter_topic(service: str) -> str:
+    """The dead-letter topic (and the id of its subscription) of a service's trigger."""
+    return f"{service}-dead-letter"
+
+
+def run_flags(endpoint: Mapping[str, Any], versions: Mapping[str, str]) -> list[str]:
+    """The runtime shape of `tools.deploy.runtime_flags`, in `gcloud run deploy`'s words."""
+    flags = []
+    for flag in runtime_flags(endpoint, versions):
+        if flag.startswith("--ingress-settings="):
+            flag = "--ingress=" + flag.partition("=")[2].replace("gclb", "cloud-load-balancing")
+        flags.append(flag)
+    return flags
+
+
+def is_public(endpoint: Mapping[str, Any]) -> bool:
+    """HTTP and callable functions answer anyone, as on the other paths."""
+    return "httpsTrigger" in endpoint or "callableTrigger" in endpoint
+
+
+def deploy_command(
+    function: str, endpoint: Mapping[str, Any], service: str, target: Target,
+    versions: Mapping[str, str],
+) -> list[str]:  # fmt: skip
+    """`gcloud run deploy` of one function."""
+    if not is_public(endpoint) and not any(
+        k in endpoint for k in ("eventTrigger", "taskQueueTrigger", "scheduleTrigger")
+    ):
+        kinds = sorted(k for k in endpoint if k.endswith("Trigger"))
+        raise DeployError(
+            f"{function} has a trigger ({', '.join(kinds) or 'unknown'}) that `make deploy-run` "
+            "does not deploy: deploy it with `make deploy-firebase`."
+        )
+    env_file = run_env_dir(target) / f"{env_kind(endpoint)}.env.yaml"
+    access = "--allow-unauthenticated" if is_public(endpoint) else "--no-allow-unauthenticated"
+    return [
+        "gcloud", "run", "deploy", service, "--source=.",
+        f"--function={endpoint.get('entryPoint') or function}",
+        f"--base-image={base_image(target)}",
+        f"--region={endpoint['region'][0]}", f"--project={target.project}",
+        f"--service-account={endpoint['serviceAccountEmail']}",
+        f"--env-vars-file={env_file.relative_to(target.source)}",
+        access, *run_flags(endpoint, versions), "--quiet",
+    ]  # fmt: skip
+
+
+def event_filters(trigger: Mapping[str, Any]) -> list[str]:
+    """Eventarc's `--event-filters` of a trigger: its type, each filter (a Pub/Sub trigger's
+    topic is its transport instead) and each path pattern."""
+    flags = [f"--event-filters=type={trigger['eventType']}"]
+    is_pubsub = str(trigger["eventType"]).startswith("google.cloud.pubsub.")
+    for key, value in sorted((trigger.get("eventFilters") or {}).items()):
+        if not (is_pubsub and key == "topic"):
+            flags.append(f"--event-filters={key}={value}")
+    for key, value in sorted((trigger.get("eventFilterPathPatterns") or {}).items()):
+        flags.append(f"--event-filters-path-pattern={key}={value}")
+    return flags
+
+
+def trigger_location(endpoint: Mapping[str, Any], target: Target) -> str:
+    """Where the Eventarc trigger sits: the database's or the bucket's location, `global`
+    (Firebase Alerts), else the region (`tools.deploy.deploy_manifest` put it on the trigger)."""
+    trigger = endpoint["eventTrigger"]
+    if kind_of_trigger(endpoint).deploy.location == "region":
+        return target.region
+    return str(trigger.get("region") or target.region)
+
+
+def _either(describe: list[str], update: list[str], create: list[str]) -> str:
+    """Update the resource `describe` finds, else create it."""
+    return (
+        f"if {shell_join(describe)} >/dev/null 2>&1; then {shell_join(update)}; "
+        f"else {shell_join(create)}; fi"
+    )
+
+
+def _quiet(command: list[str]) -> str:
+    return shell_join(command) + " >/dev/null"
+
+
+def event_plan(
+    function: str, endpoint: Mapping[str, Any], service: str, target: Target,
+    env: Mapping[str, str], number: str,
+) -> list[str]:  # fmt: skip
+    """The trigger of one event function, its subscription's settings and its dead letters."""
+    trigger = endpoint["eventTrigger"]
+    timeout = int(endpoint["timeoutSeconds"])
+    deadline = ack_deadline(function, timeout)
+    try:
+        config = DedupConfig.from_env(env, function_timeout_seconds=timeout)
+    except ConfigError as exc:
+        raise DeployError(f"{function} (timeout {timeout} s): {exc}") from None
+    attempts = delivery_attempts(config.lease_seconds, timeout, config.max_attempts)
+    project = f"--project={target.project}"
+    where = [f"--location={trigger_location(endpoint, target)}", project]
+    account = f"--service-account={endpoint['serviceAccountEmail']}"
+    destination = [
+        f"--destination-run-service={service}",
+        f"--destination-run-region={target.region}",
+    ]
+    filters = event_filters(trigger)
+    content = [f"--event-data-content-type={PROTOBUF}"] if _is_firestore(endpoint) else []
+    extra = []
+    topic = trigger_topic(endpoint)
+    if topic is not None:
+        extra.append(f"--transport-topic=projects/{target.project}/topics/{topic}")
+    if trigger.get("channel"):
+        extra.append(f"--channel={trigger['channel']}")
+    plan = [
+        _either(
+            ["gcloud", "eventarc", "triggers", "describe", service, *where],
+            ["gcloud", "eventarc", "triggers", "update", service, *where, *destination,
+             *filters, *content, account, "--quiet"],
+            ["gcloud", "eventarc", "triggers", "create", service, *where, *destination,
+             *filters, *content, *extra, account, "--quiet"],
+        ),
+    ]  # fmt: skip
+    subscription = shell_join(
+        ["gcloud", "eventarc", "triggers", "describe", service, *where,
+         "--format=value(transport.pubsub.subscription)"]
+    )  # fmt: skip
+    dead = dead_letter_topic(service)
+    agent = f"--member=serviceAccount:{PUBSUB_AGENT.format(number=number)}"
+    topic_check = ["gcloud", "pubsub", "topics", "describe", dead, project]
+    topic_create = ["gcloud", "pubsub", "topics", "create", dead, project]
+    reader_check = ["gcloud", "pubsub", "subscriptions", "describe", dead, project]
+    reader_create = [
+        "gcloud", "pubsub", "subscriptions", "create", dead, f"--topic={dead}", project,
+        "--ack-deadline=60", "--message-retention-duration=7d", "--expiration-period=never",
+    ]  # fmt: skip
+    publisher = [
+        "gcloud", "pubsub", "topics", "add-iam-policy-binding", dead, agent,
+        "--role=roles/pubsub.publisher", project,
+    ]  # fmt: skip
+    policy = [
+        project, f"--ack-deadline={deadline}", f"--min-retry-delay={MIN_RETRY_DELAY}s",
+        f"--max-retry-delay={MAX_RETRY_DELAY}s",
+        f"--dead-letter-topic=projects/{target.project}/topics/{dead}",
+        f"--max-delivery-attempts={attempts}", "--quiet",
+    ]  # fmt: skip
+    on_subscription = f'gcloud pubsub subscriptions {{}} "$({subscription})" '
+    plan += [
+        f"{shell_join(topic_check)} >/dev/null 2>&1 || {shell_join(topic_create)}",
+        f"{shell_join(reader_check)} >/dev/null 2>&1 || {shell_join(reader_create)}",
+        _quiet(publisher),
+        on_subscription.format("add-iam-policy-binding")
+        + shell_join([agent, "--role=roles/pubsub.subscriber", project])
+        + " >/dev/null",
+        on_subscription.format("update") + shell_join(policy),
+    ]
+    return plan
+
+
+def _is_firestore(endpoint: Mapping[str, Any]) -> bool:
+    return kind_of_trigger(endpoint).deploy.location == "database"
+
+
+def invoker_binding(service: str, target: Target, member: str) -> str:
+    """`roles/run.invoker` on one service for `member`."""
+    return _quiet(
+        ["gcloud", "run", "services", "add-iam-policy-binding", service,
+         f"--region={target.region}", f"--project={target.project}", f"--member={member}",
+         "--role=roles/run.invoker", "--quiet"]
+    )  # fmt: skip
+
+
+def schedule_command(function: str, endpoint: Mapping[str, Any], url: str, target: Target) -> str:
+    """Create or update the Cloud Scheduler job (the name firebase-tools gives it) to POST to
+    the service with an OIDC token for the runtime account."""
+    where = [f"--location={target.region}", f"--project={target.project}"]
+    job = schedule_job_name(function, target.region)
+    settings = [
+        *schedule_flags(endpoint), f"--uri={url}",
+        f"--oidc-service-account-email={endpoint['serviceAccountEmail']}",
+        f"--oidc-token-audience={url}", "--quiet",
+    ]  # fmt: skip
+    return _either(
+        ["gcloud", "scheduler", "jobs", "describe", job, *where],
+        ["gcloud", "scheduler", "jobs", "update", "http", job, *where, *settings],
+        ["gcloud", "scheduler", "jobs", "create", "http", job, *where, *settings],
+    )
+
+
+def queue_command(
+    function: str, endpoint: Mapping[str, Any], service: str, url: str, target: Target
+) -> str:
+    """Route the function's queue (`make queues` created it) to the service: every task,
+    whatever URL its enqueuer put on it, is sent to the `run.app` URL with an OIDC token."""
+    host = url.removeprefix("https://")
+    return shell_join(
+        ["gcloud", "tasks", "queues", "update", function, f"--location={target.region}",
+         f"--project={target.project}", *queue_flags(endpoint["taskQueueTrigger"]),
+         f"--http-uri-override=scheme:https,host:{host},path:/",
+         f"--http-oidc-service-account-email-override={endpoint['serviceAccountEmail']}",
+         f"--http-oidc-token-audience-override={url}", "--quiet"]
+    )  # fmt: skip
+
+
+def project_number(target: Target, reads: DeployTimeReads) -> str:
+    """PROJECT_NUMBER, else read when the plan runs."""
+    return target.project_number or reads.project_number()
+
+
+def deploy_plan(target: Target) -> list[str]:
+    """The commands of `make deploy-run`, in order (see the module docstring)."""
+    env = deploy_env(target)
+    reads = DeployTimeReads(target)
+    manifest = deploy_manifest(sdk_manifest(target.source), target, env, reads=reads)
+    services = service_names(manifest)
+    versions = secret_versions_of(manifest, target, reads)
+    number = project_number(target, reads)
+    env_files_command = shell_join(
+        [_python(), "-m", "tools.deploy_run", "env-files", f"--project={target.project}",
+         f"--region={target.region}"]
+    )  # fmt: skip
+    deploys, after, urls = [], [], []
+    member = f"serviceAccount:{target.service_account_email}"
+    for function, endpoint in endpoints(manifest):
+        service = services[function]
+        deploys.append(shell_join(deploy_command(function, endpoint, service, target, versions)))
+        url = service_url(service, target.region, number)
+        if is_public(endpoint):
+            urls.append(shell_join(["echo", f"{function}: {url}"]))
+            continue
+        after.append(invoker_binding(service, target, member))
+        if endpoint.get("eventTrigger") is not None:
+            after += event_plan(function, endpoint, service, target, env, number)
+        elif "scheduleTrigger" in endpoint:
+            after.append(schedule_command(function, endpoint, url, target))
+        elif "taskQueueTrigger" in endpoint:
+            after.append(queue_command(function, endpoint, service, url, target))
+    return [*reads.plan(), env_files_command, *deploys, *after, *urls]
+
+
+def bootstrap_plan(target: Target) -> list[str]:
+    """What `make bootstrap` adds for this path: its APIs, and the default compute account's
+    `roles/run.builder` (it builds `gcloud run deploy --source`). The runtime account's
+    `run.invoker` (as trigger, scheduler and task identity) is granted per service by the
+    deploy, on the services it calls only."""
+    reads = DeployTimeReads(target)
+    number = project_number(target, reads)
+    project = f"--project={target.project}"
+    builder = [
+        "gcloud", "projects", "add-iam-policy-binding", target.project,
+        f"--member=serviceAccount:{BUILD_ACCOUNT.format(number=number)}",
+        "--role=roles/run.builder", "--condition=None", "--quiet",
+    ]  # fmt: skip
+    return [
+        *reads.plan(),
+        shell_join(["gcloud", "services", "enable", *RUN_APIS, project]),
+        _quiet(builder),
+    ]
+
+
+def plan(what: str, target: Target) -> list[str]:
+    """The shell commands of a plan of this path (`RUN_PLANS`)."""
+    if what == "deploy-run":
+        return deploy_plan(target)
+    if what == "bootstrap-run":
+        return bootstrap_plan(target)
+    raise DeployError(f"unknown plan {what!r}: {' or '.join(RUN_PLANS)}")
+
+
+# --- env files ---------------------------------------------------------------------------------
+
+
+def run_env_dir(target: Target) -> Path:
+    """Where this path's --env-vars-file files live (beside deploy-gcloud's)."""
+    return target.env_dir / "run"
+
+
+def firebase_config(target: Target, env: Mapping[str, str]) -> str:
+    """FIREBASE_CONFIG as firebase-tools sets it (the project and its bucket): Storage
+    functions and the Admin SDK read it at import."""
+    bucket = env.get(BUCKET_PARAM, "").strip() or default_bucket(target.project)
+    return json.dumps({"projectId": target.project, "storageBucket": bucket})
+
+
+def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The env files of `tools.deploy.env_files`, each with its `FUNCTION_SIGNATURE_TYPE`
+    (`gcloud run deploy --function` sets none, and the buildpack's default is `http`) and
+    `FIREBASE_CONFIG`."""
+    files = env_files(target, env)
+    config = firebase_config(target, env)
+    for kind, values in files.items():
+        values["FUNCTION_SIGNATURE_TYPE"] = kind.removeprefix("asgi-")
+        values["FIREBASE_CONFIG"] = config
+    return files
+
+
+def write_run_env_files(target: Target) -> list[Path]:
+    """Write `run_env_files` under `run_env_dir`; their paths."""
+    folder = run_env_dir(target)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind, values in run_env_files(target, deploy_env(target)).items():
+        path = folder / f"{kind}.env.yaml"
+        path.write_text(yaml.safe_dump(values, default_flow_style=False))
+        path.chmod(0o600)
+        written.append(path)
+    return written
+
+
+def service_environment(function: str, target: Target) -> dict[str, str]:
+    """Exactly what the plan gives `function`'s service: its env file's variables, and
+    `FUNCTION_TARGET` from its `--function` (what the buildpack sets)."""
+    manifest = deploy_manifest(
+        sdk_manifest(target.source), target, deploy_env(target), for_deploy=False
+    )
+    endpoint = dict(endpoints(manifest))[function]
+    values = run_env_files(target, deploy_env(target))[env_kind(endpoint)]
+    command = deploy_command(function, endpoint, service_names(manifest)[function], target, {})
+    entry = next(w for w in command if w.startswith("--function=")).partition("=")[2]
+    return {**values, "FUNCTION_TARGET": entry}
+
+
+def main(argv: Sequence[str]) -> int:
+    """`env-files`: write this path's env files; errors are one line on stderr, status 2."""
+    parser = argparse.ArgumentParser(prog="python -m tools.deploy_run")
+    parser.add_argument("command", choices=["env-files"])
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--region", required=True)
+    args = parser.parse_args(argv)
+    try:
+        for path in write_run_env_files(Target(project=args.project, region=args.region)):
+            print(f"wrote {path}")
+    except DeployError as problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
