@@ -41,6 +41,7 @@ from dedup.core import (
 from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
 from dedup.firebase_internals import global_timeout_seconds, on_the_platform
+from dedup.handler_shape import check_handler
 from dedup.keys import validate_suffix
 from dedup.record import Mode
 
@@ -61,6 +62,10 @@ class EntranceKind(NamedTuple):
     """An `async def` handler is served (by `AsyncDeduplicator`)."""
     instead: str
     """What to do with an `async def` handler when it is not served."""
+    parameters: tuple[str, ...] = ("event", "delivery")
+    """The arguments every handler of the kind is called with, as error messages name them."""
+    platform: str = "@firestore_fn.on_document_created(...)"
+    """A platform decorator that goes above this one, as the decorator-order error shows it."""
     refuses_reused_keys: bool = False
     """A key reused with another payload is refused (`on_payload_mismatch="raise"`) and the
     stored result is always read (no key cache): the HTTP kinds, which replay answers."""
@@ -73,6 +78,8 @@ TASKS = EntranceKind(
     "task_once",
     serves_async=False,
     instead="write it with `def` (firebase-functions calls task handlers synchronously)",
+    parameters=("request", "delivery"),
+    platform="@tasks_fn.on_task_dispatched(...)",
 )
 """Cloud Tasks dispatches (`task_once`)."""
 
@@ -83,6 +90,8 @@ HTTP = EntranceKind(
         "write it with `def` (Flask, under functions_framework.http or https_fn.on_request, "
         "calls handlers synchronously), or run an async client from it with asyncio.run"
     ),
+    parameters=("call",),
+    platform="@https_fn.on_request()",
     refuses_reused_keys=True,
 )
 """HTTP requests with an `Idempotency-Key` (`idempotent_http`)."""
@@ -91,6 +100,8 @@ CALLABLE = EntranceKind(
     "idempotent_callable",
     serves_async=False,
     instead="write it with `def` (https_fn.on_call calls handlers synchronously)",
+    parameters=("request", "delivery"),
+    platform="@https_fn.on_call()",
     refuses_reused_keys=True,
 )
 """Callable requests with an `idempotencyKey` (`idempotent_callable`)."""
@@ -231,12 +242,22 @@ class Gate(NamedTuple):
     def admit(self, handler: Callable[..., Any]) -> Entrance:
         """Check `handler` against the trigger kind and register its suffix.
 
-        Raises `ConfigError` for an `async def` handler the kind cannot serve, a given
+        Raises `ConfigError` for a function a firebase-functions decorator already wrapped
+        (the decorators in the wrong order), a handler that cannot take the kind's arguments
+        (`dedup.handler_shape`), an `async def` handler the kind cannot serve, a given
         deduplicator of the other kind, or an `async def` reconcile of a `def` handler;
         `DuplicateSuffix` for a suffix already taken.
         """
         owner = owner_of(handler)
         is_async = is_async_handler(handler)
+        check_handler(
+            handler,
+            owner,
+            decorator=self.kind.decorator,
+            parameters=self.kind.parameters,
+            platform=self.kind.platform,
+            is_async=is_async,
+        )
         if not is_async:
             check_sync_reconcile(owner, self.reconcile)
         if is_async and not self.kind.serves_async:
@@ -255,7 +276,7 @@ class Gate(NamedTuple):
                 "dedup.aio.AsyncDeduplicator for an `async def` handler, dedup.Deduplicator "
                 "for a `def` one"
             )
-        self.registry.register(self.suffix, owner)
+        self.registry.register(self.suffix, owner, handler=handler)
         return Entrance(gate=self, owner=owner, is_async=is_async, handler=handler)
 
 

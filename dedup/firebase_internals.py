@@ -23,6 +23,8 @@ are deliberate.
   `on_document_*` turns a raw CloudEvent into the `Event` its handler gets.
 - `firebase_functions.pubsub_fn._message_handler(func, raw)`: the same for
   `on_message_published` (it rewrites the raw data in place, so it runs once per event).
+- `__firebase_endpoint__`, which every firebase-functions decorator sets on the function it
+  returns (its discovery finds the functions of main.py by it): `platform_wrapped`.
 """
 
 from __future__ import annotations
@@ -66,3 +68,9 @@ def on_the_platform(environ: Mapping[str, str]) -> bool:
     """True in a deployed instance (Cloud Run's `K_SERVICE`), False locally and in the Functions
     emulator (which sets `FUNCTIONS_EMULATOR=true`)."""
     return bool(environ.get("K_SERVICE")) and environ.get("FUNCTIONS_EMULATOR") != "true"
+
+
+def platform_wrapped(function: object) -> bool:
+    """True when a firebase-functions decorator (`firestore_fn.on_document_created`,
+    `https_fn.on_request`, ...) returned `function`: it carries the SDK's endpoint."""
+    return getattr(function, "__firebase_endpoint__", None) is not None

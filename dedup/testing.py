@@ -39,6 +39,14 @@ once, the at-least-once platform at its worst; `deliver_until_done` retries as t
 does until one copy is answered 2xx. They use the standard library only (`urllib`); given
 `via_test_client(client)` instead of a URL they POST to a Flask test client in-process.
 
+**Through the Functions emulator.** A function the Firebase CLI's Functions emulator serves is
+reached at its trigger route, `POST /functions/projects/<project>/triggers/<key>`, where the
+key is `<region>-<name>-<generation>` (the generation counts the emulator's reloads of its
+triggers). `emulator_trigger("welcome")` finds the current key and returns an
+`EmulatorTrigger`, a `Target` for the functions above: it POSTs each CloudEvent in structured
+content mode, the form that route passes on whatever the data (a binary-mode protobuf body,
+such as `firestore_event`'s, makes it wait 60 s and fail).
+
 **The Firestore emulator.** `firestore_emulator()` reads `FIRESTORE_EMULATOR_HOST` (and the
 project from `GCLOUD_PROJECT` / `GOOGLE_CLOUD_PROJECT`); its `clear()` deletes every document
 of the emulator's `(default)` database (the dedup records included) through the emulator's
@@ -65,9 +73,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PROJECT",
+    "DEFAULT_REGION",
     "FIRESTORE_TYPES",
     "PUBSUB_TYPE",
     "DatabaseChange",
+    "EmulatorTrigger",
     "FirestoreChange",
     "FirestoreEmulator",
     "HttpEvent",
@@ -79,6 +89,7 @@ __all__ = [
     "deliver",
     "deliver_concurrently",
     "deliver_until_done",
+    "emulator_trigger",
     "firestore_emulator",
     "firestore_event",
     "matrix_event",
@@ -618,6 +629,81 @@ def deliver_until_done(
     while not any(200 <= s < 300 for s in statuses) and len(statuses) < limit:
         statuses.append(deliver(url, event, timeout=timeout))
     return statuses
+
+
+DEFAULT_REGION = "us-central1"
+"""The region firebase-functions deploys to, and the emulator keys triggers by, by default."""
+
+
+@dataclass(frozen=True)
+class EmulatorTrigger:
+    """A function's trigger route in the Functions emulator, a `Target`: calling it with an
+    event POSTs the event once (a CloudEvent in structured content mode, a scheduled run's
+    request as it is) and returns the HTTP status the function answered (the route passes it
+    on)."""
+
+    function: str
+    """The function's name (its export in main.py)."""
+    url: str
+    """`http://<host>/functions/projects/<project>/triggers/<region>-<name>-<generation>`."""
+
+    def __call__(self, event: HttpEvent) -> int:
+        """POST `event` once; the HTTP status."""
+        sent = event.structured() if any(k.lower() == "ce-id" for k in event.headers) else event
+        return deliver(self.url, sent)
+
+
+def emulator_trigger(
+    function: str,
+    *,
+    host: str | None = None,
+    project: str | None = None,
+    region: str = DEFAULT_REGION,
+) -> EmulatorTrigger:
+    """The trigger route of `function` in the Functions emulator at `host` (default: the one
+    the emulator hub lists, FIREBASE_EMULATOR_HUB, which `firebase emulators:exec` sets; else
+    `127.0.0.1:5001`, the Firebase CLI's default port), for `project` (default:
+    GCLOUD_PROJECT / GOOGLE_CLOUD_PROJECT, else `DEFAULT_PROJECT`).
+
+    The emulator names its trigger keys only in the 404 answer to an unknown one: this asks
+    once and takes the highest generation of `<region>-<function>-<generation>` (the
+    enabled trigger; a trigger with an Eventarc channel has `-<channel>` after it). Ask
+    again after the emulator reloads the functions. `LookupError` when it lists none."""
+    where = host or _hub_functions_host() or "127.0.0.1:5001"
+    base = f"http://{where.removeprefix('http://')}/functions/projects/{_project(project)}/triggers"
+    probe = HttpEvent("probe", {"Content-Type": "application/json"}, b"{}")
+    request = urllib.request.Request(f"{base}/{region}-{function}-none", data=probe.body)
+    try:
+        with _DIRECT.open(request, timeout=30) as answer:
+            listed = answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as refused:
+        listed = refused.read().decode(errors="replace")
+    prefix = f"{region}-{function}-"
+    keys: dict[int, str] = {}
+    for key in (part.strip() for part in listed.partition("valid functions are:")[2].split(",")):
+        generation = key.removeprefix(prefix).partition("-")[0]
+        if key.startswith(prefix) and generation.isdigit():
+            keys[int(generation)] = key
+    if not keys:
+        raise LookupError(f"the Functions emulator at {where} has no trigger {prefix}<n>: {listed}")
+    return EmulatorTrigger(function, f"{base}/{keys[max(keys)]}")
+
+
+def _hub_functions_host() -> str | None:
+    """host:port of the Functions emulator the emulator hub lists, or None (no hub, or no
+    Functions emulator in it)."""
+    hub = os.environ.get("FIREBASE_EMULATOR_HUB")
+    if not hub:
+        return None
+    try:
+        with _DIRECT.open(f"http://{hub}/emulators", timeout=10) as answer:
+            listed = json.loads(answer.read())
+    except (OSError, ValueError):
+        return None
+    functions = listed.get("functions") if isinstance(listed, dict) else None
+    if not isinstance(functions, dict) or "port" not in functions:
+        return None
+    return f"{functions.get('host', '127.0.0.1')}:{functions['port']}"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,12 @@ opentelemetry-api), with the lower bounds the library was tested with. `main.py`
 
 Run it again after upgrading the library: it replaces its own copy (never a `dedup/` folder it
 did not write). `--check` writes nothing and exits 1 when the copy is missing, stale or a
-requirement is missing, for a CI to refuse a deploy.
+requirement is missing, for a CI to refuse a deploy. It also refuses the requirements.txt lines
+Cloud Build could not install with the library (`requirement_conflicts`): a requirement of one
+of the library's packages that admits no version the library accepts (such as a pin below its
+lower bound), a line naming the library's own distribution (it is not on the package index: the
+vendored copy replaces it), and a local path or file outside the source folder (Cloud Build
+sees only the upload).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import shutil
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -74,6 +80,82 @@ def missing_requirements(requirements_txt: Path) -> list[str]:
     return [line for line in runtime_requirements() if project_name(line) not in named]
 
 
+def requirement_conflicts(requirements_txt: Path) -> list[str]:
+    """The lines of `requirements_txt` Cloud Build could not install with the library, one
+    message each naming the line and what to write instead (see the module docstring)."""
+    if not requirements_txt.exists():
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    bounds = {project_name(line): Requirement(line) for line in runtime_requirements()}
+    problems = []
+    for raw in requirements_txt.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        if _is_local(line):
+            if not _inside(requirements_txt.parent, line):
+                problems.append(
+                    f"requirements.txt line {line!r} is a local path outside "
+                    f"{requirements_txt.parent}: Cloud Build sees only the uploaded folder; "
+                    "remove it (`dedup vendor` copies the library into the folder)"
+                )
+            continue
+        name = project_name(line)
+        if name == project_name(DISTRIBUTION):
+            problems.append(
+                f"requirements.txt line {line!r}: {DISTRIBUTION} is not on the package index, "
+                "so Cloud Build cannot install it; remove the line (the vendored dedup/ folder "
+                "is the library)"
+            )
+            continue
+        bound = bounds.get(name)
+        try:
+            wanted = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if bound is not None and not _overlap(wanted, bound):
+            problems.append(
+                f"requirements.txt line {line!r} admits no version of {bound.name} the library "
+                f"accepts ({bound}): pip stops with ResolutionImpossible; change the line to "
+                f"{bound}"
+            )
+    return problems
+
+
+def _is_local(line: str) -> bool:
+    return line.startswith((".", "/", "file:")) or line.endswith((".whl", ".tar.gz", ".zip"))
+
+
+def _inside(folder: Path, line: str) -> bool:
+    path = line.removeprefix("file://").removeprefix("file:").split("[", 1)[0]
+    target = (folder / path).resolve()
+    return target.is_relative_to(folder.resolve())
+
+
+def _overlap(wanted: Any, bound: Any) -> bool:
+    """Some version satisfies both requirements: probed at the versions either names (the
+    index is not asked; a range starts at or ends next to a version its specifiers name)."""
+    from packaging.version import InvalidVersion, Version
+
+    probes = set()
+    for spec in [*wanted.specifier, *bound.specifier]:
+        try:
+            version = Version(spec.version.removesuffix(".*"))
+        except InvalidVersion:
+            continue
+        release = list(version.release) + [0] * (3 - len(version.release))
+        probes.add(version)
+        probes.add(Version(".".join(map(str, [*release[:-1], release[-1] + 1]))))
+    if not probes:
+        return True
+    return any(
+        wanted.specifier.contains(v, prereleases=True)
+        and bound.specifier.contains(v, prereleases=True)
+        for v in probes
+    )
+
+
 def _mark_text() -> str:
     return f"dedup {library_version()}, copied by `dedup vendor`; run it again to update.\n"
 
@@ -94,7 +176,7 @@ def vendor_problems(source: Path) -> list[str]:
         f"requirements.txt lacks {line}"
         for line in missing_requirements(source / "requirements.txt")
     ]
-    return problems
+    return problems + requirement_conflicts(source / "requirements.txt")
 
 
 def _differs(installed: Path, copy: Path) -> bool:

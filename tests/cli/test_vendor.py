@@ -82,3 +82,29 @@ def test_a_folder_it_did_not_write_is_never_replaced(tmp_path: Path) -> None:
     assert code != 0
     assert "was not written by `dedup vendor`" in output
     assert (tmp_path / "dedup" / "mine.py").read_text() == "x = 1\n"
+
+
+def test_check_refuses_lines_cloud_build_could_not_install_with_the_library(
+    tmp_path: Path,
+) -> None:
+    """A pin of firebase-functions below the library's bound, the library's own distribution
+    (not on the index) and a wheel outside the folder each fail --check, naming the line; a
+    requirement the library accepts passes."""
+    assert vendor(str(tmp_path))[0] == 0
+    requirements = tmp_path / "requirements.txt"
+    complete = requirements.read_text()
+    for line, named in [
+        ("firebase-functions==0.4.0", "firebase-functions"),
+        ("firebase_functions<0.5", "firebase-functions"),
+        ("exactly-once-functions==0.1.0", "exactly-once-functions"),
+        ("../dist/exactly_once_functions-0.1.0-py3-none-any.whl", "outside"),
+    ]:
+        requirements.write_text(f"{line}\n{complete}")
+        code, output = vendor("--check", str(tmp_path))
+        assert code == 1, (line, output)
+        assert line in output, output
+        assert named in output, output
+    for line in ("firebase_functions~=0.5.0", "firebase-functions>=0.6.0", "./wheels/a.whl"):
+        requirements.write_text(f"{line}\n{complete}")
+        code, output = vendor("--check", str(tmp_path))
+        assert code == 0, (line, output)

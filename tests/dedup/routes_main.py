@@ -12,14 +12,18 @@ custom event by default (`eventarc_fn`), and the emulator registers them, as cus
 with a trigger route each. Their decorators, handlers and the worker that serves them
 (functions-framework, the `cloudevent` signature) are the same either way.
 
+`on_order` is a Firestore trigger, the kind whose event's protobuf body the trigger route hangs
+on in binary content mode: the test reaches it as a library user would, through
+`dedup.testing.emulator_trigger`, which sends the structured form.
+
 `on_config_as_is` and `on_matrix_as_is` are the same kinds without the channel: the test
 checks the emulator still drops them, so the channel is dropped here once it does not.
 """
 
 from typing import Any
 
-from firebase_functions import remote_config_fn, test_lab_fn
-from kinds_app import REGISTRY, on_config, on_custom, on_matrix, on_value
+from firebase_functions import firestore_fn, remote_config_fn, test_lab_fn
+from kinds_app import REGISTRY, _effect, on_config, on_custom, on_matrix, on_value
 
 from dedup import Delivery, trigger_once
 
@@ -44,4 +48,19 @@ def on_matrix_as_is(event: Any, delivery: Delivery) -> None:
     raise AssertionError("the Functions emulator now serves Test Lab functions as they are")
 
 
-__all__ = ["on_config", "on_config_as_is", "on_custom", "on_matrix", "on_matrix_as_is", "on_value"]
+@firestore_fn.on_document_created(document="routeOrders/{orderId}")
+@trigger_once("kOrderRoute", registry=REGISTRY)
+def on_order(event: Any, delivery: Delivery) -> None:
+    """One effect per created order document."""
+    _effect(delivery)
+
+
+__all__ = [
+    "on_config",
+    "on_config_as_is",
+    "on_custom",
+    "on_matrix",
+    "on_matrix_as_is",
+    "on_order",
+    "on_value",
+]

@@ -77,6 +77,7 @@ import pytest
 import requests
 from google.cloud import firestore
 
+from dedup import testing
 from demo.emulator_triggers import EmulatorTrigger
 from demo.events import HttpEvent
 from demo.platform import DeliveryLog, deliver_at_least_once
@@ -301,6 +302,27 @@ def test_concurrent_duplicates_through_the_trigger_route_give_one_effect(
         assert record.get("source") == attributes["ce-source"], record
     if name == "database":
         assert all(record.get("subject") == "refs/users/u1" for record in stored.values())
+
+
+def test_dedup_testing_reaches_a_firestore_function_through_its_trigger_route(
+    emulator: FunctionsEmulator, firestore_client: firestore.Client
+) -> None:
+    """As docs/library.md shows a library user: `testing.emulator_trigger` finds the trigger
+    key, and five copies of a Firestore event (protobuf data, sent structured) delivered at once
+    and retried until acknowledged give one effect and one `sent` record."""
+    route = testing.emulator_trigger("on_order", host=emulator.host, project=PROJECT)
+    assert route.url.rsplit("/", 1)[1].startswith(f"{REGION}-on_order-")
+    event = testing.firestore_event(
+        f"routeOrders/{uuid.uuid4().hex}", None, {"item": "book"}, project=PROJECT,
+        change="created",
+    )  # fmt: skip
+    statuses = testing.deliver_until_done(route, event, copies=5)
+    assert any(200 <= s < 300 for s in statuses), statuses
+    time.sleep(STRAGGLER_SECONDS)
+    key = f"{event.id}-kOrderRoute"
+    found = effects(firestore_client)
+    assert found[key]["n"] == 1, found
+    assert records(firestore_client)[key]["state"] == "sent"
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -252,3 +253,207 @@ def test_concurrent_duplicates_give_one_effect_each(
         if line.startswith("{")
     ]
     assert any(line.get("outcome") == "ran" for line in lines), lines
+
+
+# --- the first hour: a `firebase init functions` project, each trap refused where it is made ---
+
+FIRST_HOUR_MAIN = '''\
+"""Signups, orders and audits, as a new user writes them from the docs."""
+
+from firebase_functions import firestore_fn, pubsub_fn
+from google.cloud import firestore
+
+from dedup import Delivery, Mode, trigger_once
+
+
+def count(client, key):
+    client.document(f"effects/{key}").set({"n": firestore.Increment(1)}, merge=True)
+
+
+@firestore_fn.on_document_created(document="signups/{uid}")
+@trigger_once("welcome")
+def welcome(event, delivery: Delivery) -> None:
+    count(delivery.client, delivery.key)
+
+
+@firestore_fn.on_document_created(document="orders/{orderId}")
+@trigger_once("order_counter", mode=Mode.TRANSACTION)
+def order_counter(event, delivery: Delivery) -> None:
+    transaction = delivery.transaction
+    stats = delivery.client.document("stats/orders")
+    total = (stats.get(transaction=transaction).to_dict() or {}).get("total", 0)
+    transaction.set(stats, {"total": total + 1}, merge=True)
+
+
+@pubsub_fn.on_message_published(topic="audit")
+@trigger_once("audit")
+def audit(event, delivery: Delivery) -> None:
+    count(delivery.client, delivery.key)
+'''
+
+FIREBASE_INIT_REQUIREMENTS = "firebase_functions~=0.5.0\n"
+"""What `firebase init functions` writes into functions/requirements.txt today."""
+
+
+def python_313() -> str:
+    """Python 3.13, the runtime `firebase init functions` picks today: pyenv's 3.13 where pyenv
+    is installed (its `python3.13` shim answers only where 3.13 is selected), else the
+    `python3.13` on the path."""
+    if shutil.which("pyenv"):
+        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True)
+        found = sorted((Path(root.stdout.strip()) / "versions").glob("3.13*/bin/python3.13"))
+        if found:
+            return str(found[-1])
+    python = shutil.which("python3.13")
+    assert python is not None, "Python 3.13 is needed: pyenv install 3.13, or put it on PATH"
+    return python
+
+
+@pytest.fixture(scope="module")
+def first_hour(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> tuple[Path, Path]:
+    """(functions folder, venv bin) of a `firebase init functions` project on Python 3.13 with
+    `firebase_functions~=0.5.0`, the wheel installed beside that requirements file in one
+    resolution (pip would stop with ResolutionImpossible if they could not go together)."""
+    app = tmp_path_factory.mktemp("first-hour") / "my-app"
+    functions = app / "functions"
+    functions.mkdir(parents=True)
+    (app / "firebase.json").write_text(
+        json.dumps({"functions": [{"source": "functions", "runtime": "python313"}]})
+    )
+    (functions / "main.py").write_text(FIRST_HOUR_MAIN)
+    (functions / "requirements.txt").write_text(FIREBASE_INIT_REQUIREMENTS)
+    venv = functions / "venv"
+    run(python_313(), "-m", "venv", venv)
+    bin_ = venv / "bin"
+    run(
+        bin_ / "python", "-m", "pip", "install", "-q", "-r", functions / "requirements.txt",
+        f"{built_wheel}[cli]", "functions-framework",
+    )  # fmt: skip
+    return functions, bin_
+
+
+def attempt(*command: str | Path, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a command of the project; its result, whatever its status."""
+    return subprocess.run(
+        [str(part) for part in command], cwd=cwd, env=clean_env(**env), capture_output=True,
+        text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_firebase_init_requirements_install_with_the_wheel(first_hour: tuple[Path, Path]) -> None:
+    """Python 3.13 and firebase-functions 0.5.x installed with the wheel, and `dedup vendor
+    --check` has nothing to say about that requirements line."""
+    functions, bin_ = first_hour
+    version = run(bin_ / "python", "-c", "import sys; print(sys.version_info[:2])").stdout
+    assert version.strip() == "(3, 13)"
+    shown = run(bin_ / "python", "-m", "pip", "show", "firebase_functions").stdout
+    assert "Version: 0.5." in shown, shown
+    checked = attempt(bin_ / "dedup", "vendor", "--check", functions, cwd=functions)
+    assert "firebase" not in checked.stdout + checked.stderr, checked
+
+
+def test_firebase_init_project_deploys_with_retries(first_hour: tuple[Path, Path]) -> None:
+    """`dedup manifest` on firebase-functions 0.5.x: every function, retries on (the
+    Pub/Sub trigger too), and `--check` passes."""
+    functions, bin_ = first_hour
+    run(bin_ / "dedup", "manifest", functions, cwd=functions, env=clean_env())
+    manifest = yaml.safe_load((functions / "functions.yaml").read_text())
+    for name in ("welcome", "order_counter", "audit"):
+        assert manifest["endpoints"][name]["eventTrigger"]["retry"] is True, manifest
+    run(bin_ / "dedup", "manifest", "--check", functions, cwd=functions, env=clean_env())
+    (functions / "functions.yaml").unlink()
+
+
+SWAPPED = FIRST_HOUR_MAIN.replace(
+    '@firestore_fn.on_document_created(document="signups/{uid}")\n@trigger_once("welcome")',
+    '@trigger_once("welcome")\n@firestore_fn.on_document_created(document="signups/{uid}")',
+)
+NO_DELIVERY = FIRST_HOUR_MAIN.replace(
+    "def welcome(event, delivery: Delivery) -> None:", "def welcome(event) -> None:"
+)
+
+
+@pytest.mark.parametrize(
+    ("main", "named"),
+    [(SWAPPED, "welcome"), (NO_DELIVERY, "welcome(event, delivery)")],
+    ids=["swapped decorators", "handler without delivery"],
+)
+def test_a_mistake_in_main_stops_the_import_and_the_predeploy(
+    first_hour: tuple[Path, Path], tmp_path: Path, main: str, named: str
+) -> None:
+    """The decorators swapped, or a handler without its `delivery`: `import main` fails and
+    `dedup manifest --check` exits non-zero, both naming the function."""
+    _, bin_ = first_hour
+    source = tmp_path / "functions"
+    source.mkdir()
+    (source / "main.py").write_text(main)
+    imported = attempt(bin_ / "python", "-c", "import main", cwd=source)
+    assert imported.returncode != 0
+    assert named in imported.stderr, imported.stderr
+    checked = attempt(bin_ / "dedup", "manifest", "--check", source, cwd=source)
+    assert checked.returncode != 0
+    assert named in checked.stderr, checked.stderr
+
+
+def test_a_misspelled_setting_in_dot_env_stops_the_predeploy(
+    first_hour: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`DEDUP_LEASE_SECOND=30` in SOURCE_DIR/.env: `dedup manifest --check` exits non-zero
+    naming DEDUP_LEASE_SECONDS."""
+    _, bin_ = first_hour
+    source = tmp_path / "functions"
+    source.mkdir()
+    (source / "main.py").write_text(FIRST_HOUR_MAIN)
+    (source / ".env").write_text("DEDUP_LEASE_SECOND=30\n")
+    checked = attempt(bin_ / "dedup", "manifest", "--check", source, cwd=source)
+    assert checked.returncode != 0
+    assert "DEDUP_LEASE_SECONDS" in checked.stderr, checked.stderr
+
+
+def test_two_apps_of_one_main_in_one_process(first_hour: tuple[Path, Path]) -> None:
+    """Two `functions_framework.create_app` calls on main.py in one process, for two of its
+    functions (main.py imported twice): both succeed."""
+    functions, bin_ = first_hour
+    script = (
+        "import functions_framework\n"
+        "a = functions_framework.create_app('welcome', 'main.py', 'cloudevent')\n"
+        "b = functions_framework.create_app('audit', 'main.py', 'cloudevent')\n"
+        "print(a is not b)\n"
+    )
+    done = run(bin_ / "python", "-c", script, cwd=functions, env=clean_env())
+    assert done.stdout.strip() == "True"
+
+
+def test_five_copies_through_functions_framework_give_one_effect(
+    first_hour: tuple[Path, Path], firestore_client: firestore.Client, tmp_path: Path
+) -> None:
+    """The documented functions-framework command, on firebase-functions 0.5.x and Python 3.13:
+    five copies of a signup event, one effect."""
+    functions, bin_ = first_hour
+    port = free_port()
+    command = [
+        str(bin_ / "functions-framework"), "--target", "welcome", "--signature-type",
+        "cloudevent", "--port", str(port), "--host", "127.0.0.1",
+    ]  # fmt: skip
+    log = (tmp_path / "welcome.log").open("wb")
+    env = clean_env(FIRESTORE_EMULATOR_HOST=os.environ["FIRESTORE_EMULATOR_HOST"])
+    server = subprocess.Popen(command, cwd=functions, env=env, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "welcome.log").read_text()
+                time.sleep(0.2)
+        event = testing.firestore_event(
+            f"signups/{uuid.uuid4().hex}", None, {"email": "a@example.com"}, project=PROJECT,
+            change="created",
+        )  # fmt: skip
+        statuses = testing.deliver_until_done(f"http://127.0.0.1:{port}/", event, copies=5)
+        assert any(200 <= s < 300 for s in statuses), statuses
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert effects(firestore_client) == {f"{event.id}-welcome": 1}

@@ -1,0 +1,57 @@
+"""What a decorator of this package refuses to wrap, at import: a function that a
+firebase-functions decorator has already wrapped (the decorators are in the wrong order: the
+SDK would register the handler itself, and the function would deploy without dedup, or not at
+all), and a handler that cannot be called with the arguments its trigger kind passes (every
+delivery would fail with a `TypeError`, be retried, and end dead).
+
+`check_handler` raises a `ConfigError` naming the function and what to write instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from dedup.errors import ConfigError
+from dedup.firebase_internals import platform_wrapped
+
+__all__ = ["check_handler"]
+
+
+def check_handler(
+    handler: Callable[..., Any],
+    owner: str,
+    *,
+    decorator: str,
+    parameters: tuple[str, ...],
+    platform: str,
+    is_async: bool,
+) -> None:
+    """Refuse `handler` (named `owner`) under `@decorator(...)`: `ConfigError` when a
+    firebase-functions decorator already wrapped it (naming the right order: `platform` above
+    `decorator`), or when it cannot be called with `parameters` (naming the signature it
+    needs, `async def` for an async handler). A callable whose signature Python cannot read
+    is let through."""
+    name = getattr(handler, "__name__", "handler")
+    if platform_wrapped(handler):
+        raise ConfigError(
+            f"{owner} is already wrapped by a firebase-functions decorator, so @{decorator} "
+            "would never run (the function would deploy without it); put the platform's "
+            f"decorator first, right above @{decorator}:\n"
+            f"    {platform}\n    @{decorator}(...)\n    def {name}(...): ..."
+        )
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*parameters)
+    except TypeError:
+        keyword = "async def" if is_async else "def"
+        arguments = ", ".join(parameters)
+        raise ConfigError(
+            f"{owner} cannot be called as {name}({arguments}): @{decorator} calls its handler "
+            f"with {len(parameters)} argument{'s' if len(parameters) > 1 else ''}; write it as "
+            f"`{keyword} {name}({arguments})` (its signature is {name}{signature})"
+        ) from None
