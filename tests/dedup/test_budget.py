@@ -29,12 +29,12 @@ from dedup import (
     DedupConfig,
     DedupError,
     Deduplicator,
+    Delivery,
     Mode,
     OutcomeKind,
     Record,
     State,
     StoreUnavailable,
-    TransactionDelivery,
 )
 from soak.emulator import SoakEmulator
 from tests.dedup.conftest import MakeDedup
@@ -45,7 +45,7 @@ HOT = "budget/hot"
 """The one document every storm delivery increments."""
 
 
-def _increment(delivery: TransactionDelivery) -> None:
+def _increment(delivery: Delivery) -> None:
     assert delivery.transaction is not None
     ref = delivery.client.document(HOT)
     snapshot = ref.get(transaction=delivery.transaction)
@@ -142,7 +142,7 @@ def test_a_document_locked_by_a_killed_transaction_costs_one_budget_not_more(
     )
     dedup = Deduplicator(config, client=client)
 
-    def increment(delivery: TransactionDelivery) -> None:
+    def increment(delivery: Delivery) -> None:
         assert delivery.transaction is not None
         ref = delivery.client.document(hot)
         n = int(ref.get(transaction=delivery.transaction).get("n"))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -293,20 +292,6 @@ def audit(event, delivery: Delivery) -> None:
 
 FIREBASE_INIT_REQUIREMENTS = "firebase_functions~=0.5.0\n"
 """What `firebase init functions` writes into functions/requirements.txt today."""
-
-
-def python_313() -> str:
-    """Python 3.13, the runtime `firebase init functions` picks today: pyenv's 3.13 where pyenv
-    is installed (its `python3.13` shim answers only where 3.13 is selected), else the
-    `python3.13` on the path."""
-    if shutil.which("pyenv"):
-        root = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=True)
-        found = sorted((Path(root.stdout.strip()) / "versions").glob("3.13*/bin/python3.13"))
-        if found:
-            return str(found[-1])
-    python = shutil.which("python3.13")
-    assert python is not None, "Python 3.13 is needed: pyenv install 3.13, or put it on PATH"
-    return python
 
 
 @pytest.fixture(scope="module")
