@@ -186,11 +186,6 @@ class Run(LeaseState):
             error += f" (last error: {cause})"
         raise BudgetSpent(error) from cause
 
-    @property
-    def longest_try(self) -> float:
-        """The longest try of a transaction or batch so far in this delivery (`start_try`)."""
-        return self._longest_try
-
     def start_try(self, action: str, cause: BaseException | None = None) -> None:
         """Before each try of a transaction or batch (a round of the flow, or the client's own
         retry on contention): raise `BudgetSpent` unless the time left covers the longest try

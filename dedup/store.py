@@ -59,10 +59,9 @@ BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
 
 
-def backoff(round_: int, cap: float = BACKOFF_CAP_SECONDS) -> float:
-    """Full-jitter exponential backoff for retry `round_` (0-based), in seconds, at most
-    `cap`."""
-    return random.uniform(0, min(cap, BACKOFF_BASE_SECONDS * 2**round_))
+def backoff(round_: int) -> float:
+    """Full-jitter exponential backoff for retry `round_` (0-based), in seconds."""
+    return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**round_))
 
 
 class Snapshot(NamedTuple):
@@ -126,20 +125,20 @@ class StoreBase[C]:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""
         return f"{self.collection}/{key}"
 
-    def timeout_within(self, budget: float | None) -> float:
-        """The deadline of one call: the RPC timeout, or `budget` when that is shorter."""
+    def timeout_within(self, budget: float | None, floor: float = 0.1) -> float:
+        """The deadline of one call: the RPC timeout, or `budget` when that is shorter
+        (`floor` at least)."""
         limit = float(self.rpc_timeout_seconds)
-        return limit if budget is None else max(0.1, min(limit, budget))
+        return limit if budget is None else max(floor, min(limit, budget))
 
     def shrinking(self, budget: float | None, *, floor: float = 0.1) -> float | Callable[[], float]:
         """The bound of each RPC of a transaction started now with `budget` seconds left:
         the RPC timeout, cut to what is left of `budget` when that RPC starts (`floor` at
         least)."""
-        limit = float(self.rpc_timeout_seconds)
         if budget is None:
-            return limit
+            return float(self.rpc_timeout_seconds)
         end = time.monotonic() + budget
-        return lambda: max(floor, min(limit, end - time.monotonic()))
+        return lambda: self.timeout_within(end - time.monotonic(), floor)
 
     def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
