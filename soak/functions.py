@@ -97,6 +97,12 @@ class Chaos:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _read_timeout(delivery: Delivery) -> float:
+    """The timeout of a handler's read: what is left of the delivery's budget (0.1 s at least)."""
+    left = delivery.time_left()
+    return RECEIVER_TIMEOUT_SECONDS if left is None else max(0.1, left)
+
+
 def handler_for(function: Function, chaos: Chaos, receiver_url: str) -> Callable[[Delivery], None]:
     """The handler of `function`, with `chaos` injected around its effect."""
     if function.mode is Mode.LEASE:
@@ -136,7 +142,10 @@ def handler_for(function: Function, chaos: Chaos, receiver_url: str) -> Callable
             chaos.maybe_crash("before-effect")
             chaos.maybe_fail("count")
             ref = delivery.client.collection(COUNT_COLLECTION).document(delivery.event_id)
-            snapshot = ref.get(transaction=delivery.transaction)
+            # The handler bounds its own read by what is left of the delivery's time budget,
+            # as docs/configuration.md asks: a read waiting on a locked document would
+            # otherwise outlast the function's timeout.
+            snapshot = ref.get(transaction=delivery.transaction, timeout=_read_timeout(delivery))
             n = int((snapshot.to_dict() or {}).get("n", 0)) if snapshot.exists else 0
             delivery.transaction.set(ref, {"n": n + 1, "event": delivery.event_id})
 
