@@ -141,10 +141,11 @@ class DeliveryIdentity:
 
     def time_left(self) -> float | None:
         """Seconds left of this delivery's time budget (`DedupConfig.delivery_budget_seconds`,
-        the function's timeout), never below 0; None for a delivery built by hand. Pass it as
-        the timeout of the handler's own calls (`ref.get(transaction=..., timeout=...)`, an
-        HTTP request) so that the whole delivery ends within the function's timeout: `dedup`
-        bounds its own work, not the handler's."""
+        the function's timeout), never below 0; None for a delivery built by hand. Bound the
+        handler's own calls by it, their retries included (`ref.get(transaction=...,
+        retry=Retry(timeout=left), timeout=left)`, an HTTP request's timeout), so that the
+        whole delivery ends within the function's timeout: `dedup` bounds its own work, not
+        the handler's (docs/configuration.md)."""
         if self.run_notes is None:
             return None
         return max(0.0, self.run_notes.time_left())

@@ -32,6 +32,7 @@ from google.cloud.pubsub_v1 import PublisherClient, SubscriberClient
 
 from dedup.outbox import enqueue, enqueue_task
 from demo.emulator_triggers import (
+    ALERT_COPIES,
     play_alerts,
     play_schedule,
     play_uploads,
@@ -40,7 +41,7 @@ from demo.emulator_triggers import (
 )
 from demo.events import firestore_event, pubsub_event
 from demo.http_story import CALLABLE, HTTP, LineScene, Outcome, play_orders
-from demo.platform import DeliveryLog, deliver_at_least_once
+from demo.platform import COPIES, DeliveryLog, deliver_at_least_once
 from demo.pubsub import ensure_topic, pull_all
 from demo.receiver import Receiver, running_receiver
 from demo.serve import ServedFunction, served_function
@@ -363,6 +364,16 @@ class Story:
         return _outcome_row(function, self.logs[function], effects, expected, detail, [])
 
 
+def delivered_copies(function: str) -> int:
+    """How many copies of each event the story delivers to `function` at least: an alert is
+    published `ALERT_COPIES` times, every other event `COPIES` times; 0 for the order
+    functions, whose requests the story counts itself (retried copies, a request without
+    its key)."""
+    if function.startswith("create_order"):
+        return 0
+    return ALERT_COPIES if function == "alert_new_fatal_issue" else COPIES
+
+
 def _outcome_row(
     function: str,
     log: DeliveryLog,
@@ -372,6 +383,12 @@ def _outcome_row(
     problems: list[str],
 ) -> Row:
     failed = sum(n for status, n in log.statuses.items() if not 200 <= status < 300)
+    copies = delivered_copies(function)
+    if copies and log.deliveries < copies * log.events:
+        problems = [
+            *problems,
+            f"{log.deliveries} deliveries of {log.events} events, not {copies} copies each",
+        ]
     shown = "; ".join(problems) if problems else detail
     return Row(
         function, log.events, log.deliveries, failed, effects, expected, shown,

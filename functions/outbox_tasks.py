@@ -4,7 +4,9 @@
 creates the task through the Admin SDK (`firebase_admin.functions`, which reaches the Cloud
 Tasks emulator when `CLOUD_TASKS_EMULATOR_HOST` is set) with the id `task_id_for(document)`,
 then marks the document. A function named without a location is the one in the functions' own
-region (`functions.region.task_function_resource`). How each answer is treated:
+region (`functions.region.task_function_resource`); on the Cloud Run path the task targets the
+function's service's `run.app` URL (`functions.region.task_function_url`). How each answer is
+treated:
 
 | Cloud Tasks answer                              | relay                                  |
 |-------------------------------------------------|----------------------------------------|
@@ -34,7 +36,7 @@ from google.cloud import firestore
 from dedup import TerminalError, propagation
 from dedup.firebase_app import default_app
 from dedup.outbox import FUNCTION_PATTERN, task_id_for
-from functions.region import task_function_resource
+from functions.region import task_function_resource, task_function_url
 
 EMULATOR_HOST_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"
 """Set (by `firebase emulators:exec`): the Admin SDK sends tasks to the Cloud Tasks emulator."""
@@ -60,7 +62,11 @@ def create_task(function_name: str, data: Any, task_id: str) -> bool:
     functions' own region's (`functions.region`), not the Admin SDK's default us-central1."""
     queue = functions.task_queue(task_function_resource(function_name), app=default_app())
     # The task's dispatch continues the relay's trace (`task_once` reads these headers).
-    options = functions.TaskOptions(task_id=task_id, headers=propagation.headers() or None)
+    options = functions.TaskOptions(
+        task_id=task_id,
+        headers=propagation.headers() or None,
+        uri=task_function_url(function_name),  # the run.app URL on the Cloud Run path
+    )
     try:
         queue.enqueue({"data": data}, options)
     except (exceptions.AlreadyExistsError, exceptions.ConflictError):

@@ -11,11 +11,18 @@ A task-queue function named without a location (`enqueue_task(tx, "indexPost", .
 that region, so its tasks go to `projects/<project>/locations/<region>/queues/<name>` and target
 `https://<region>-<project>.cloudfunctions.net/<name>`. The Admin SDK would otherwise assume
 `us-central1`, whatever the region.
+
+On the Cloud Run path (`make deploy-run`) there is no `cloudfunctions.net` URL: the function is
+the Cloud Run service named after its entry point (`service_of`), and the plan's env files set
+`RUN_SERVICE_URL_TEMPLATE` (`https://{service}-<project number>.{region}.run.app`), so a task
+targets its service's `run.app` URL (`task_function_url`). The queue routes it there too (its
+`--http-uri-override`); the task's own URL says the same.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from dedup.errors import ConfigError
@@ -23,6 +30,9 @@ from functions.runtime import on_the_platform
 
 REGION_VARIABLE = "FUNCTION_REGION"
 """Set on the functions by both deploy paths (firebase-tools itself, gcloud by the env files)."""
+RUN_URL_VARIABLE = "RUN_SERVICE_URL_TEMPLATE"
+"""Set by `make deploy-run` only: the `run.app` URL of a service, with `{service}` and
+`{region}` to fill in."""
 LOCAL_REGION = "us-central1"
 """The region of the local emulators, which set no `FUNCTION_REGION`."""
 
@@ -50,3 +60,26 @@ def task_function_resource(function_name: str, environ: Mapping[str, str] | None
     if "/" in function_name:
         return function_name
     return f"locations/{function_region(environ)}/functions/{function_name}"
+
+
+def service_of(entry_point: str) -> str:
+    """The Cloud Run service `make deploy-run` deploys a function as: its entry point
+    lowercased, `_` -> `-` (docs/deploy.md)."""
+    return entry_point.lower().replace("_", "-")
+
+
+_LOCATION = re.compile(r"(?:projects/[^/]+/)?locations/([a-z0-9-]+)/functions/([^/]+)")
+
+
+def task_function_url(function_name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The URL a task of the task-queue function `function_name` targets: on the Cloud Run path
+    (`RUN_SERVICE_URL_TEMPLATE` set), its service's `run.app` URL in the function's region (the
+    name's own location, else `function_region`); None on the other paths, where the Admin
+    SDK's `https://<region>-<project>.cloudfunctions.net/<name>` is the function's URL."""
+    env = os.environ if environ is None else environ
+    template = env.get(RUN_URL_VARIABLE, "").strip()
+    if not template:
+        return None
+    located = _LOCATION.fullmatch(function_name)
+    region, name = located.groups() if located else (function_region(env), function_name)
+    return template.format(service=service_of(name), region=region)

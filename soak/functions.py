@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from google.api_core.retry import Retry
 from google.cloud import firestore
 
 from dedup import Delivery, Mode
@@ -142,10 +143,14 @@ def handler_for(function: Function, chaos: Chaos, receiver_url: str) -> Callable
             chaos.maybe_crash("before-effect")
             chaos.maybe_fail("count")
             ref = delivery.client.collection(COUNT_COLLECTION).document(delivery.event_id)
-            # The handler bounds its own read by what is left of the delivery's time budget,
-            # as docs/configuration.md asks: a read waiting on a locked document would
-            # otherwise outlast the function's timeout.
-            snapshot = ref.get(transaction=delivery.transaction, timeout=_read_timeout(delivery))
+            # The handler bounds its own read, its retries included, by what is left of the
+            # delivery's time budget, as docs/configuration.md asks: a read waiting on a locked
+            # document, or retried after a transient error, would otherwise outlast the
+            # function's timeout.
+            left = _read_timeout(delivery)
+            snapshot = ref.get(
+                transaction=delivery.transaction, retry=Retry(timeout=left), timeout=left
+            )
             n = int((snapshot.to_dict() or {}).get("n", 0)) if snapshot.exists else 0
             delivery.transaction.set(ref, {"n": n + 1, "event": delivery.event_id})
 

@@ -22,10 +22,24 @@ from typing import Any
 import pytest
 
 from tests.deploy.conftest import copy_project
-from tests.test_demo import ROWS
 from tools.emulators import ROOT
 
 pytestmark = pytest.mark.needs_emulators  # it starts emulators of its own
+
+ROWS = (
+    "sync_published_count",
+    "send_post_notification",
+    "forward_webhook",
+    "relay_outbox",
+    "index_post",
+    "create_order",
+    "create_order_callable",
+    "receive_line_webhook",
+    "register_upload",
+    "daily_digest",
+    "alert_new_fatal_issue",
+)
+"""The demo's table: one row per function of main.py, in this order."""
 
 PORT_SHIFT = 20003
 """Added to every port: checkouts side by side move theirs by multiples of 10, so the copy's

@@ -38,6 +38,7 @@ import yaml
 
 from dedup.config import DedupConfig
 from dedup.errors import ConfigError
+from functions.region import RUN_URL_VARIABLE, service_of
 from tools.deploy import (
     BUCKET_PARAM,
     DeployError,
@@ -101,7 +102,7 @@ def base_image(target: Target) -> str:
 def service_name(function: str, entry_point: str) -> str:
     """The Cloud Run service of a function: its entry point lowercased, `_` -> `-`;
     `DeployError` when Cloud Run would refuse the name (`SERVICE_NAME`)."""
-    name = entry_point.lower().replace("_", "-")
+    name = service_of(entry_point)
     if not SERVICE_NAME.fullmatch(name):
         raise DeployError(
             f"{function}: its Cloud Run service would be named {name!r}, which Cloud Run refuses "
@@ -376,7 +377,7 @@ def deploy_plan(target: Target) -> list[str]:
     number = project_number(target, reads)
     env_files_command = shell_join(
         [_python(), "-m", "tools.deploy_run", "env-files", f"--project={target.project}",
-         f"--region={target.region}"]
+         f"--region={target.region}", f"--project-number={number}"]
     )  # fmt: skip
     deploys, after, urls = [], [], []
     member = f"serviceAccount:{target.service_account_email}"
@@ -443,13 +444,17 @@ def firebase_config(target: Target, env: Mapping[str, str]) -> str:
 
 def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """The env files of `tools.deploy.env_files`, each with its `FUNCTION_SIGNATURE_TYPE`
-    (`gcloud run deploy --function` sets none, and the buildpack's default is `http`) and
-    `FIREBASE_CONFIG`."""
+    (`gcloud run deploy --function` sets none, and the buildpack's default is `http`),
+    `FIREBASE_CONFIG`, and, when the project number is known (the plan always passes it),
+    `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which the enqueuers give their
+    tasks (`functions.region.task_function_url`)."""
     files = env_files(target, env)
     config = firebase_config(target, env)
     for kind, values in files.items():
         values["FUNCTION_SIGNATURE_TYPE"] = kind.removeprefix("asgi-")
         values["FIREBASE_CONFIG"] = config
+        if target.project_number:
+            values[RUN_URL_VARIABLE] = service_url("{service}", "{region}", target.project_number)
     return files
 
 
@@ -485,9 +490,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("command", choices=["env-files"])
     parser.add_argument("--project", required=True)
     parser.add_argument("--region", required=True)
+    parser.add_argument("--project-number", default=None)
     args = parser.parse_args(argv)
+    target = Target(project=args.project, region=args.region, project_number=args.project_number)
     try:
-        for path in write_run_env_files(Target(project=args.project, region=args.region)):
+        for path in write_run_env_files(target):
             print(f"wrote {path}")
     except DeployError as problem:
         print(f"error: {problem}", file=sys.stderr)

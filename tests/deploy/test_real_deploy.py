@@ -2,10 +2,11 @@
 
 `make deploy-gcloud PROJECT=p REGION=europe-west1` and `make deploy-firebase PROJECT=p
 REGION=europe-west1` run in a copy of the project, non-interactive (`CI=true`, stdin closed,
-no TTY), with the real gcloud (a throwaway CLOUDSDK_CONFIG whose `api_endpoint_overrides` point
-at the fake, a fake access token) and the pinned firebase-tools (its API origins from the
-environment variables of firebase-tools' `lib/api.js`, a fake refresh token through
-FIREBASE_TOKEN, exchanged at the fake). The fake (`fake_google.py`) records every request and
+no TTY), with the real gcloud (a throwaway CLOUDSDK_CONFIG, `api_endpoint_overrides` pointing
+at the fake through gcloud's property variables, a fake access token) and the pinned
+firebase-tools (its API origins from the environment variables of firebase-tools'
+`lib/api.js`, a fake refresh token through FIREBASE_TOKEN, exchanged at the fake). The fake
+(`fake_google.py`) records every request and
 every uploaded archive; the tests then check, per function and per path, what the platform was
 told, against the manifest firebase-functions builds from main.py (the functions' one
 declaration), and that the uploaded archive really serves every function.
@@ -84,6 +85,11 @@ MANIFEST = sdk_manifest(ROOT)["endpoints"]
 """What main.py declares, as firebase-functions reads it: the expectation on both paths."""
 
 
+def gcloud_variable(prop: str) -> str:
+    """The environment variable of gcloud property `section/name`."""
+    return "CLOUDSDK_" + prop.replace("/", "_").upper()
+
+
 def tool_env(fake: FakeGoogle, home: Path) -> dict[str, str]:
     """The deploy's environment: the caller's, less every Google, Firebase and emulator
     setting, plus a throwaway gcloud config and firebase-tools pointed at the fake."""
@@ -97,6 +103,9 @@ def tool_env(fake: FakeGoogle, home: Path) -> dict[str, str]:
     config.mkdir(parents=True)
     (home / "token").write_text("fake-access-token")
     env.update(CLOUDSDK_CONFIG=str(config), HOME=str(home), CI="true", NO_PROXY="127.0.0.1")
+    # Every gcloud property can be set as CLOUDSDK_<SECTION>_<NAME> (`gcloud topic
+    # configurations`): the same settings as `gcloud config set`, without one gcloud start
+    # (half a second) per setting.
     settings = {
         "core/project": PROJECT,
         "auth/access_token_file": str(home / "token"),
@@ -104,10 +113,7 @@ def tool_env(fake: FakeGoogle, home: Path) -> dict[str, str]:
         "component_manager/disable_update_check": "true",
         **{f"api_endpoint_overrides/{api}": f"{fake.url}/" for api in GCLOUD_APIS},
     }
-    for key, value in settings.items():
-        subprocess.run(
-            ["gcloud", "config", "set", key, value], env=env, check=True, capture_output=True
-        )
+    env.update({gcloud_variable(key): value for key, value in settings.items()})
     env.update({origin: fake.url for origin in FIREBASE_ORIGINS})
     env["FIREBASE_TOKEN"] = "fake-refresh-token"
     return env

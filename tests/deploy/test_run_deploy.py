@@ -1,7 +1,7 @@
 """`make deploy-run PROJECT=p REGION=europe-west1` for real, against the fake of Google's APIs.
 
-The real gcloud runs every command of the plan (a throwaway CLOUDSDK_CONFIG whose
-`api_endpoint_overrides` point at the fake, as `test_real_deploy.py` sets it up). `gcloud run`
+The real gcloud runs every command of the plan (a throwaway CLOUDSDK_CONFIG, its
+`api_endpoint_overrides` pointing at the fake, as `test_real_deploy.py` sets it up). `gcloud run`
 puts the region in front of its API's host (`europe-west1-HOST`), which no resolver knows, so
 its override names a host only the fake's proxy answers (`HTTP_PROXY` is the fake itself, which
 reads the absolute URL of a proxied request as any other). The fake records the Cloud Run
@@ -33,7 +33,14 @@ from tests.deploy.fake_google import (
     FakeGoogle,
     RunningFake,
 )
-from tests.deploy.test_real_deploy import ENV_FILE, MANIFEST, PROJECT, SECRET_VERSION, tool_env
+from tests.deploy.test_real_deploy import (
+    ENV_FILE,
+    MANIFEST,
+    PROJECT,
+    SECRET_VERSION,
+    gcloud_variable,
+    tool_env,
+)
 from tests.deploy.test_upload import check_only_code
 from tools.deploy import Target, deploy_env, trigger_topic
 from tools.deploy_run import delivery_attempts
@@ -115,11 +122,7 @@ def run_deploy(tmp_path_factory: pytest.TempPathFactory) -> RunDeploy:
         fake.resources[BUILD_ACCOUNT] = {"name": BUILD_ACCOUNT}  # make bootstrap's business
         fake.resources[RUN_REPOSITORY] = {"name": RUN_REPOSITORY, "format": "DOCKER"}
         env = tool_env(fake, work / "home")
-        subprocess.run(
-            ["gcloud", "config", "set", "api_endpoint_overrides/run",
-             f"http://fake-google:{fake.port}/"],
-            env=env, check=True, capture_output=True,
-        )  # fmt: skip
+        env[gcloud_variable("api_endpoint_overrides/run")] = f"http://fake-google:{fake.port}/"
         env["HTTP_PROXY"] = env["http_proxy"] = fake.url
         runs = [
             subprocess.run(

@@ -9,7 +9,9 @@ deployed `relay_outbox` gets on each path, with REGION=europe-west1:
   `serviceConfig.environmentVariables` (run here with node on the manifest's endpoint), and
   `FUNCTION_TARGET`, `LOG_EXECUTION_ID` (its `createFunction`);
 * gcloud: the `--env-vars-file` file `make deploy-gcloud` deploys the function with;
-* both: what the platform adds, `FUNCTION_TARGET` and `FUNCTION_SIGNATURE_TYPE` (the Python
+* run: what `make deploy-run` gives the function's service (`tools.deploy_run.
+  service_environment`: its env file and `FUNCTION_TARGET`), with the project number known;
+* all: what the platform adds, `FUNCTION_TARGET` and `FUNCTION_SIGNATURE_TYPE` (the Python
   buildpack's launch defaults) and Cloud Run's `K_SERVICE`, `K_REVISION`, `K_CONFIGURATION`,
   `PORT`. Nothing else: Cloud Run functions set no region variable.
 
@@ -35,12 +37,15 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from dedup.errors import ConfigError
-from functions.region import function_region, task_function_resource
+from functions.region import function_region, task_function_resource, task_function_url
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_deploy import manifest_of
 from tools import firebase_dotenv
+from tools.deploy import Target
+from tools.deploy_run import service_environment
 
 PROJECT = "demo-parse-only"
+PROJECT_NUMBER = "123456"
 REGION = "europe-west1"
 FUNCTION = "relay_outbox"
 FIREBASE_TOOLS = ROOT / "tools/firebase/node_modules/firebase-tools/lib"
@@ -176,6 +181,12 @@ def gcloud_environment(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def run_environment() -> dict[str, str]:
+    """What `make deploy-run` and Cloud Run give relay_outbox's service."""
+    target = Target(project=PROJECT, region=REGION, project_number=PROJECT_NUMBER)
+    return {**service_environment(FUNCTION, target), **PLATFORM}
+
+
 RELAY = """
 import json, sys
 import firebase_admin.functions as admin_functions
@@ -207,23 +218,35 @@ def relay_under(environment: dict[str, str], fake: FakeCloudTasks, tmp_path: Pat
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("path", ["firebase", "gcloud"])
+def function_url(path: str, region: str) -> str:
+    """indexPost's URL in `region` on deploy path `path`."""
+    if path == "run":
+        return f"https://indexpost-{PROJECT_NUMBER}.{region}.run.app"
+    return f"https://{region}-{PROJECT}.cloudfunctions.net/indexPost"
+
+
+@pytest.mark.parametrize("path", ["firebase", "gcloud", "run"])
 def test_a_relayed_task_goes_to_the_functions_region(
     path: str, fake: FakeCloudTasks, tmp_path: Path
 ) -> None:
     """A bare `indexPost` (as docs/tasks.md enqueues it) goes to the queue of REGION and targets
-    the function in REGION; a name with its own location keeps it."""
-    environment = firebase_environment() if path == "firebase" else gcloud_environment(tmp_path)
+    the function in REGION (on the Cloud Run path its service's `run.app` URL); a name with its
+    own location keeps it."""
+    environment = {
+        "firebase": firebase_environment,
+        "gcloud": lambda: gcloud_environment(tmp_path),
+        "run": run_environment,
+    }[path]()
     assert environment["FUNCTION_REGION"] == REGION, sorted(environment)
     relay_under(environment, fake, tmp_path)
     assert [(p, body["task"]["httpRequest"]["url"]) for p, body in fake.requests] == [
         (
             f"/v2/projects/{PROJECT}/locations/{REGION}/queues/indexPost/tasks",
-            f"https://{REGION}-{PROJECT}.cloudfunctions.net/indexPost",
+            function_url(path, REGION),
         ),
         (
             f"/v2/projects/{PROJECT}/locations/us-east4/queues/indexPost/tasks",
-            f"https://us-east4-{PROJECT}.cloudfunctions.net/indexPost",
+            function_url(path, "us-east4"),
         ),
     ]
     first = fake.requests[0][1]["task"]
@@ -261,3 +284,16 @@ def test_the_region_is_read_from_function_region_only() -> None:
     for named in ("locations/us-east4/functions/indexPost",
                   "projects/p/locations/us-east4/functions/indexPost"):  # fmt: skip
         assert task_function_resource(named, env) == named
+
+
+def test_a_task_targets_its_service_only_on_the_cloud_run_path() -> None:
+    """Without RUN_SERVICE_URL_TEMPLATE (the firebase and gcloud paths, the emulators) a task
+    keeps the Admin SDK's URL; with it, the service of the function's entry point, in the
+    function's region or in the location its name holds."""
+    env = {"FUNCTION_REGION": REGION}
+    assert task_function_url("indexPost", env) is None
+    env["RUN_SERVICE_URL_TEMPLATE"] = "https://{service}-42.{region}.run.app"
+    assert task_function_url("indexPost", env) == f"https://indexpost-42.{REGION}.run.app"
+    assert task_function_url("send_invoice", env) == f"https://send-invoice-42.{REGION}.run.app"
+    named = "projects/p/locations/us-east4/functions/indexPost"
+    assert task_function_url(named, env) == "https://indexpost-42.us-east4.run.app"
