@@ -77,9 +77,14 @@ $(STAMP_PY): requirements.txt requirements-dev.txt pyproject.toml tools/find-pyt
 	@$(PY) -m tools.runtime sync
 	@touch $@
 
+# --ignore-scripts: of the CLI's dependencies only two have install scripts, and neither is
+# needed here. re2 builds a native regex engine (downloaded, or compiled with node-gyp where
+# nothing downloads: 45 s) that superstatic and ajv only try to load, falling back to RegExp,
+# for Hosting rewrites; protobufjs's postinstall firebase-tools itself does not allow
+# (its package.json `allowScripts`).
 $(STAMP_NODE): $(FIREBASE_DIR)/package.json $(FIREBASE_DIR)/package-lock.json
 	@command -v npm >/dev/null || { echo "error: npm not found: install Node.js 20 or newer (https://nodejs.org)."; exit 1; }
-	cd $(FIREBASE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(FIREBASE_DIR) && npm ci --no-audit --no-fund --loglevel=error --ignore-scripts
 	@touch $@
 
 # The Functions emulator serves the HTTP and callable functions the demo calls with the Auth
