@@ -5,10 +5,11 @@ outside the source tree that holds what the docs say is there: a checkout at
 `./exactly-once-functions` (the library's sources, and the template's venv after
 `make install`) and a functions folder `./my-functions`, with a fresh venv first on PATH (the
 `pip` a user types). One thing is changed, and only in the `git+https` line: the repository URL
-`https://github.com/OWNER/REPO` becomes `file://` of a local clone of this repository, tagged
-`v<pyproject version>`. The line that needs the package index (marked "only once published")
-is the only one not run. A line this test does not know fails it, so a new install line in the
-docs is run too. Slow (fresh venvs, dependencies from the package index): marker `packaging`.
+`https://github.com/OWNER/REPO` becomes `file://localhost/` of a local clone of this
+repository, tagged `v<pyproject version>`. The line that needs the package index (marked
+"only once published") is the only one not run. A line this test does not know fails it, so a
+new install line in the docs is run too. Slow (fresh venvs, dependencies from the package
+index): marker `packaging`.
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ def test_install_line_works_as_typed(line: str, tmp_path: Path) -> None:
         clone = tmp_path / "clone"
         run("git", "clone", "-q", "--no-hardlinks", ROOT, clone)
         run("git", "-C", clone, "tag", "-f", f"v{version()}")
-        line = line.replace(REPOSITORY_URL, f"file://{clone}")
+        # `file://localhost/...`: the pip that Python 3.12.1's venv bundles (23.2) refuses a
+        # `git+file:///...` requirement (no host); git and every pip take this form.
+        line = line.replace(REPOSITORY_URL, f"file://localhost{clone}")
     shell(line, work, venv, checkout / "venv" / "bin")
     if kind == "vendor":
         assert (functions / "dedup" / "__init__.py").is_file()
