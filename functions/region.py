@@ -29,7 +29,8 @@ from dedup.errors import ConfigError
 from functions.runtime import on_the_platform
 
 REGION_VARIABLE = "FUNCTION_REGION"
-"""Set on the functions by both deploy paths (firebase-tools itself, gcloud by the env files)."""
+"""Set on the functions by every deploy path (firebase-tools itself; `make deploy-gcloud` and
+`make deploy-run` by their env files)."""
 RUN_URL_VARIABLE = "RUN_SERVICE_URL_TEMPLATE"
 """Set by `make deploy-run` only: the `run.app` URL of a service, with `{service}` and
 `{region}` to fill in."""
@@ -48,7 +49,8 @@ def function_region(environ: Mapping[str, str] | None = None) -> str:
     if on_the_platform(env):
         raise ConfigError(
             f"{REGION_VARIABLE} is not set, so the functions' region is unknown: deploy with "
-            "`make deploy-gcloud` or `make deploy-firebase`, or set it to the region"
+            "`make deploy-gcloud`, `make deploy-run` or `make deploy-firebase`, or set it to the "
+            "region"
         )
     return LOCAL_REGION
 
