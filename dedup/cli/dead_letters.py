@@ -17,7 +17,7 @@ emulator or a local server, which check none.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -212,7 +212,8 @@ def id_token_for(url: str, audience: str | None) -> str:
     audience = audience or f"{parts.scheme}://{parts.netloc}"
     try:
         request = google.auth.transport.requests.Request()
-        return str(google.oauth2.id_token.fetch_id_token(request, audience))  # type: ignore[no-untyped-call]
+        fetch: Callable[[Any, str], str] = google.oauth2.id_token.fetch_id_token  # untyped upstream
+        return str(fetch(request, audience))
     except google.auth.exceptions.GoogleAuthError as exc:
         raise click.ClickException(
             f"no ID token for {audience} ({' '.join(str(exc).split())}): run where a service "

@@ -13,7 +13,7 @@ import base64
 import binascii
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,7 +100,8 @@ class PubSub:
                 "login` (or set GOOGLE_APPLICATION_CREDENTIALS), or set PUBSUB_EMULATOR_HOST "
                 "to use the emulator"
             ) from exc
-        session = AuthorizedSession(credentials)  # type: ignore[no-untyped-call]
+        authorized: Callable[[Any], requests.Session] = AuthorizedSession  # untyped upstream
+        session = authorized(credentials)
         return cls(session, PUBSUB_API, emulator=False)
 
     def subscription(self, name: str) -> dict[str, Any]:
