@@ -9,6 +9,8 @@ or `dedup`).
     dedup stats [--json]                           counts, oldest live lease, stuck records
     dedup manifest [--check] SOURCE_DIR            functions.yaml with retries on
     dedup setup --project P [--dry-run]            TTL, index exemptions, roles; the rules block
+    dedup dead-letters list SUBSCRIPTION [--json]  dead-lettered events (Cloud Run path), kept
+    dedup dead-letters redrive SUBSCRIPTION --to URL  deliver them again, ack after a 2xx
 
 The record commands talk to the Firestore emulator when FIRESTORE_EMULATOR_HOST is set, else to
 the project named by `--project` (or GOOGLE_CLOUD_PROJECT / GCLOUD_PROJECT) through Application
@@ -22,7 +24,9 @@ timestamp field of the record with a single-field index (`firestore.indexes.json
 
 The modules: `target` (where the records are, how they are read), `guarded` (writes applied
 only to documents unchanged since read), `render` (what the operator types and reads), `views`
-(show, list, stats), `repair` (release, revive, purge), `project` (manifest, setup).
+(show, list, stats), `repair` (release, revive, purge), `project` (manifest, setup),
+`dead_letters` (the Cloud Run path's dead-lettered events, read over `pubsub_rest`, rebuilt by
+`dead_letter_events`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import click
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
+from dedup.cli.dead_letters import dead_letters
 from dedup.cli.project import manifest_command, setup_command
 from dedup.cli.repair import purge, release, revive
 from dedup.cli.target import Target
@@ -129,6 +134,7 @@ for _command in (
     manifest_command,
     setup_command,
     vendor_command,
+    dead_letters,
 ):
     cli.add_command(_command)
 

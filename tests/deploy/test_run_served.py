@@ -17,8 +17,9 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,11 +52,14 @@ def free_port() -> int:
             return port
 
 
-def platform_environment(port: int) -> dict[str, str]:
-    """What the served process gets: the plan's service environment, Cloud Run's own variables
-    and the emulator's host (the only thing a test adds)."""
-    service = service_names({"endpoints": dict(endpoints(sdk_manifest(ROOT)))})[FUNCTION]
-    plan = service_environment(FUNCTION, Target(project=PROJECT, region=REGION))
+def platform_environment(
+    port: int, function: str = FUNCTION, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """What the served process gets: the plan's service environment of `function`, Cloud Run's
+    own variables and the emulator's host, plus `extra` (what a test adds, such as the
+    variables a function's own configuration needs)."""
+    service = service_names({"endpoints": dict(endpoints(sdk_manifest(ROOT)))})[function]
+    plan = service_environment(function, Target(project=PROJECT, region=REGION))
     cloud_run = {
         "PORT": str(port),
         "K_SERVICE": service,
@@ -63,16 +67,17 @@ def platform_environment(port: int) -> dict[str, str]:
         "K_CONFIGURATION": service,
     }
     emulator = {"FIRESTORE_EMULATOR_HOST": testing.firestore_emulator(PROJECT).host}
-    return {**plan, **cloud_run, **emulator}
+    return {**plan, **cloud_run, **emulator, **(extra or {})}
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def serving(
+    log: Path, function: str = FUNCTION, extra: Mapping[str, str] | None = None
+) -> Iterator[str]:
     """`functions-framework --target <the --function entry point> --port PORT` in the project,
-    under `platform_environment` only; its URL."""
+    under `platform_environment` only, its output in `log`; its URL while it runs."""
     port = free_port()
-    env = platform_environment(port)
-    log = tmp_path / "server.log"
+    env = platform_environment(port, function, extra)
     with log.open("wb") as output:
         server = subprocess.Popen(
             [str(ROOT / "venv" / "bin" / "functions-framework"),
@@ -99,6 +104,13 @@ def served(tmp_path: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    """`FUNCTION` served as its Cloud Run service is (`serving`); its URL."""
+    with serving(tmp_path / "server.log") as url:
+        yield url
 
 
 def test_one_increment_per_event_under_concurrent_copies(
