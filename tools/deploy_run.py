@@ -315,7 +315,8 @@ def event_plan(
         + on_subscription.format("add-iam-policy-binding")
         + shell_join([agent, "--role=roles/pubsub.subscriber", project])
         + " >/dev/null && "
-        + on_subscription.format("update") + shell_join(policy),
+        + on_subscription.format("update")
+        + shell_join(policy),
     ]
     return plan
 
