@@ -184,6 +184,7 @@ class Soak:
             ]
             self._generate(time.monotonic() + self.s.seconds)  # from when all is up
             self._calm.set()
+            self._timeline("drain")
             for thread in chaos[1:]:
                 thread.join()
             deadline = time.monotonic() + self.s.drain_seconds
@@ -384,17 +385,26 @@ class Soak:
                 self._spawn(port)
             time.sleep(0.05)
 
+    def _timeline(self, what: str) -> None:
+        """Append `<wall-clock time> <what>` to the workdir's timeline.log (kills, the drain's
+        start, restarts), to line up with the workers' `soak` lines afterwards."""
+        with (self.workdir / "timeline.log").open("a") as out:
+            out.write(f"{time.time():.3f} {what}\n")
+
     def _killer(self) -> None:
         while not self._calm.wait(self.rng.expovariate(1 / self.s.kill_interval)):
-            process = self._workers[self.rng.choice(self.ports)]
+            port = self.rng.choice(self.ports)
+            process = self._workers[port]
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGKILL)
+                self._timeline(f"kill {port}")
 
     def _restarter(self) -> None:
         while not self._calm.wait(self.s.restart_interval * self.rng.uniform(0.7, 1.3)):
             with self._lock:
                 self._restarting_since = time.monotonic()
             try:
+                self._timeline("restart")
                 outage = self.emulator.restart()
             except Exception as exc:  # reported as a violation: the run did not do its job
                 with self._lock:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +67,20 @@ class FaultLog:
         os.write(self._fd, f"{kind}\n".encode())
 
 
+def _timeline(
+    what: str, function: str, event_id: str, started: float, answer: str | None = None
+) -> None:
+    """One line of the worker's log per delivery's start and end, with wall-clock times, so a
+    slow or stuck event's deliveries can be lined up across processes afterwards (a start
+    with no end: the process died during it)."""
+    line: dict[str, object] = {"soak": what, "function": function, "eventId": event_id}
+    line["at"] = round(started if what == "start" else time.time(), 3)
+    if answer is not None:
+        line |= {"answer": answer, "took": round(time.time() - started, 3)}
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
 def serve(settings: WorkerSettings) -> None:
     """Serve the soak functions on 127.0.0.1:`port` until killed."""
     log = FaultLog(settings.faults_file)
@@ -110,13 +126,17 @@ def serve(settings: WorkerSettings) -> None:
                 return
             event_id = body.decode()
             handler = handler_for(function, chaos(), settings.receiver_url)
+            started = time.time()
+            _timeline("start", function.name, event_id, started)
             try:
                 outcome = dedup.run(event_id, function.suffix, handler, mode=function.mode)
             except Exception as exc:
                 if not isinstance(exc, DedupError | InjectedFailure):
                     traceback.print_exc()  # unexpected: keep the stack in the worker's log
+                _timeline("end", function.name, event_id, started, type(exc).__name__)
                 self._answer(503, {"error": type(exc).__name__, "message": str(exc)[:300]})
                 return
+            _timeline("end", function.name, event_id, started, outcome.kind.value)
             self._answer(200, {"outcome": outcome.kind.value, "attempt": outcome.attempt})
 
         def _answer(self, status: int, body: dict[str, object]) -> None:
