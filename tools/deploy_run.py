@@ -304,19 +304,15 @@ def event_plan(
         f"--dead-letter-topic=projects/{target.project}/topics/{dead}",
         f"--max-delivery-attempts={attempts}", "--quiet",
     ]  # fmt: skip
-    # The trigger's subscription is read once, and a failed read stops the line with its own
-    # error (an empty name would reach Pub/Sub instead).
-    on_subscription = 'gcloud pubsub subscriptions {} "$subscription" '
+    on_subscription = f'gcloud pubsub subscriptions {{}} "$({subscription})" '
     plan += [
         f"{shell_join(topic_check)} >/dev/null 2>&1 || {shell_join(topic_create)}",
         f"{shell_join(reader_check)} >/dev/null 2>&1 || {shell_join(reader_create)}",
         _quiet(publisher),
-        f'subscription="$({subscription})" && '
-        + on_subscription.format("add-iam-policy-binding")
+        on_subscription.format("add-iam-policy-binding")
         + shell_join([agent, "--role=roles/pubsub.subscriber", project])
-        + " >/dev/null && "
-        + on_subscription.format("update")
-        + shell_join(policy),
+        + " >/dev/null",
+        on_subscription.format("update") + shell_join(policy),
     ]
     return plan
 

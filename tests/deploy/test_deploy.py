@@ -102,19 +102,14 @@ def make_commands(project: Path, target: str, *extra: str) -> list[list[str]]:
     assert "error" not in done.stderr, done.stderr
     commands = []
     for line in done.stdout.replace("\\\n", " ").splitlines():
-        for part in line.replace("||", ";").replace("&&", ";").split(";"):
+        for part in line.replace("||", ";").split(";"):
             if "gcloud" not in part:
                 continue  # e.g. the install recipe, printed when a stamp is out of date
             words = [w for w in shlex.split(part) if not w.startswith((">", "2>"))]
             for word in words:  # a gcloud read whose answer is an argument: its own command
-                read = word.partition("=")[2] if word.startswith("subscription=") else word
-                if read.startswith("$(gcloud ") and read.endswith(")"):
-                    commands.append(shlex.split(read[2:-1]))
-            words = [
-                SUBSTITUTED if w.startswith(("$(gcloud ", "$subscription")) else w
-                for w in words
-                if not w.startswith("subscription=")
-            ]
+                if word.startswith("$(gcloud ") and word.endswith(")"):
+                    commands.append(shlex.split(word[2:-1]))
+            words = [SUBSTITUTED if w.startswith("$(gcloud ") else w for w in words]
             if "gcloud" in words:
                 commands.append(words[words.index("gcloud") :])
     return commands
@@ -385,14 +380,11 @@ def test_an_interrupted_firebase_deploy_leaves_no_functions_yaml(
 
 @needs_gcloud
 @pytest.mark.parametrize(
-    "target", ["deploy-gcloud", "bootstrap", "ttl", "topics", "queues", "deploy-firebase"]
+    "target",
+    ["deploy-gcloud", "deploy-run", "bootstrap", "ttl", "topics", "queues", "deploy-firebase"],
 )
 def test_gcloud_accepts_every_argument(target: str, tmp_path: Path) -> None:
-    """Each command fails only for want of credentials, never for an argument gcloud refuses.
-
-    `make deploy-run` is not here: `tests/deploy/test_run_deploy.py` runs every one of its
-    commands for real, through the real gcloud against the fake of Google's APIs, each branch
-    (create on the first run, update on the second), so an argument gcloud refused fails it."""
+    """Each command fails only for want of credentials, never for an argument gcloud refuses."""
     for tool in ("tools.deploy", "tools.deploy_run"):  # the env files gcloud reads as it parses
         subprocess.run(
             [sys.executable, "-m", tool, "env-files", *WHERE],

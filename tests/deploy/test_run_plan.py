@@ -91,7 +91,7 @@ def test_event_function_trigger_and_dead_letters(planned: list[str], name: str) 
         assert "--event-data-content-type=application/protobuf" in trigger
     if name == "forward_webhook":
         assert "--transport-topic=projects/demo-x/topics/webhooks" in trigger
-    update = [line for line in planned if "gcloud pubsub subscriptions update" in line
+    update = [line for line in planned if line.startswith("gcloud pubsub subscriptions update")
               and f"triggers describe {service} " in line]  # fmt: skip
     assert len(update) == 1, update
     assert f"--dead-letter-topic=projects/demo-x/topics/{service}-dead-letter" in update[0]
