@@ -96,8 +96,9 @@ demo: install ## The main job: the scripted story on the local emulators, checke
 # T= a test file, folder or node id; K= a name expression (pytest -k): `make test T=tests/cli K=purge`
 T ?=
 K ?=
+# The whole suite runs the deploy harness (no emulator) beside the rest (tools/test_runner.py).
 test: install ## All tests on the emulators; one file or test: make test T=tests/dedup/test_lease.py K=expired
-	$(EMULATORS) exec -- $(PY) -m pytest $(T) $(if $(K),-k '$(K)')
+	$(EMULATORS) exec -- $(PY) -m tools.test_runner $(T) $(if $(K),-k '$(K)')
 
 # The wheel test (marker `packaging`, about a minute) and the deploy harness (marker
 # `deploy_harness`, a few minutes) need no emulator either; `make test` runs them.
@@ -114,7 +115,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/deploy_run.py tools/runtime.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy.py tools/deploy_run.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 # Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.

@@ -346,23 +346,31 @@ def read_in_transaction(delivery: Delivery) -> None:
     delivery.transaction.set(ref, {"key": delivery.key})
 
 
-@pytest.mark.parametrize(
-    ("method", "raised"),
-    [("BeginTransaction", api_exceptions.RetryError), ("Commit", StoreUnavailable)],
-)
-def test_transaction_calls_are_bounded_by_the_rpc_timeout(
-    method: str, raised: type[Exception], firestore_host: str
-) -> None:
-    """A transaction whose begin or commit hangs gives up after about
-    `rpc_timeout_seconds` (here 2 s), not the client library's 60 s. A transaction begins at
-    the handler's first read through it, so a begin that fails is that read failing: the
-    handler raises (the library's retry of the begin ran out of time), the record is released
-    for the platform's retry. A commit that fails is the store's (`StoreUnavailable`)."""
-    dedup = faulty_dedup(method, set(range(1, 100)), Fault.HANG, rpc_timeout_seconds=2)
+def test_a_hanging_begin_is_bounded_by_the_rpc_timeout(firestore_host: str) -> None:
+    """A transaction whose begin hangs gives up after about `rpc_timeout_seconds` (here 2 s),
+    not the client library's 60 s. A transaction begins at the handler's first read through it,
+    so a begin that fails is that read failing: the handler raises (the library's retry of the
+    begin ran out of time), the record is released for the platform's retry."""
+    dedup = faulty_dedup("BeginTransaction", set(range(1, 100)), Fault.HANG, rpc_timeout_seconds=2)
     started = time.monotonic()
-    with pytest.raises(raised):
+    with pytest.raises(api_exceptions.RetryError):
         dedup.run("e1", "s", Counting(read_in_transaction), mode=Mode.TRANSACTION)
     assert time.monotonic() - started < 45  # well under one library default of 60 s
+
+
+def test_a_hanging_commit_is_bounded_by_the_rpc_timeout(firestore_host: str) -> None:
+    """A transaction whose commit hangs gives up after about `rpc_timeout_seconds` (here 2 s),
+    not the client library's 60 s nor the whole time budget (9 s): the delivery tries the
+    commit again, three times or more within its budget, then answers `BudgetSpent` (the
+    store's failure, `StoreUnavailable`), nothing committed."""
+    client = faulty_client(nth("Commit", set(range(1, 100)), Fault.HANG))
+    config = DedupConfig(cache_size=0, rpc_timeout_seconds=2, function_timeout_seconds=9)
+    dedup = Deduplicator(config, client=client)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        dedup.run("e1", "s", Counting(read_in_transaction), mode=Mode.TRANSACTION)
+    assert time.monotonic() - started < 12  # the budget and the last RPCs' floors
+    assert client.interceptor.calls["Commit"] >= 3
 
 
 @pytest.mark.parametrize(("body", "begins"), [(add_effect, 0), (read_in_transaction, 1)])
