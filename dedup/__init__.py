@@ -7,10 +7,11 @@ downstream receiver can drop the copy. `async def` handlers get the same through
 `AsyncDeduplicator` (`dedup.aio`). See `dedup.record` for the record schema and
 `dedup.config` for settings.
 
-`import dedup` loads what a `def` handler needs and nothing more: the async names below are
-imported from `dedup.aio` on first access, and `dedup.http`, `dedup.tasks`, `dedup.outbox`,
-the OpenTelemetry SDK and the CLI only when their modules are imported, so an instance's cold
-start pays for what its function uses.
+`import dedup` loads the synchronous library and what `trigger_once` needs to read any event:
+every trigger kind (`dedup.kinds`), with firebase-functions and cloudevents. The async names
+below are imported from `dedup.aio` on first access, and `dedup.http`, `dedup.tasks`,
+`dedup.outbox`, the OpenTelemetry SDK and the CLI only when their modules are imported, so an
+instance's cold start does not pay for those unless its function uses them.
 """
 
 from typing import TYPE_CHECKING, Any

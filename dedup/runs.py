@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from dedup import logs
 from dedup.cache import TurnTimeout
-from dedup.claims import RERUN, AfterFailure, belongs_to, error_terminal, record_sent
+from dedup.claims import RERUN, AfterFailure, belongs_to, record_sent
 from dedup.delivery import (
     NO_NOTES,
     Delivery,
@@ -84,9 +84,6 @@ _EXPLAINED = {
 BUDGET_MARGIN = 0.1
 """The share of the time budget (at most 1 s) kept back for what ends a delivery after its
 last try: an RPC is never given less than 0.1 s, and a rollback keeps its own bound."""
-
-is_terminal = error_terminal
-"""A handler error that no retry can cure (`dedup.claims.error_terminal`)."""
 
 
 class LeaseState:

@@ -48,11 +48,8 @@ deduplicator, registration) are `dedup.entrance`'s, shared with every trigger ki
 
 from __future__ import annotations
 
-from dedup.config import DedupConfig
-from dedup.core import Deduplicator, default_deduplicator
-from dedup.decorator import DEFAULT_REGISTRY, SuffixRegistry
-from dedup.delivery import Delivery, HandlerResult, OutcomeKind
-from dedup.errors import ConfigError, LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
+from dedup.decorator import DEFAULT_REGISTRY
+from dedup.delivery import HandlerResult
 from dedup.http.auth import (
     AuthUnavailable,
     InvalidToken,
@@ -97,8 +94,6 @@ from dedup.http.replay import (
     replay,
     settle,
 )
-from dedup.keys import dedup_key, validate_suffix
-from dedup.record import Mode
 
 __all__ = [
     "CALLABLE_CODES",
@@ -140,21 +135,3 @@ __all__ = [
     "settle",
     "validate_key",
 ]
-
-# Names the single-module `dedup.http` held as imports: still importable from here.
-_KEPT_IMPORTS = (
-    DedupConfig,
-    Deduplicator,
-    default_deduplicator,
-    SuffixRegistry,
-    Delivery,
-    OutcomeKind,
-    ConfigError,
-    LeaseHeld,
-    LeaseLost,
-    PayloadMismatch,
-    StoreUnavailable,
-    dedup_key,
-    validate_suffix,
-    Mode,
-)
