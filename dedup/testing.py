@@ -68,6 +68,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
+from dedup.kinds import pubsub
+
 if TYPE_CHECKING:
     from google.cloud import firestore
 
@@ -116,7 +118,7 @@ FIRESTORE_TYPES: Mapping[str, str] = {
     for change in ("written", "created", "updated", "deleted")
 }
 """The CloudEvent type of each Firestore change."""
-PUBSUB_TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
+PUBSUB_TYPE = pubsub.TYPE
 """The CloudEvent type of a Pub/Sub message."""
 _STORAGE_TYPE = "google.cloud.storage.object.v1."
 _DATABASE_TYPE = "google.firebase.database.ref.v1."
@@ -326,16 +328,8 @@ def pubsub_event(
     project = _project(project)
     message_id = message_id or str(uuid.uuid4().int)[:16]
     published = _now()
-    message = {
-        "data": base64.b64encode(data).decode(),
-        "attributes": dict(attributes or {}),
-        "messageId": message_id,
-        "message_id": message_id,
-        "publishTime": published,
-        "publish_time": published,
-    }
     subscription = f"projects/{project}/subscriptions/eventarc-{topic}"
-    body = {"message": message, "subscription": subscription}
+    body = pubsub.push_body(message_id, data, attributes or {}, published, subscription)
     return _cloud_event(
         PUBSUB_TYPE,
         f"//pubsub.googleapis.com/projects/{project}/topics/{topic}",

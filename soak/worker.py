@@ -73,10 +73,11 @@ def _timeline(
     """One line of the worker's log per delivery's start and end, with wall-clock times, so a
     slow or stuck event's deliveries can be lined up across processes afterwards (a start
     with no end: the process died during it)."""
+    now = started if what == "start" else time.time()
     line: dict[str, object] = {"soak": what, "function": function, "eventId": event_id}
-    line["at"] = round(started if what == "start" else time.time(), 3)
+    line["at"] = round(now, 3)
     if answer is not None:
-        line |= {"answer": answer, "took": round(time.time() - started, 3)}
+        line |= {"answer": answer, "took": round(now - started, 3)}
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
 

@@ -29,13 +29,12 @@ says what that means for the dedup key.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from dedup.cli.pubsub_rest import Message
+from dedup.kinds import pubsub
 
 DEAD_LETTER_PREFIX = "CloudPubSubDeadLetter"
 """The attributes Pub/Sub adds to a message it forwards to a dead-letter topic."""
@@ -47,8 +46,6 @@ SOURCE_PROJECT = "CloudPubSubDeadLetterSourceSubscriptionProject"
 """The project of that subscription."""
 SOURCE_PUBLISH_TIME = "CloudPubSubDeadLetterSourceTopicPublishTime"
 """When the original message was published to its topic."""
-MESSAGE_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
-"""The CloudEvent type of a Pub/Sub trigger's event."""
 REQUIRED = ("id", "source", "type", "specversion")
 """The CloudEvent attributes every event has."""
 STRUCTURED = "application/cloudevents"
@@ -175,24 +172,18 @@ def _message_published(
     if not message.message_id:
         raise NotACloudEvent("a message without a message id")
     published = message.attributes.get(SOURCE_PUBLISH_TIME) or message.publish_time
-    pubsub_message: dict[str, Any] = {
-        "data": base64.b64encode(message.data).decode(),
-        "attributes": dict(attributes),
-        "messageId": message.message_id,
-        "message_id": message.message_id,
-        "publishTime": published,
-        "publish_time": published,
-    }
-    if message.ordering_key:
-        pubsub_message["orderingKey"] = message.ordering_key
+    push = pubsub.push_body(
+        message.message_id, message.data, attributes, published, subscription,
+        ordering_key=message.ordering_key,
+    )  # fmt: skip
     source = f"//pubsub.googleapis.com/{topic}"
     headers = {
         "ce-id": message.message_id,
         "ce-source": source,
         "ce-specversion": "1.0",
-        "ce-type": MESSAGE_PUBLISHED,
+        "ce-type": pubsub.TYPE,
         "ce-time": published,
         "Content-Type": "application/json",
     }
-    body = json.dumps({"message": pubsub_message, "subscription": subscription}).encode()
-    return Redrive(message.message_id, MESSAGE_PUBLISHED, source, None, headers, body)
+    body = json.dumps(push).encode()
+    return Redrive(message.message_id, pubsub.TYPE, source, None, headers, body)

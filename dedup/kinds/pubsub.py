@@ -53,6 +53,34 @@ MESSAGE_FIELDS = frozenset(
 """What a push message carries; firebase-functions fails on any other field."""
 
 
+# --- Building -------------------------------------------------------------------------------
+
+
+def push_body(
+    message_id: str,
+    data: bytes,
+    attributes: Mapping[str, str],
+    published: str,
+    subscription: str,
+    *,
+    ordering_key: str = "",
+) -> dict[str, Any]:
+    """The JSON body a Pub/Sub push (Eventarc's transport) posts for one message:
+    `{"message": {...}, "subscription": ...}`, with the message id and the publish time under
+    both spellings firebase-functions reads, and only the fields of `MESSAGE_FIELDS`."""
+    message: dict[str, Any] = {
+        "data": base64.b64encode(data).decode(),
+        "attributes": dict(attributes),
+        "messageId": message_id,
+        "message_id": message_id,
+        "publishTime": published,
+        "publish_time": published,
+    }
+    if ordering_key:
+        message["orderingKey"] = ordering_key
+    return {"message": message, "subscription": subscription}
+
+
 # --- Reading --------------------------------------------------------------------------------
 
 
