@@ -42,8 +42,8 @@ from dedup.errors import (
     StoreUnavailable,
     TerminalError,
 )
-from dedup.keys import dedup_key
 from dedup.record import Mode, Record, State
+from dedup.transitions import dedup_key
 
 if TYPE_CHECKING:
     from dedup.aio import (

@@ -50,11 +50,9 @@ from typing import Any
 import flask
 from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
 
+from dedup.delivery import ENTERED_FLAG
 from dedup.errors import LeaseHeld, MissingEventId
-from dedup.logs import log_delivery
-
-ENTERED_FLAG = "dedup_entered"
-"""The `flask.g` attribute `mark_entered` sets: the request reached a `trigger_once` wrapper."""
+from dedup.telemetry import log_delivery
 
 
 class LeaseHeldAnswer(LeaseHeld, InternalServerError):
@@ -114,13 +112,6 @@ def answer_lease_held(error: LeaseHeld) -> LeaseHeldAnswer:
 def answer_missing_id(error: MissingEventId) -> MissingEventIdAnswer:
     """`error` as a 400 functions-framework serves without a traceback."""
     return MissingEventIdAnswer(str(error))
-
-
-def mark_entered() -> None:
-    """Note, for `refuse_unparsed`, that the request being served reached the dedup wrapper: its
-    failures from here on are the function's own."""
-    if flask.has_app_context():
-        setattr(flask.g, ENTERED_FLAG, True)
 
 
 def refuse_unparsed(error: Exception) -> Any:

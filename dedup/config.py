@@ -40,11 +40,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property, partial
 from typing import Literal
 
 from dedup.claims import AttemptLimit
 from dedup.errors import ConfigError
-from dedup.keys import KEY_LAYOUTS, KeyLayout
+from dedup.transitions import KEY_LAYOUTS, KeyLayout
 
 PayloadMismatchPolicy = Literal["log", "raise"]
 """What to do when a key arrives with a payload fingerprint other than the recorded one."""
@@ -80,9 +81,12 @@ OTEL_VALUES = {"1": True, "true": True, "0": False, "false": False}
 """The accepted values of DEDUP_OTEL (case-insensitive; empty or unset: off)."""
 
 
-def utc_now() -> datetime:
-    """The instance's current time, timezone-aware (UTC): the default `DedupConfig.clock`."""
-    return datetime.now(UTC)
+utc_now: Callable[[], datetime] = partial(datetime.now, UTC)
+"""The instance's current time, timezone-aware (UTC): the default `DedupConfig.clock`. A
+`partial` of `datetime.now`, named like a function of this module, so reading the clock runs no
+Python code on a delivery's path."""
+for _attribute, _value in (("__module__", __name__), ("__qualname__", "utc_now")):
+    setattr(utc_now, _attribute, _value)
 
 
 @dataclass(frozen=True)
@@ -215,7 +219,7 @@ class DedupConfig:
         `min_retry_seconds` since the first (`dedup.claims.AttemptLimit`)."""
         return AttemptLimit(self.max_attempts, self.min_retry_seconds)
 
-    @property
+    @cached_property
     def delivery_budget_seconds(self) -> float:
         """How long one delivery may take (docs/configuration.md, "The time budget of a
         delivery"): `function_timeout_seconds` when known, else the longest timeout the lease

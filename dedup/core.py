@@ -34,12 +34,12 @@ from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook, is_asy
 from dedup.errors import ConfigError, DuplicateSuffix, StoreUnavailable
 from dedup.firestore_internals import credentials_of, database_of
 from dedup.flow_io import BlockingIO, FlowIO, Invoke, Records, drive
-from dedup.keys import dedup_key, payload_hash, storable_event_id
 from dedup.lease import run_lease
 from dedup.record import Mode
 from dedup.runs import Run
 from dedup.store import RecordStore
 from dedup.telemetry import DeliveryTrace, Telemetry
+from dedup.transitions import dedup_key, payload_hash, storable_event_id
 
 # The flow of each mode, chosen once: `FLOWS`, and `run_flow`, the one place a run enters it.
 #

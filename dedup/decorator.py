@@ -19,16 +19,16 @@ function (run by `dedup.aio.AsyncDeduplicator`) for `functions_framework.aio.clo
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
-from dedup.delivery import Delivery
+from dedup.delivery import Delivery, mark_entered
 from dedup.entrance import EVENTS, gate
 from dedup.errors import LeaseHeld, MissingEventId
-from dedup.events import describe
-from dedup.kinds import USES_DEDUP
+from dedup.kinds import USES_DEDUP, describe
 from dedup.propagation import continued, from_event
 from dedup.record import Mode
 
@@ -90,7 +90,7 @@ def trigger_once(
     `suffix` names the function (1-100 of `[A-Za-z0-9_]`, unique in the process); it is
     checked here, at import time (`InvalidSuffix`, `DuplicateSuffix`). The default
     deduplicator is created on the first delivery, not here. The wrapper extracts the event
-    id, payload fingerprint, time and document path (`dedup.events`) and runs the handler
+    id, payload fingerprint, time and document path (`dedup.kinds.describe`) and runs the handler
     through the deduplicator: it returns None when the platform should stop retrying, and
     raises when it should retry (`LeaseHeld`, `LeaseLost`, `StoreUnavailable`, the handler's
     own error). Pass `config` for a shared deduplicator with that config, or a `deduplicator`.
@@ -141,17 +141,21 @@ def trigger_once(
     def decorate(handler: Any) -> Any:
         admitted = entry.admit(handler)
         _guard_functions_framework_app()
+        # Resolved on the first delivery (not at import), then kept: the configuration is read
+        # once per function, and later deliveries go straight to the front door.
+        deduplicator = _resolved_once(admitted.deduplicator)
+        async_deduplicator = _resolved_once(admitted.async_deduplicator)
         if admitted.is_async:
 
             async def once_async(event: Any) -> None:
-                _entered()
+                mark_entered()
                 with _answered():
                     event_id, options = options_for(event)
 
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
 
-                runner = admitted.async_deduplicator()
+                runner = async_deduplicator()
                 with _answered(), continued(from_event(event)):
                     await runner.run_event(event_id, suffix, run_async, options)
 
@@ -159,7 +163,7 @@ def trigger_once(
             return admitted.identify(once_async)
 
         def once(event: Any) -> None:
-            _entered()
+            mark_entered()
             with _answered():
                 event_id, options = options_for(event)
 
@@ -167,7 +171,7 @@ def trigger_once(
                 handler(event, delivery)
 
             with _answered(), continued(from_event(event)):
-                admitted.deduplicator().run_event(event_id, suffix, run_handler, options)
+                deduplicator().run_event(event_id, suffix, run_handler, options)
 
         setattr(once, USES_DEDUP, suffix)
         return admitted.identify(once)
@@ -194,12 +198,19 @@ def _answered() -> Iterator[None]:
         raise answers.answer_missing_id(refused) from refused
 
 
-def _entered() -> None:
-    """Mark the request being served as having reached the wrapper (`dedup.answers`)."""
-    if "flask" in sys.modules:
-        from dedup.answers import mark_entered
+def _resolved_once[T](make: Callable[[], T]) -> Callable[[], T]:
+    """`make()` on the first call, the same value on every later one (thread-safe)."""
+    found: list[T] = []
+    lock = threading.Lock()
 
-        mark_entered()
+    def resolved() -> T:
+        if not found:
+            with lock:
+                if not found:
+                    found.append(make())
+        return found[0]
+
+    return resolved
 
 
 def _guard_functions_framework_app() -> None:

@@ -8,6 +8,7 @@ points a delivery passes, for test hooks (crash injection) and tracing.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -18,43 +19,7 @@ from google.cloud import firestore
 
 from dedup.errors import ConfigError
 from dedup.flow_io import drive
-
-
-class OutcomeKind(StrEnum):
-    """What a delivery did; the `outcome` field of its log line."""
-
-    RAN = "ran"
-    """The handler ran and its outcome was recorded (sent)."""
-    DUPLICATE = "duplicate"
-    """The record is final (sent, failed or dead): handler skipped, returned normally."""
-    DUPLICATE_CACHED = "duplicate_cached"
-    """Same, known from the instance's LRU: no round trip."""
-    LEASE_HELD = "lease_held"
-    """Another live delivery holds the lease: `LeaseHeld` raised (log only)."""
-    RELEASED = "released"
-    """The handler raised: lease released, error recorded, exception re-raised (log only)."""
-    FAILED = "failed"
-    """The handler raised `TerminalError` (or Firestore refused its data as invalid): recorded
-    as failed, returned normally."""
-    DEAD = "dead"
-    """`max_attempts` reached: recorded as dead, returned normally."""
-    TOO_OLD = "too_old"
-    """The event is older than `max_event_age_seconds`: dropped, returned normally."""
-    SELF_TRIGGER = "self_trigger"
-    """The event is about a document of the dedup collection itself: ignored, no record."""
-    LEASE_LOST = "lease_lost"
-    """This delivery's lease was taken over before it finished: `LeaseLost` raised (log only)."""
-    UNAVAILABLE = "unavailable"
-    """Firestore failed: `StoreUnavailable` raised (log only)."""
-    PAYLOAD_MISMATCH = "payload_mismatch"
-    """Recorded fingerprint differs and the policy is "raise": `PayloadMismatch` raised."""
-    AMBIGUOUS = "ambiguous"
-    """Lease mode, `on_ambiguous="skip"`: an earlier attempt may have produced the effect and
-    nothing could tell whether it did; the handler did not run, the record is `unknown`,
-    returned normally (at most once)."""
-    RECONCILED = "reconciled"
-    """Lease mode: `reconcile` found that an earlier attempt produced the effect; recorded as
-    sent (`reconciled: true`) without running the handler, returned normally."""
+from dedup.record import OutcomeKind as OutcomeKind  # its home is the record's schema
 
 
 @dataclass(frozen=True)
@@ -217,3 +182,16 @@ def is_async_handler(handler: object) -> bool:
 
 StepHook = Callable[[Step, str], None]
 """`hook(step, key)`: called at each `Step` of a delivery (tests, tracing)."""
+
+
+ENTERED_FLAG = "dedup_entered"
+"""The `flask.g` attribute `mark_entered` sets: the request reached a dedup wrapper."""
+
+
+def mark_entered() -> None:
+    """Note on the request being served (Flask's `g`, when Flask serves it) that it reached a
+    dedup wrapper: its failures from here on are the function's own, answered 500, not the
+    400 of a request that is no event (`dedup.answers.refuse_unparsed`)."""
+    flask = sys.modules.get("flask")
+    if flask is not None and flask.has_app_context():
+        setattr(flask.g, ENTERED_FLAG, True)

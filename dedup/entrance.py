@@ -42,8 +42,8 @@ from dedup.delivery import is_async_handler
 from dedup.errors import ConfigError
 from dedup.firebase_internals import global_timeout_seconds, on_the_platform
 from dedup.handler_shape import check_handler
-from dedup.keys import validate_suffix
 from dedup.record import Mode
+from dedup.transitions import validate_suffix
 
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
     from dedup.aio.core import AsyncDeduplicator

@@ -1,8 +1,8 @@
 """The dedup record: one Firestore document per (event, function), its schema and its reader.
 
 Document `<collection>/<key>` (collection `triggerEvents` by default, key from
-`dedup.keys.dedup_key`). Field names are camelCase and form a stable schema; tools such as the
-CLI read records only through `Record.from_snapshot`.
+`dedup.transitions.dedup_key`). Field names are camelCase and form a stable schema; tools such
+as the CLI read records only through `Record.from_snapshot`.
 
 ==================  ===================  ===================================================
 Field               Type                 Meaning
@@ -265,3 +265,40 @@ def error_text(error: BaseException) -> str:
     if len(text) > MAX_ERROR_CHARS:
         text = text[: MAX_ERROR_CHARS - 1] + "…"
     return text
+
+
+class OutcomeKind(StrEnum):
+    """What a delivery did; the `outcome` field of its log line."""
+
+    RAN = "ran"
+    """The handler ran and its outcome was recorded (sent)."""
+    DUPLICATE = "duplicate"
+    """The record is final (sent, failed or dead): handler skipped, returned normally."""
+    DUPLICATE_CACHED = "duplicate_cached"
+    """Same, known from the instance's LRU: no round trip."""
+    LEASE_HELD = "lease_held"
+    """Another live delivery holds the lease: `LeaseHeld` raised (log only)."""
+    RELEASED = "released"
+    """The handler raised: lease released, error recorded, exception re-raised (log only)."""
+    FAILED = "failed"
+    """The handler raised `TerminalError` (or Firestore refused its data as invalid): recorded
+    as failed, returned normally."""
+    DEAD = "dead"
+    """`max_attempts` reached: recorded as dead, returned normally."""
+    TOO_OLD = "too_old"
+    """The event is older than `max_event_age_seconds`: dropped, returned normally."""
+    SELF_TRIGGER = "self_trigger"
+    """The event is about a document of the dedup collection itself: ignored, no record."""
+    LEASE_LOST = "lease_lost"
+    """This delivery's lease was taken over before it finished: `LeaseLost` raised (log only)."""
+    UNAVAILABLE = "unavailable"
+    """Firestore failed: `StoreUnavailable` raised (log only)."""
+    PAYLOAD_MISMATCH = "payload_mismatch"
+    """Recorded fingerprint differs and the policy is "raise": `PayloadMismatch` raised."""
+    AMBIGUOUS = "ambiguous"
+    """Lease mode, `on_ambiguous="skip"`: an earlier attempt may have produced the effect and
+    nothing could tell whether it did; the handler did not run, the record is `unknown`,
+    returned normally (at most once)."""
+    RECONCILED = "reconciled"
+    """Lease mode: `reconcile` found that an earlier attempt produced the effect; recorded as
+    sent (`reconciled: true`) without running the handler, returned normally."""

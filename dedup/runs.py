@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from dedup import logs
 from dedup.cache import TurnTimeout
 from dedup.claims import RERUN, AfterFailure, belongs_to, record_sent
 from dedup.delivery import (
@@ -32,6 +31,7 @@ from dedup.delivery import (
 )
 from dedup.errors import BudgetSpent, ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
 from dedup.record import Mode, Record, State
+from dedup.telemetry import log_delivery
 from dedup.transitions import finished
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class Run(LeaseState):
     live_leases: LiveLeases
     mode: Mode
     event_id: str
-    """The event id as stored and logged (lone surrogates escaped, see `dedup.keys`)."""
+    """The event id as stored and logged (lone surrogates escaped, see `dedup.transitions`)."""
     suffix: str
     key: str
     payload_hash: str | None
@@ -328,7 +328,7 @@ class Run(LeaseState):
             message += f"; gave up after {self.attempt} attempts, inspect the record"
         elif kind is OutcomeKind.AMBIGUOUS or kind is OutcomeKind.RECONCILED:
             message += _EXPLAINED[kind]
-        logs.log_delivery(
+        log_delivery(
             level,
             message,
             event_id=self.event_id,

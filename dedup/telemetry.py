@@ -1,4 +1,5 @@
-"""OpenTelemetry for deliveries: one span, one count and one overhead measurement each.
+"""What a delivery leaves to observe: one log line (Cloud Logging's JSON shape), and with
+OpenTelemetry one span, one count and one overhead measurement.
 
 The library uses the OpenTelemetry API only: without an SDK every call here is a no-op. The
 functions switch the SDK and the Google Cloud exporters on with DEDUP_OTEL=1
@@ -24,31 +25,38 @@ record). The span's status is ERROR when an exception leaves the delivery (recor
 span) and for the outcomes `failed` and `dead`.
 
 Outcomes (`OUTCOMES`): the `OutcomeKind` values, which are also the `outcome` field of the
-delivery's log line (`dedup.logs`), including those that end in an exception (`lease_held`,
+delivery's log line (below), including those that end in an exception (`lease_held`,
 `released` for a handler error, `lease_lost`, `unavailable`, `payload_mismatch`); plus
 `invalid_key` (`MissingEventId`, `InvalidSuffix`: no record was touched) and `error` (any other
 exception, such as `DatabaseMismatch`: a bug or a setting to fix, never an event's fate).
 
 `Telemetry.delivery()` is the one place a delivery is observed; the sync front door
 (`Deduplicator.run`) uses it, and any other flow (async) can use the same context manager.
+
+**The log line.** Lines go to `logging.getLogger("dedup")`, each with `severity`, `message`,
+`eventId`, `suffix`, `key`, `outcome`, `attempt` and `ms` (plus `error`, `path` and `subject`
+when known), never payloads. The first line configures the "dedup" logger, and only it, unless
+the application already has a handler there or on the root logger (`configure_logging`,
+re-exported by `dedup.logs`; docs/observability.md).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from dedup.delivery import OutcomeKind
 from dedup.errors import InvalidSuffix, MissingEventId
-from dedup.record import Mode, Record
+from dedup.record import Mode, OutcomeKind, Record
 
 if TYPE_CHECKING:
     from opentelemetry import metrics
@@ -241,3 +249,102 @@ def _duplicate_event(span: trace.Span, found: Record | None) -> None:
     if found is not None and found.trace_id:
         attributes[ORIGINAL_TRACE_ID] = found.trace_id
     span.add_event(REPLAYED_EVENT if replayed else DUPLICATE_EVENT, attributes)
+
+
+LOGGER_NAME = "dedup"
+logger = logging.getLogger(LOGGER_NAME)
+
+_FIELDS = ("eventId", "suffix", "key", "outcome", "attempt", "ms", "error", "path", "subject")
+_setup_lock = threading.Lock()
+_first_use_done = False
+"""Set once the first delivery line has decided whether to attach the handler."""
+
+
+class CloudLoggingFormatter(logging.Formatter):
+    """Formats a record as one JSON object Cloud Logging parses: severity, message, fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render `record` as a single JSON line; dedup fields come from `extra=`."""
+        entry: dict[str, Any] = {
+            "severity": _severity(record.levelno),
+            "message": record.getMessage(),
+        }
+        for name in _FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["stack_trace"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure_logging() -> None:
+    """Attach the stdout JSON handler to the "dedup" logger (level INFO if unset, `propagate`
+    off), once, and only if neither it nor the root logger has a handler. Safe to call at
+    start-up and again: never a second handler, never a doubled line. Without the call the
+    first delivery line does the same (see the module docstring)."""
+    with _setup_lock:
+        if logger.handlers or logging.getLogger().handlers:
+            return
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(CloudLoggingFormatter())
+        logger.addHandler(handler)
+        logger.propagate = False
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+
+
+def _configure_on_first_use() -> None:
+    """`configure_logging()` once per process, at the first delivery line."""
+    global _first_use_done
+    if _first_use_done:
+        return
+    configure_logging()
+    _first_use_done = True
+
+
+def log_delivery(
+    level: int,
+    message: str,
+    *,
+    event_id: str | None = None,
+    suffix: str | None = None,
+    key: str | None = None,
+    outcome: str,
+    attempt: int | None = None,
+    ms: int | None = None,
+    error: str | None = None,
+    path: str | None = None,
+    subject: str | None = None,
+) -> None:
+    """Emit the one line describing a delivery's outcome (no traceback, no payload); fields
+    left None are omitted from the line. The first one configures the "dedup" logger if the
+    application has not (`configure_logging`)."""
+    _configure_on_first_use()
+    logger.log(
+        level,
+        message,
+        extra={
+            "eventId": event_id,
+            "suffix": suffix,
+            "key": key,
+            "outcome": outcome,
+            "attempt": attempt,
+            "ms": ms,
+            "error": error,
+            "path": path,
+            "subject": subject,
+        },
+    )
+
+
+def _severity(levelno: int) -> str:
+    if levelno >= logging.CRITICAL:
+        return "CRITICAL"
+    if levelno >= logging.ERROR:
+        return "ERROR"
+    if levelno >= logging.WARNING:
+        return "WARNING"
+    if levelno >= logging.INFO:
+        return "INFO"
+    return "DEBUG"

@@ -41,7 +41,7 @@ answers 400 what firebase-functions cannot parse.
 A `document` header that is the data's path percent-encoded, or its UTF-8 bytes read as
 Latin-1 (how HTTP headers carry non-ASCII text), is replaced by the path the data names.
 Event ids that are valid CloudEvent ids but not valid Firestore document ids (`a/b`, `..`,
-2 KB, unicode) are not refused: `dedup.keys` maps them to safe record ids.
+2 KB, unicode) are not refused: `dedup.transitions` maps them to safe record ids.
 
 Answers are `{"error": "<function>: <reason>"}`, at most `MAX_REASON` characters of reason, in
 the project's words: no exception type, no echoed value. The Functions emulator's start-up
@@ -65,13 +65,13 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
-from dedup.answers import ENTERED_FLAG, mark_entered
-from dedup.events import SCHEDULE_TIME_HEADER
+from dedup.delivery import ENTERED_FLAG, mark_entered
 from dedup.kinds import KINDS, Declared, Kind, Malformed, kind_of
 from dedup.kinds import firestore as firestore_kind
 from dedup.kinds import pubsub as pubsub_kind
 from dedup.kinds.base import RFC3339
-from dedup.logs import log_delivery
+from dedup.kinds.schedule import SCHEDULE_TIME_HEADER
+from dedup.telemetry import log_delivery
 
 MAX_FIRESTORE_BODY = firestore_kind.MAX_BODY
 """A document is at most 1 MiB and an event carries two versions of it, plus a little."""
@@ -223,7 +223,7 @@ def refuse_unparseable_request(error: Exception) -> tuple[str, int, dict[str, st
     """Flask error handler for any other exception: a 400 when it was raised while parsing the
     request (functions-framework and the cloudevents library raise assorted errors for bodies
     that are not CloudEvents); the function's own failures, raised once `validated` or the
-    `trigger_once` wrapper was entered (`dedup.answers.mark_entered`), are re-raised, so
+    `trigger_once` wrapper was entered (`dedup.delivery.mark_entered`), are re-raised, so
     functions-framework logs them and answers 500 and the platform retries."""
     if flask.g.get(ENTERED_FLAG):
         raise error  # raised once `validated` or the dedup wrapper was entered: the function's
@@ -261,9 +261,9 @@ def scheduled(function: Callable[..., Any]) -> Callable[..., Any]:
     """Refuse a request to a scheduled function that carries no usable
     `X-CloudScheduler-ScheduleTime` (missing, or not an RFC 3339 time) with a 400 before
     firebase-functions' schedule wrapper runs, which would answer 500 (it answers every
-    exception so). Nothing runs and no record is written either way (`dedup.events`); the 400
-    comes with one ERROR line naming the header, the 4xx refusal line of this module, and
-    Cloud Scheduler's retries up to the job's `retryCount`.
+    exception so). Nothing runs and no record is written either way
+    (`dedup.kinds.describe`); the 400 comes with one ERROR line naming the header, the 4xx
+    refusal line of this module, and Cloud Scheduler's retries up to the job's `retryCount`.
 
     Put it outermost, above `scheduler_fn.on_schedule`; the endpoint and the dedup mark are
     carried up (`functools.wraps`).

@@ -50,7 +50,7 @@ from dedup.delivery import OutcomeKind
 from dedup.entrance import EVENTS, shared_deduplicator
 from dedup.errors import ConfigError
 from dedup.http import DEFAULT_RETRY_AFTER_SECONDS, Problem
-from dedup.keys import storable_event_id
+from dedup.transitions import storable_event_id
 
 if TYPE_CHECKING:
     from google.cloud.pubsub_v1 import PublisherClient
@@ -131,7 +131,7 @@ def publish_event(destination: Any, event: dict[str, Any]) -> str:
     """Publish one event as a one-event LINE webhook body; returns the message id.
 
     The body is ASCII JSON (a lone surrogate travels as its `\\ud800` escape, as LINE sent it);
-    `eventKey` is the id as `dedup.keys.storable_event_id` writes it (UTF-8 text whatever the
+    `eventKey` is the id as `dedup.transitions.storable_event_id` writes it (UTF-8 text whatever the
     id holds). `TerminalError` when Pub/Sub refuses the message as such (an attribute too
     long, a message too large): no retry could publish it.
     """

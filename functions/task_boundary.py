@@ -35,9 +35,9 @@ from typing import Any, cast
 import flask
 
 from dedup import strict_json
-from dedup.answers import mark_entered
-from dedup.logs import log_delivery
+from dedup.delivery import mark_entered
 from dedup.tasks import TASK_NAME_HEADER
+from dedup.telemetry import log_delivery
 from functions.boundary import is_health_probe
 
 MAX_TASK_BODY = 1024 * 1024

@@ -18,10 +18,11 @@ from google.cloud import firestore
 from dedup.record import Field, Record
 
 if TYPE_CHECKING:
-    from dedup.keys import KeyLayout
+    from dedup.transitions import KeyLayout
 
 CLOCK_DOCUMENT = "~clock"
-"""A document id no record can have (see `dedup.keys`): reading it yields the database time."""
+"""A document id no record can have (`dedup.transitions.dedup_key`): reading it yields the
+database time."""
 
 EMULATOR_CONNECT_SECONDS = 3.0
 """How long to wait for the emulator's port before reporting that it is not running."""

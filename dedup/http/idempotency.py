@@ -102,7 +102,7 @@ def scoped_event_id(uid: str | None, key: str) -> str:
     """The dedup event id of `key` sent by `uid` (None: an anonymous endpoint, the key alone).
 
     `<uid>:<key>` with every `%` and `:` of the uid percent-encoded, so distinct (uid, key)
-    pairs give distinct ids ("a:b" + "c" and "a" + "b:c" cannot meet). `dedup.keys` maps ids
+    pairs give distinct ids ("a:b" + "c" and "a" + "b:c" cannot meet). `dedup.transitions` maps ids
     that are not valid document ids.
     """
     if uid is None:

@@ -1,5 +1,12 @@
-"""Every kind of event `trigger_once` deduplicates, each in one place, and the table of them:
-`KINDS`.
+"""Every kind of event `trigger_once` deduplicates, each in one place, the table of them
+(`KINDS`), and `describe`: from a platform's event object to what deduplication needs.
+
+Supported event objects: every event a firebase-functions event trigger passes (a
+`firebase_functions.core.CloudEvent`, whose kind is found by its CloudEvent `type`), a
+scheduled run (`scheduler_fn.ScheduledEvent`, found by its class), and a `cloudevents`
+`CloudEvent` (functions-framework `@cloud_event`, found by its `type` attribute). The payload
+fingerprint is the sha256 of the kind's canonical rendering (sorted-key JSON): a different
+event under a reused id is refused as a payload mismatch.
 
 A kind (`Kind`) is a family of events with everything the project knows about it: how to read
 an event's id, subject, time and payload (from the object a firebase-functions decorator
@@ -14,7 +21,7 @@ how both deploy paths deploy its trigger, and how the platform retries it. The f
 | `dedup.kinds.cloud_events` | Storage, Realtime Database, Firebase Alerts, Remote Config, |
 |  | Test Lab, Data Connect, any other type |
 
-`dedup.events.describe`, the template's boundary (`functions/boundary.py`) and the deploy tool
+`describe` (below), the template's boundary (`functions/boundary.py`) and the deploy tool
 (`tools/deploy.py`) look a kind up here: by its CloudEvent `type` (`kind_of`), or by the class
 of an event that is not a CloudEvent (`kind_of_class`); a type no kind names is `CUSTOM`, still
 deduplicated by its CloudEvent `id`. docs/usage.md ("Adding a kind of event") shows how to
@@ -25,6 +32,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from cloudevents.abstract import CloudEvent as RawCloudEvent
+from firebase_functions import core as ff_core
+
 from dedup.kinds import cloud_events, firestore, pubsub, schedule
 from dedup.kinds.base import Declared, Deploy, EventInfo, Kind, Malformed, Retry
 from dedup.kinds.cloud_events import CUSTOM
@@ -34,6 +44,7 @@ __all__ = [
     "CUSTOM",
     "KINDS",
     "SCHEDULE",
+    "SUPPORTED_EVENTS",
     "USES_DEDUP",
     "Declared",
     "Deploy",
@@ -43,6 +54,7 @@ __all__ = [
     "Retry",
     "cron_equivalent",
     "declaration_problem",
+    "describe",
     "is_unix_cron",
     "kind_of",
     "kind_of_class",
@@ -77,6 +89,38 @@ def kind_of_class(event: object) -> Kind | None:
     None for any other object."""
     cls = type(event)
     return _BY_CLASS.get(f"{cls.__module__}.{cls.__qualname__}")
+
+
+SUPPORTED_EVENTS = (
+    "the event of every firebase-functions event trigger (firestore_fn, pubsub_fn, storage_fn, "
+    "db_fn, eventarc_fn, alerts_fn and firebase_functions.alerts, remote_config_fn, "
+    "test_lab_fn, dataconnect_fn, scheduler_fn), "
+    "cloudevents CloudEvent (functions_framework.cloud_event)"
+)
+
+
+def describe(event: object) -> EventInfo:
+    """Extract id, canonical payload, time, subject and source from a supported event, as its
+    kind (`dedup.kinds`) reads them.
+
+    Raises `TypeError` naming the supported event types for anything else, and
+    `MissingEventId` for a scheduled run without a usable schedule time.
+    """
+    if isinstance(event, RawCloudEvent):
+        attributes = event.get_attributes()
+        event_type = attributes.get("type")
+        kind = kind_of(event_type if isinstance(event_type, str) else None)
+        return kind.read_cloud_event(attributes, event.get_data())
+    if isinstance(event, ff_core.CloudEvent):
+        return kind_of(event.type).read_event(event)
+    scheduled = kind_of_class(event)
+    if scheduled is None:
+        raise TypeError(
+            f"trigger_once cannot deduplicate a {type(event).__module__}."
+            f"{type(event).__qualname__}: supported events are {SUPPORTED_EVENTS}; for "
+            "anything else call Deduplicator.run(event_id, suffix, handler) yourself"
+        )
+    return scheduled.read_event(event)
 
 
 def declaration_problem(name: str, endpoint: Any) -> str | None:

@@ -9,9 +9,8 @@ from typing import Any
 from google.cloud import firestore
 
 from dedup.config import DEFAULT_COLLECTION
-from dedup.keys import dedup_key
 from dedup.record import Field, Mode, Record, State
-from dedup.transitions import SERVER_TIMESTAMP, new_record
+from dedup.transitions import SERVER_TIMESTAMP, dedup_key, new_record
 
 BATCH = 500
 

@@ -8,6 +8,7 @@ intended, documented change: `python -m tests.dedup.api_surface > tests/dedup/pu
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 import inspect
 from typing import Any
@@ -76,9 +77,11 @@ def describe(obj: Any) -> dict[str, Any]:
         for name, value in vars(obj).items():
             if name.startswith("_"):
                 continue
-            if isinstance(value, property):
-                members[name] = "property"
-            elif inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)):
+            if isinstance(value, property | functools.cached_property):
+                members[name] = "property"  # a cached one reads the same to its callers
+            elif inspect.isfunction(value) or isinstance(
+                value, classmethod | staticmethod | functools.partial
+            ):
                 members[name] = parameters(getattr(obj, name))
         return {"kind": "class", "init": parameters(obj), "members": members}
     if inspect.isfunction(obj):

@@ -37,8 +37,7 @@ from dedup.claims import (
 )
 from dedup.core import SuffixRegistry
 from dedup.delivery import Step
-from dedup.keys import dedup_key
-from dedup.transitions import revived
+from dedup.transitions import dedup_key, revived
 from tests.matrix.kinds import Crash
 from tests.memory_store import AsyncMemoryStore, MemoryStore
 

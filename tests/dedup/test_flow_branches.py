@@ -28,9 +28,8 @@ from dedup import (
     State,
 )
 from dedup.delivery import Step
-from dedup.keys import dedup_key
 from dedup.record import Field
-from dedup.transitions import new_record
+from dedup.transitions import dedup_key, new_record
 from tests.dedup.grpc_faults import Fault
 from tests.memory_store import MemoryStore
 

@@ -30,10 +30,9 @@ from firebase_functions.alerts import (
     performance_fn,
 )
 
-import dedup.events
+import dedup.kinds
 from dedup import kinds
-from dedup.events import describe
-from dedup.kinds import KINDS, Kind, cloud_events, kind_of
+from dedup.kinds import KINDS, Kind, cloud_events, describe, kind_of
 from dedup.kinds.base import cloud_event_reader, own_subject, sdk_reader
 from functions import boundary
 from tools import deploy
@@ -122,10 +121,10 @@ def test_describe_and_the_boundary_look_kinds_up_instead_of_testing_types() -> N
     """`describe` imports no trigger module of firebase-functions and makes no type check
     but the entry point's (a raw CloudEvent or the SDK's): the table decides. The boundary
     imports none either."""
-    for module in (dedup.events, boundary):
+    for module in (dedup.kinds, boundary):
         imported = _imported_names(module)
         assert not [n for n in imported if n.rsplit(".", 1)[-1] in TRIGGER_MODULES], module
-    tree = ast.parse(inspect.getsource(dedup.events))
+    tree = ast.parse(inspect.getsource(describe))
     checks = [
         ast.unparse(node)
         for node in ast.walk(tree)

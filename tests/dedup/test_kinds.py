@@ -22,8 +22,7 @@ import functions_framework
 import pytest
 from google.cloud import firestore
 
-from dedup.events import describe
-from dedup.kinds import kind_of
+from dedup.kinds import describe, kind_of
 
 HERE = Path(__file__).parent
 APP = str(HERE / "kinds_app.py")

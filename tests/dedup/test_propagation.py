@@ -14,7 +14,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from dedup import propagation
-from dedup.events import describe
+from dedup.kinds import describe
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"

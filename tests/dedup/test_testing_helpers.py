@@ -37,7 +37,7 @@ from google.cloud import firestore
 from werkzeug.serving import make_server
 
 from dedup import testing
-from dedup.events import describe
+from dedup.kinds import describe
 from dedup.testing import HttpEvent
 
 APP = str(Path(__file__).with_name("testing_app.py"))
