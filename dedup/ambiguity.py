@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dedup.claims import ON_AMBIGUOUS
-from dedup.delivery import is_async_handler
+from dedup.delivery import SYNC_DELIVERIES, DeliveryKinds, is_async_handler
 from dedup.errors import ConfigError
-from dedup.runs import SYNC_DELIVERIES, DeliveryKinds, Run
+from dedup.runs import Run
 
 type Reconcile = Callable[[Any], bool | None] | Callable[[Any], Awaitable[bool | None]]
 """`reconcile(delivery) -> True | False | None`: did an earlier attempt produce the effect?

@@ -57,9 +57,15 @@ from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.errors import BudgetSpent
 from dedup.flow_io import Fill, FlowIO, Invoke
 from dedup.record import Fields, Record, State, error_text
-from dedup.runs import Run, mark_dead, precondition
+from dedup.runs import Run
 from dedup.store import CommitFailure, Snapshot, backoff, commit_failure
-from dedup.transitions import attempt_finished, new_record, storable_result
+from dedup.transitions import (
+    attempt_finished,
+    mark_dead,
+    new_record,
+    precondition,
+    storable_result,
+)
 
 TRANSACTION_ROUNDS = 12
 """Commits tried (each transaction retried by the client up to `TRANSACTION_ATTEMPTS`) before

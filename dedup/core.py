@@ -1,42 +1,41 @@
 """The front door: `Deduplicator.run` checks the event, picks the flow of its mode and holds the
-per-instance state (Firestore client, record store, caches).
+per-instance state (Firestore client, record stores, the instance's memory of keys).
 
-Layers, top to bottom (nothing below imports what is above it):
-
-* `dedup.core` (this module): `Deduplicator`, `default_deduplicator`, and what the async front
-  door (`dedup.aio.AsyncDeduplicator`) shares with it: `DeduplicatorBase` (checks before any
-  claim, caches), the flow of each mode, chosen once (`FLOWS`, entered by `run_flow`), and
-  which handler owns each suffix (`SuffixRegistry`);
-* `dedup.flow_io.BlockingIO`, `dedup.aio.store`: the I/O of the sync and async paths;
-* `dedup.lease`, `dedup.atomic`: the flows of lease mode and of the transaction and write-only
-  modes, written once as coroutines;
-* `dedup.runs`: the bookkeeping of one delivery (identity, log line, shared checks);
-* `dedup.claims`: the one claim decision, `decide`, for every mode;
-* `dedup.store`, `dedup.transitions`, `dedup.record`: Firestore calls, the fields each
-  transition writes, the record schema.
+`DeduplicatorBase` is what the async front door (`dedup.aio.AsyncDeduplicator`) shares with it:
+the checks before any claim (`begin`) and the flow of each mode, chosen once (`FLOWS`, entered
+by `run_flow`). docs/architecture.md draws the layers and a delivery's path through them.
 """
 
 from __future__ import annotations
 
-import inspect
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from google.cloud import firestore
 
 from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile, give_ambiguity_choice
 from dedup.atomic import run_transaction, run_write_only
-from dedup.cache import KeyTurns, LiveLeases, SentKeys
 from dedup.config import DEFAULT_DATABASE, DedupConfig
-from dedup.delivery import Handler, Outcome, OutcomeKind, Step, StepHook, is_async_handler
-from dedup.errors import ConfigError, DuplicateSuffix, StoreUnavailable
-from dedup.firestore_internals import credentials_of, database_of
-from dedup.flow_io import BlockingIO, FlowIO, Invoke, Records, drive
+from dedup.delivery import (
+    BlockingIO,
+    EventOptions,
+    Handler,
+    KeyTurns,
+    Outcome,
+    OutcomeKind,
+    Step,
+    StepHook,
+    drive,
+    is_async_handler,
+)
+from dedup.errors import ConfigError, StoreUnavailable
+from dedup.firestore_internals import credentials_of
+from dedup.flow_io import FlowIO, Invoke, Records
 from dedup.lease import run_lease
 from dedup.record import Mode
-from dedup.runs import Run
+from dedup.runs import LiveLeases, Run, SentKeys
 from dedup.store import RecordStore
 from dedup.telemetry import DeliveryTrace, Telemetry
 from dedup.transitions import dedup_key, payload_hash, storable_event_id
@@ -82,119 +81,6 @@ def invoker(run: Run, client: Any, handler: Handler) -> Invoke:
     return invoke
 
 
-class SuffixRegistry:
-    """Which handler owns each suffix; a second registration of a suffix fails, unless it is
-    the same function declared again by a second import of its module.
-
-    A function registered with its `handler` is known by its name (`owner`, module.qualname)
-    and where it is defined (file, first line). A module imported twice in one process (two
-    `functions_framework.create_app` calls on one main.py) compiles its functions again: the
-    same name at the same place, another code object; that declaration takes its suffix back.
-    Two different functions sharing a suffix are refused naming both (apart by file and line
-    when their names are the same), and so is one definition decorated twice (each decoration
-    is a function of its own). One process-wide registry (`DEFAULT_REGISTRY`) backs
-    `trigger_once`; tests pass their own instance to stay isolated. Thread-safe.
-    """
-
-    def __init__(self) -> None:
-        """An empty registry."""
-        self._owners: dict[str, _Declared] = {}
-        self._lock = threading.Lock()
-
-    def register(self, suffix: str, owner: str, *, handler: object = None) -> None:
-        """Record `owner` (module.qualname of `handler`, when given) for `suffix`; raise
-        `DuplicateSuffix` if another function holds it (see the class)."""
-        declared = _Declared.of(owner, handler)
-        with self._lock:
-            existing = self._owners.get(suffix)
-            if existing is not None and not declared.again(existing):
-                raise DuplicateSuffix(_clash(suffix, existing, declared))
-            self._owners[suffix] = declared
-
-    def owner(self, suffix: str) -> str | None:
-        """The handler registered for `suffix`, if any."""
-        with self._lock:
-            found = self._owners.get(suffix)
-            return None if found is None else found.owner
-
-
-class _Declared(NamedTuple):
-    """One registration: the function's name, where it is defined, its code."""
-
-    owner: str
-    origin: tuple[str, int] | None
-    code: object
-
-    @classmethod
-    def of(cls, owner: str, handler: object) -> _Declared:
-        unwrapped = inspect.unwrap(handler) if callable(handler) else handler
-        code = getattr(unwrapped, "__code__", None)
-        origin = None if code is None else (code.co_filename, code.co_firstlineno)
-        return cls(owner, origin, code)
-
-    def again(self, earlier: _Declared) -> bool:
-        """This is `earlier`'s function declared again by a new import of its module."""
-        same_place = (self.owner, self.origin) == (earlier.owner, earlier.origin)
-        return same_place and (self.code is None or self.code is not earlier.code)
-
-    def located(self) -> str:
-        if self.origin is None:
-            return self.owner
-        return f"{self.owner} ({self.origin[0]}, line {self.origin[1]})"
-
-
-def _clash(suffix: str, first: _Declared, second: _Declared) -> str:
-    """What `DuplicateSuffix` says: both functions, each named once and told apart."""
-    why = "two functions sharing a suffix would skip each other's events"
-    if first.owner != second.owner:
-        first_name, second_name = first.owner, second.owner
-    elif first.origin != second.origin:
-        first_name, second_name = first.located(), second.located()
-    else:
-        return (
-            f"suffix {suffix!r} is given twice to {first.located()}: each decoration makes a "
-            f"function of its own, and {why}; decorate it once, or give each its own suffix"
-        )
-    return (
-        f"suffix {suffix!r} is used by both {first_name} and {second_name}: {why}; give each "
-        "its own suffix"
-    )
-
-
-DEFAULT_REGISTRY = SuffixRegistry()
-"""The process-wide suffix registry used when `trigger_once` gets no `registry`."""
-
-
-class EventOptions(NamedTuple):
-    """How one event is run, besides its id, suffix and handler: the one value every entrance
-    hands a front door (`Deduplicator.run_event`, `AsyncDeduplicator.run_event`), built once
-    per function by `dedup.entrance.gate` and completed per event. The fields are
-    `Deduplicator.run`'s keyword arguments, with their meaning and defaults."""
-
-    mode: Mode = Mode.LEASE
-    payload: bytes | str | None = None
-    """Canonical bytes or text, fingerprinted to detect a key reused for another event."""
-    event_time: datetime | None = None
-    """When the event happened (the maximum-age check)."""
-    document_path: str | None = None
-    """The triggering document (the self-trigger guard; the default subject)."""
-    subject: str | None = None
-    """What the event is about, recorded for operators (`dedup list --subject`)."""
-    database: str | None = None
-    """The Firestore database the event came from (where its records live by default)."""
-    reconcile: Reconcile | None = None
-    """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
-    on_ambiguous: str = "rerun"
-    """Lease mode: what an ambiguous take-over does when nothing could tell."""
-    source: str | None = None
-    """Where the event came from (the CloudEvent `source`), kept on the record."""
-
-    @property
-    def chooses_ambiguity(self) -> bool:
-        """The function made a choice for an ambiguous take-over (not the default)."""
-        return self.reconcile is not None or self.on_ambiguous != "rerun"
-
-
 class DeduplicatorBase:
     """What the sync and async front doors share: the config, the instance's caches, and the
     checks a delivery passes before any claim (`begin`)."""
@@ -210,7 +96,7 @@ class DeduplicatorBase:
         self.sent_keys = SentKeys(self.config.cache_size)
         """The LRU of keys known sent (exposed for inspection)."""
         self.live_leases = LiveLeases()
-        """Keys whose lease this instance knows to be live (see `dedup.cache`)."""
+        """Keys whose lease this instance knows to be live (`dedup.runs.LiveLeases`)."""
         self.step_hook: StepHook | None = None
         """Called with each `Step` a delivery reaches (crash tests, tracing); None: nothing."""
 
@@ -228,7 +114,7 @@ class DeduplicatorBase:
         if self._records is not None:
             return self._records, True
         store = self.store_for(event_database)
-        same = event_database is None or event_database == database_of(store.client)
+        same = event_database is None or event_database == store.database
         return store, same
 
     def record_key(self, event_id: str | None, suffix: str) -> str:
@@ -366,13 +252,13 @@ class Deduplicator(DeduplicatorBase):
     def records_database(self, event_database: str | None = None) -> str:
         """Where the records of an event from `event_database` live: the config's database
         (DEDUP_DATABASE) when set, else the event's, else the first client's."""
-        return self.config.database or event_database or database_of(self.store.client)
+        return self.config.database or event_database or self.store.database
 
     def store_for(self, event_database: str | None = None) -> RecordStore:
         """The record store of `records_database(event_database)` (created on first use)."""
         first = self.store
         wanted = self.records_database(event_database)
-        if wanted == database_of(first.client):
+        if wanted == first.database:
             return first
         with self._lock:
             found = self._stores.get(wanted)

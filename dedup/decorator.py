@@ -24,13 +24,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
-from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery, mark_entered
 from dedup.entrance import EVENTS, gate
 from dedup.errors import LeaseHeld, MissingEventId
 from dedup.kinds import USES_DEDUP, describe
 from dedup.propagation import continued, from_event
 from dedup.record import Mode
+from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -47,7 +47,8 @@ if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async 
     from dedup.aio.delivery import AsyncDelivery
     from dedup.ambiguity import Reconcile
     from dedup.config import DedupConfig
-    from dedup.core import Deduplicator, EventOptions
+    from dedup.core import Deduplicator
+    from dedup.delivery import EventOptions
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""

@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from google.cloud import firestore
 
 from dedup.errors import ConfigError
-from dedup.flow_io import drive
+from dedup.record import Mode
 from dedup.record import OutcomeKind as OutcomeKind  # its home is the record's schema
+
+if TYPE_CHECKING:
+    from dedup.ambiguity import Reconcile
+    from dedup.flow_io import Fill, Records
+    from dedup.record import Fields
 
 
 @dataclass(frozen=True)
@@ -195,3 +204,177 @@ def mark_entered() -> None:
     flask = sys.modules.get("flask")
     if flask is not None and flask.has_app_context():
         setattr(flask.g, ENTERED_FLAG, True)
+
+
+class EventOptions(NamedTuple):
+    """How one event is run, besides its id, suffix and handler: the one value every entrance
+    hands a front door (`Deduplicator.run_event`, `AsyncDeduplicator.run_event`), built once
+    per function by `dedup.entrance.gate` and completed per event. The fields are
+    `Deduplicator.run`'s keyword arguments, with their meaning and defaults."""
+
+    mode: Mode = Mode.LEASE
+    payload: bytes | str | None = None
+    """Canonical bytes or text, fingerprinted to detect a key reused for another event."""
+    event_time: datetime | None = None
+    """When the event happened (the maximum-age check)."""
+    document_path: str | None = None
+    """The triggering document (the self-trigger guard; the default subject)."""
+    subject: str | None = None
+    """What the event is about, recorded for operators (`dedup list --subject`)."""
+    database: str | None = None
+    """The Firestore database the event came from (where its records live by default)."""
+    reconcile: Reconcile | None = None
+    """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
+    on_ambiguous: str = "rerun"
+    """Lease mode: what an ambiguous take-over does when nothing could tell."""
+    source: str | None = None
+    """Where the event came from (the CloudEvent `source`), kept on the record."""
+
+    @property
+    def chooses_ambiguity(self) -> bool:
+        """The function made a choice for an ambiguous take-over (not the default)."""
+        return self.reconcile is not None or self.on_ambiguous != "rerun"
+
+
+type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]
+"""The delivery types of one path: (lease mode, transaction mode, write-only mode)."""
+
+SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelivery)
+"""What sync handlers get (`dedup.aio.delivery.ASYNC_DELIVERIES`: async handlers)."""
+
+
+# How a flow runs on the caller's thread (the sync path): `drive`, its I/O (`BlockingIO`) and
+# the per-key turns of deliveries on one instance (`KeyTurns`).
+
+
+def drive[T](flow: Coroutine[Any, Any, T]) -> T:
+    """Run a flow over `BlockingIO` to its end on this thread (it never suspends)."""
+    try:
+        flow.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    flow.close()
+    raise RuntimeError(
+        "a dedup flow suspended under the blocking driver: it awaited something that is not "
+        "BlockingIO; run async handlers through dedup.aio.AsyncDeduplicator"
+    )
+
+
+# The sync path's I/O: each method blocks on the sync store (or lock, or `time.sleep`) and
+# returns without suspending, so `drive` runs a flow on the caller's thread as plain sync code.
+
+
+def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """`call` as a coroutine function that never suspends (what `drive` needs)."""
+
+    async def blocking(*args: P.args, **kwargs: P.kwargs) -> R:
+        return call(*args, **kwargs)
+
+    return blocking
+
+
+class BlockingIO:
+    """The sync path's I/O: a `Records` store's operations (awaitable, never suspending),
+    `KeyTurns`, `time.sleep`."""
+
+    def __init__(self, store: Records, turns: KeyTurns) -> None:
+        """Do the flows' I/O through `store`, taking per-key turns in `turns`."""
+        self.store = store
+        self.turns = turns
+        self.client = store.client
+        self.path = store.path
+        self.unavailable = store.unavailable
+        self.read = _blocking(store.read)
+        self.create = _blocking(store.create)
+        self.update_if_unchanged = _blocking(store.update_if_unchanged)
+
+    async def commit_batch(
+        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+    ) -> Any:
+        """The store's `commit_batch`, `fill` driven on this thread."""
+        return self.store.commit_batch(key, _driven(fill), guard, budget=budget)
+
+    async def run_transaction(
+        self,
+        key: str,
+        fill: Fill,
+        guard: datetime | None,
+        *,
+        attempts: int,
+        budget: float | None = None,
+    ) -> Any:
+        """The store's `run_transaction`, `fill` driven on this thread."""
+        return self.store.run_transaction(
+            key, _driven(fill), guard, attempts=attempts, budget=budget
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        """Block this thread for `seconds`."""
+        time.sleep(seconds)
+
+    @asynccontextmanager
+    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
+        """This thread's turn for `key` (`KeyTurns.turn`), waited for `timeout` at most."""
+        with self.turns.turn(key, timeout):
+            yield
+
+
+def _driven(fill: Fill) -> Callable[[Any], tuple[Any, Fields]]:
+    def driven(writer: Any) -> tuple[Any, Fields]:
+        return drive(fill(writer))
+
+    return driven
+
+
+class TurnTimeout(TimeoutError):
+    """A delivery waited for its turn on a key (`KeyTurns.turn`) longer than it may: its time
+    budget ran out while other deliveries of the key on this instance held the turn."""
+
+
+class KeyTurns:
+    """Mutual exclusion per key within one process; holds no memory for idle keys.
+
+    `turn` serves threads; `lock_of` gives the per-key lock of another kind to wait on (the
+    async path's `asyncio.Lock`, `dedup.aio.store`)."""
+
+    def __init__(self) -> None:
+        """No key is busy."""
+        self._lock = threading.Lock()
+        self._locks: dict[str, tuple[Any, int]] = {}
+
+    @contextmanager
+    def turn(self, key: str, timeout: float | None = None) -> Iterator[None]:
+        """Wait until no other thread of this process is inside `turn(key)`, then enter;
+        `TurnTimeout` after `timeout` seconds (None: wait as long as it takes)."""
+        with self.lock_of(key, threading.Lock) as lock:
+            wait = -1.0 if timeout is None else max(0.001, timeout)
+            if not lock.acquire(timeout=wait):
+                raise TurnTimeout(f"no turn on {key} within {timeout:.1f} s")
+            try:
+                yield
+            finally:
+                lock.release()
+
+    @contextmanager
+    def lock_of[L](self, key: str, new: Callable[[], L]) -> Iterator[L]:
+        """The lock every user of `key` shares (made by `new` for the first), kept while any
+        user is inside this block; the caller acquires it."""
+        with self._lock:
+            lock, users = self._locks.get(key, (None, 0))
+            if lock is None:
+                lock = new()
+            self._locks[key] = (lock, users + 1)
+        try:
+            yield cast(L, lock)
+        finally:
+            with self._lock:
+                lock, users = self._locks[key]
+                if users <= 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        """Number of keys with a delivery inside or waiting."""
+        with self._lock:
+            return len(self._locks)

@@ -1,5 +1,5 @@
-"""The seam between the flows and the outside world: the record operations a store offers, the
-pauses and per-key turns of an instance, and `drive` for the sync path.
+"""The seam between the flows and the outside world: the record operations a store offers, and
+the pauses and per-key turns of an instance, as protocols.
 
 The flows (`dedup.lease`, `dedup.atomic`) are written once, as coroutines that await every
 store call, pause and per-key turn through a `FlowIO`. A store offers five record operations,
@@ -24,22 +24,21 @@ The sync and async implementations are a pair, method for method:
 The in-memory pair is test-only: it serves the conformance matrix (`tests/matrix/`), which
 runs the same cases on it and on the Firestore emulator; it is trusted as far as they agree.
 
-A sync store is awaited through `BlockingIO`, whose methods are `async def` but
-block inside and never suspend, so `drive` runs a flow to its end in one `send`, on the caller's
-thread, without an event loop: the sync path gains no thread and no loop, and the claim
-decisions, record transitions and retry rules exist once for both.
+A sync store is awaited through `dedup.delivery.BlockingIO`, whose methods are `async def` but
+block inside and never suspend, so `dedup.delivery.drive` runs a flow to its end in one `send`,
+on the caller's thread, without an event loop: the sync path gains no thread and no loop, and
+the claim decisions, record transitions and retry rules exist once for both. This module holds
+the protocols only: no code of it runs on a delivery.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from dedup.cache import KeyTurns
     from dedup.errors import StoreUnavailable
     from dedup.record import Fields
     from dedup.store import Conflict, Snapshot
@@ -186,88 +185,9 @@ class Pacing(Protocol):
 
     def turn(self, key: str, timeout: float | None = None) -> AbstractAsyncContextManager[None]:
         """Wait until no other delivery of `key` on this instance is inside its turn;
-        `dedup.cache.TurnTimeout` after `timeout` seconds (None: no limit)."""
+        `dedup.delivery.TurnTimeout` after `timeout` seconds (None: no limit)."""
         ...
 
 
 class FlowIO(RecordIO, Pacing, Protocol):
     """Everything a flow does outside itself: the record operations and the pacing."""
-
-
-def drive[T](flow: Coroutine[Any, Any, T]) -> T:
-    """Run a flow over `BlockingIO` to its end on this thread (it never suspends)."""
-    try:
-        flow.send(None)
-    except StopIteration as done:
-        return cast(T, done.value)
-    flow.close()
-    raise RuntimeError(
-        "a dedup flow suspended under the blocking driver: it awaited something that is not "
-        "BlockingIO; run async handlers through dedup.aio.AsyncDeduplicator"
-    )
-
-
-# The sync path's I/O: each method blocks on the sync store (or lock, or `time.sleep`) and
-# returns without suspending, so `drive` runs a flow on the caller's thread as plain sync code.
-
-
-def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """`call` as a coroutine function that never suspends (what `drive` needs)."""
-
-    async def blocking(*args: P.args, **kwargs: P.kwargs) -> R:
-        return call(*args, **kwargs)
-
-    return blocking
-
-
-class BlockingIO:
-    """The sync path's I/O: a `Records` store's operations (awaitable, never suspending),
-    `KeyTurns`, `time.sleep`."""
-
-    def __init__(self, store: Records, turns: KeyTurns) -> None:
-        """Do the flows' I/O through `store`, taking per-key turns in `turns`."""
-        self.store = store
-        self.turns = turns
-        self.client = store.client
-        self.path = store.path
-        self.unavailable = store.unavailable
-        self.read = _blocking(store.read)
-        self.create = _blocking(store.create)
-        self.update_if_unchanged = _blocking(store.update_if_unchanged)
-
-    async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
-    ) -> Any:
-        """The store's `commit_batch`, `fill` driven on this thread."""
-        return self.store.commit_batch(key, _driven(fill), guard, budget=budget)
-
-    async def run_transaction(
-        self,
-        key: str,
-        fill: Fill,
-        guard: datetime | None,
-        *,
-        attempts: int,
-        budget: float | None = None,
-    ) -> Any:
-        """The store's `run_transaction`, `fill` driven on this thread."""
-        return self.store.run_transaction(
-            key, _driven(fill), guard, attempts=attempts, budget=budget
-        )
-
-    async def sleep(self, seconds: float) -> None:
-        """Block this thread for `seconds`."""
-        time.sleep(seconds)
-
-    @asynccontextmanager
-    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
-        """This thread's turn for `key` (`KeyTurns.turn`), waited for `timeout` at most."""
-        with self.turns.turn(key, timeout):
-            yield
-
-
-def _driven(fill: Fill) -> Callable[[Any], tuple[Any, Fields]]:
-    def driven(writer: Any) -> tuple[Any, Fields]:
-        return drive(fill(writer))
-
-    return driven

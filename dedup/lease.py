@@ -57,13 +57,15 @@ from dedup.claims import (
 from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.errors import ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
 from dedup.record import Fields, Mode, Record, State, error_text
-from dedup.runs import Run, mark_dead, precondition
+from dedup.runs import Run
 from dedup.store import Snapshot, backoff
 from dedup.transitions import (
     finished,
     lease_taken,
+    mark_dead,
     new_record,
     noted,
+    precondition,
     released,
     storable_result,
 )

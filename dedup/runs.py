@@ -1,50 +1,45 @@
-"""The bookkeeping of one delivery (`Run`): identity, attempt, log line, shared checks.
+"""The bookkeeping of one delivery (`Run`): identity, attempt, time budget, log line, shared
+checks; and the instance's memory of keys its deliveries share (`SentKeys`, `LiveLeases`).
 
-Below both flows (`dedup.lease`, `dedup.atomic`) and above the I/O: a flow gets a `Run` and
-everything it needs through it (config, `io` for the store and turns, the instance's caches),
-and reports through it (`finish` writes the delivery's single log line and builds its
-`Outcome`). Sync and async deliveries share it: only `io` differs (`dedup.flow_io`).
+A flow (`dedup.lease`, `dedup.atomic`) gets a `Run` and everything it needs through it (config,
+`io` for the store and turns, the instance's memory) and reports through it (`finish` writes the
+delivery's single log line and builds its `Outcome`). Sync and async deliveries share it: only
+`io` differs (`dedup.flow_io`). The memory is an optimization: `SentKeys` holds only keys known
+sent (nothing turns a sent record back), `LiveLeases` only ever answers "retry later", so
+neither can lose an effect.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from dedup.cache import TurnTimeout
 from dedup.claims import RERUN, AfterFailure, belongs_to, record_sent
 from dedup.delivery import (
     NO_NOTES,
-    Delivery,
+    SYNC_DELIVERIES,
+    DeliveryKinds,
     HandlerResult,
     Outcome,
     OutcomeKind,
     Step,
     StepHook,
-    TransactionDelivery,
-    WriteOnlyDelivery,
+    TurnTimeout,
 )
 from dedup.errors import BudgetSpent, ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
-from dedup.record import Mode, Record, State
-from dedup.telemetry import log_delivery
-from dedup.transitions import finished
+from dedup.record import Mode, Record
+from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:
-    from dedup.cache import LiveLeases, SentKeys
     from dedup.config import DedupConfig
     from dedup.flow_io import FlowIO
-    from dedup.store import Snapshot
-
-type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]
-"""The delivery types of one path: (lease mode, transaction mode, write-only mode)."""
-
-SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelivery)
-"""What sync handlers get (`dedup.aio.delivery.ASYNC_DELIVERIES`: async handlers)."""
 
 _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
     Mode.LEASE: (0, None),
@@ -53,33 +48,6 @@ _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
 }
 """Per mode: its delivery type's place in `DeliveryKinds`, and the field holding the writer."""
 
-_SEVERITY = {
-    OutcomeKind.RAN: logging.INFO,
-    OutcomeKind.DUPLICATE: logging.INFO,
-    OutcomeKind.DUPLICATE_CACHED: logging.INFO,
-    OutcomeKind.SELF_TRIGGER: logging.INFO,
-    OutcomeKind.LEASE_HELD: logging.WARNING,
-    OutcomeKind.RELEASED: logging.WARNING,
-    OutcomeKind.TOO_OLD: logging.WARNING,
-    OutcomeKind.UNAVAILABLE: logging.WARNING,
-    OutcomeKind.FAILED: logging.ERROR,
-    OutcomeKind.DEAD: logging.ERROR,
-    OutcomeKind.LEASE_LOST: logging.ERROR,
-    OutcomeKind.PAYLOAD_MISMATCH: logging.ERROR,
-    OutcomeKind.AMBIGUOUS: logging.WARNING,
-    OutcomeKind.RECONCILED: logging.INFO,
-}
-
-_EXPLAINED = {
-    OutcomeKind.AMBIGUOUS: (
-        "; an earlier attempt may have produced the effect and nothing could tell: not run "
-        "again (on_ambiguous='skip'), the record is unknown; `dedup revive` runs it again"
-    ),
-    OutcomeKind.RECONCILED: (
-        "; reconcile found the earlier attempt's effect: recorded as sent, handler not run"
-    ),
-}
-
 
 BUDGET_MARGIN = 0.1
 """The share of the time budget (at most 1 s) kept back for what ends a delivery after its
@@ -87,9 +55,8 @@ last try: an RPC is never given less than 0.1 s, and a rollback keeps its own bo
 
 
 class LeaseState:
-    """What only an ambiguous or noting lease-mode delivery sets: the ambiguity choice and the
-    notes. Plain class attributes (not dataclass fields), so a
-    delivery that never sets them pays nothing for them."""
+    """What only an ambiguous or noting lease-mode delivery sets (plain class attributes, so a
+    delivery that never sets them pays nothing for them)."""
 
     reconcile: Callable[[], Awaitable[bool | None]] | None = None
     """Asks whether an earlier attempt produced the effect (set by
@@ -319,7 +286,7 @@ class Run(LeaseState):
         """Log the delivery's single line and build its `Outcome`."""
         self.outcome = kind
         ms = int((time.monotonic() - self.started) * 1000)
-        level = _SEVERITY[kind]
+        level = SEVERITY[kind]
         message = f"{kind.value}: {self.path} (attempt {self.attempt})"
         if self.mismatch:
             level = max(level, logging.ERROR)
@@ -327,7 +294,7 @@ class Run(LeaseState):
         if kind is OutcomeKind.DEAD:
             message += f"; gave up after {self.attempt} attempts, inspect the record"
         elif kind is OutcomeKind.AMBIGUOUS or kind is OutcomeKind.RECONCILED:
-            message += _EXPLAINED[kind]
+            message += EXPLAINED[kind]
         log_delivery(
             level,
             message,
@@ -344,18 +311,89 @@ class Run(LeaseState):
         return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms, result=result)
 
 
-async def mark_dead(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
-    """Mark a record whose last allowed attempt crashed as dead, guarded by the update time of
-    the read that showed it; False if it changed meanwhile."""
-    fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=record.last_error)
-    result = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark dead"
-    )
-    return isinstance(result, datetime)
+class SentKeys:
+    """LRU set of sent keys (with their payload fingerprint), holding at most `capacity`."""
+
+    def __init__(self, capacity: int) -> None:
+        """An empty cache; `capacity` 0 disables it (nothing is ever remembered)."""
+        self._capacity = capacity
+        self._entries: OrderedDict[str, str | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Number of keys currently held (never more than the capacity)."""
+        with self._lock:
+            return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        """Membership test that does not refresh the key's recency."""
+        with self._lock:
+            return key in self._entries
+
+    def lookup(self, key: str) -> tuple[bool, str | None]:
+        """(True, payload hash) if `key` is known sent (refreshing it), else (False, None)."""
+        with self._lock:
+            if key not in self._entries:
+                return False, None
+            self._entries.move_to_end(key)
+            return True, self._entries[key]
+
+    def add(self, key: str, payload_hash: str | None) -> None:
+        """Remember `key` as sent, evicting the least recently used key beyond capacity."""
+        if self._capacity <= 0:
+            return
+        with self._lock:
+            self._entries[key] = payload_hash
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._capacity:
+                self._entries.popitem(last=False)
 
 
-def precondition(snapshot: Snapshot) -> datetime:
-    """The update time guarding a change of what `snapshot` showed (an existing record)."""
-    if snapshot.update_time is None:  # pragma: no cover - only existing records are updated
-        raise AssertionError("an existing record always has an update time")
-    return snapshot.update_time
+LIVE_LEASE_HORIZON_SECONDS = 1.0
+"""How long a live lease seen in a read is trusted without reading again."""
+
+
+class LiveLeases:
+    """Keys with a lease known live on this instance, each until a local monotonic deadline."""
+
+    def __init__(self, horizon_seconds: float = LIVE_LEASE_HORIZON_SECONDS) -> None:
+        """Nothing known; leases seen in reads are trusted for at most `horizon_seconds`."""
+        self._horizon = horizon_seconds
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def own(self, key: str, seconds: float) -> None:
+        """This process holds the lease of `key` for `seconds` (until `drop`)."""
+        self._set(key, seconds)
+
+    def hold(self, key: str, seconds: float) -> None:
+        """A read showed another delivery's lease live for `seconds` more (capped)."""
+        self._set(key, min(seconds, self._horizon))
+
+    def drop(self, key: str) -> None:
+        """Forget `key` (its lease ended here)."""
+        with self._lock:
+            self._until.pop(key, None)
+
+    def live(self, key: str) -> bool:
+        """True while a lease of `key` is known live."""
+        with self._lock:
+            until = self._until.get(key)
+            if until is None:
+                return False
+            if until <= time.monotonic():
+                del self._until[key]
+                return False
+            return True
+
+    def __len__(self) -> int:
+        """Number of keys held (expired ones included until looked up or swept)."""
+        with self._lock:
+            return len(self._until)
+
+    def _set(self, key: str, seconds: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._until[key] = now + max(0.0, seconds)
+            if len(self._until) > 10_000:  # sweep: memory stays bounded by live keys
+                self._until = {k: t for k, t in self._until.items() if t > now}

@@ -27,7 +27,12 @@ from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 
 from dedup.errors import DatabaseMismatch, StoreUnavailable
-from dedup.firestore_internals import BoundedTransaction, buffered_write_names, document_name
+from dedup.firestore_internals import (
+    BoundedTransaction,
+    buffered_write_names,
+    database_of,
+    document_name,
+)
 from dedup.record import Fields, Record
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
@@ -51,9 +56,8 @@ PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
 
 ROLLBACK_FLOOR_SECONDS = 0.5
 """The least a transaction's rollback is given, even past the delivery's budget: one cut
-shorter leaves the transaction open on the server, its locks held until Firestore expires it
-(60 s), and every other writer of its documents waits. A rollback waits on no lock, so this is
-room enough unless the database is unreachable, and then the transaction dies with it."""
+shorter leaves its locks held until Firestore expires it (60 s), and every other writer of its
+documents waits. A rollback waits on no lock, so this is room enough."""
 
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
@@ -120,6 +124,7 @@ class StoreBase[C]:
         self.client = client
         self.collection = collection
         self.rpc_timeout_seconds = rpc_timeout_seconds
+        self.database = database_of(client)  # read once: the id of the database of `client`
 
     def path(self, key: str) -> str:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""

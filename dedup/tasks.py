@@ -42,12 +42,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, HttpsError
 
-from dedup.core import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.delivery import Delivery
 from dedup.entrance import TASKS, gate
 from dedup.errors import LeaseHeld, StoreUnavailable
 from dedup.propagation import continued, from_headers
 from dedup.record import Mode
+from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 
 if TYPE_CHECKING:
     from dedup.ambiguity import Reconcile

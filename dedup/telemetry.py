@@ -87,6 +87,35 @@ ORIGINAL_TRACE_ID = "dedup.original_trace_id"
 """Attribute of both events: the trace id of the delivery that wrote the record (`traceId`)."""
 _ANSWER_KINDS = frozenset({"http", "callable"})
 
+SEVERITY = {
+    OutcomeKind.RAN: logging.INFO,
+    OutcomeKind.DUPLICATE: logging.INFO,
+    OutcomeKind.DUPLICATE_CACHED: logging.INFO,
+    OutcomeKind.SELF_TRIGGER: logging.INFO,
+    OutcomeKind.LEASE_HELD: logging.WARNING,
+    OutcomeKind.RELEASED: logging.WARNING,
+    OutcomeKind.TOO_OLD: logging.WARNING,
+    OutcomeKind.UNAVAILABLE: logging.WARNING,
+    OutcomeKind.FAILED: logging.ERROR,
+    OutcomeKind.DEAD: logging.ERROR,
+    OutcomeKind.LEASE_LOST: logging.ERROR,
+    OutcomeKind.PAYLOAD_MISMATCH: logging.ERROR,
+    OutcomeKind.AMBIGUOUS: logging.WARNING,
+    OutcomeKind.RECONCILED: logging.INFO,
+}
+"""The level of each outcome's log line: the one table of how bad an outcome is."""
+
+EXPLAINED = {
+    OutcomeKind.AMBIGUOUS: (
+        "; an earlier attempt may have produced the effect and nothing could tell: not run "
+        "again (on_ambiguous='skip'), the record is unknown; `dedup revive` runs it again"
+    ),
+    OutcomeKind.RECONCILED: (
+        "; reconcile found the earlier attempt's effect: recorded as sent, handler not run"
+    ),
+}
+"""What an outcome's log line adds after its path."""
+
 R = TypeVar("R")
 
 

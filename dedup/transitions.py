@@ -28,13 +28,18 @@ import logging
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from google.cloud import firestore
 
 from dedup.errors import InvalidSuffix, MissingEventId
 from dedup.propagation import current_trace_id
 from dedup.record import Field, Fields, Mode, State
+
+if TYPE_CHECKING:
+    from dedup.record import Record
+    from dedup.runs import Run
+    from dedup.store import Snapshot
 
 MAX_KEY_BYTES = 1500
 """Firestore's limit on a document id, in bytes of UTF-8."""
@@ -334,3 +339,20 @@ def revived() -> Fields:
         Field.LEASE_STARTED_AT: None,
         Field.ATTEMPTS: 0,
     }
+
+
+async def mark_dead(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
+    """Mark a record whose last allowed attempt crashed as dead, guarded by the update time of
+    the read that showed it; False if it changed meanwhile."""
+    fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=record.last_error)
+    result = await run.io.update_if_unchanged(
+        run.key, fields, precondition(snapshot), action="mark dead"
+    )
+    return isinstance(result, datetime)
+
+
+def precondition(snapshot: Snapshot) -> datetime:
+    """The update time guarding a change of what `snapshot` showed (an existing record)."""
+    if snapshot.update_time is None:  # pragma: no cover - only existing records are updated
+        raise AssertionError("an existing record always has an update time")
+    return snapshot.update_time

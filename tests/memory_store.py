@@ -36,7 +36,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
-from dedup.cache import KeyTurns, TurnTimeout
+from dedup.delivery import KeyTurns, TurnTimeout
 from dedup.record import Fields
 from dedup.store import ConditionalTries, Conflict, Snapshot, StoreBase, snapshot_of
 from tests.dedup.grpc_faults import Fault, Plan

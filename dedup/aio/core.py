@@ -20,12 +20,11 @@ from google.cloud.firestore import AsyncClient
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
 from dedup.ambiguity import Reconcile, check_ambiguity, give_ambiguity_choice
-from dedup.cache import KeyTurns
 from dedup.config import DEFAULT_DATABASE, DedupConfig
-from dedup.core import DeduplicatorBase, EventOptions, run_flow
-from dedup.delivery import HandlerResult, Outcome, is_async_handler
+from dedup.core import DeduplicatorBase, run_flow
+from dedup.delivery import EventOptions, HandlerResult, KeyTurns, Outcome, is_async_handler
 from dedup.errors import ConfigError
-from dedup.firestore_internals import credentials_of, database_of
+from dedup.firestore_internals import credentials_of
 from dedup.record import Mode
 
 if TYPE_CHECKING:
@@ -85,8 +84,8 @@ class AsyncDeduplicator(DeduplicatorBase):
                     factory = self._client_factory or self._default_client
                     client = factory()
                 first = stores[None] = self._store_of(client)
-            wanted = self.config.database or event_database or database_of(first.client)
-            if wanted == database_of(first.client):
+            wanted = self.config.database or event_database or first.database
+            if wanted == first.database:
                 return first
             found = stores.get(wanted)
             if found is None:

@@ -16,7 +16,7 @@ from google.cloud.firestore import AsyncClient, AsyncTransaction, AsyncWriteBatc
 from dedup.delivery import DeliveryIdentity, HandlerResult
 
 if TYPE_CHECKING:
-    from dedup.runs import DeliveryKinds
+    from dedup.delivery import DeliveryKinds
 
 
 @dataclass(frozen=True)

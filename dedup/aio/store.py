@@ -1,11 +1,11 @@
 """`AsyncRecordStore`: the async `FlowIO` (`dedup.flow_io`) over a `firestore.AsyncClient`.
 
 I/O only, the async twin of `dedup.store.RecordStore` (plus the pacing that
-`dedup.flow_io.BlockingIO` adds to it): the same record operations, method for method
+`dedup.delivery.BlockingIO` adds to it): the same record operations, method for method
 (`read`, `create`, `update_if_unchanged`, `commit_batch`, `run_transaction`), bounded the same
 way (`ConditionalTries`, `transient_retry`, and `BoundedAsyncTransaction` from
 `dedup.firestore_internals`), awaited on the caller's event loop. Per-key turns wait on an
-`asyncio.Lock` (the table is `dedup.cache.KeyTurns`'s), pauses are `asyncio.sleep`.
+`asyncio.Lock` (the table is `dedup.delivery.KeyTurns`'s), pauses are `asyncio.sleep`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from google.api_core.retry import AsyncRetry
 from google.cloud import firestore
 from google.cloud.firestore import AsyncClient, AsyncDocumentReference, AsyncTransaction
 
-from dedup.cache import TurnTimeout
+from dedup.delivery import TurnTimeout
 from dedup.firestore_internals import BoundedAsyncTransaction
 from dedup.store import (
     ROLLBACK_FLOOR_SECONDS,
@@ -35,7 +35,7 @@ from dedup.store import (
 )
 
 if TYPE_CHECKING:
-    from dedup.cache import KeyTurns
+    from dedup.delivery import KeyTurns
     from dedup.flow_io import Fill
     from dedup.record import Fields
 

@@ -35,8 +35,8 @@ from dedup.claims import (
     decide,
     takeover_ambiguous,
 )
-from dedup.core import SuffixRegistry
 from dedup.delivery import Step
+from dedup.suffixes import SuffixRegistry
 from dedup.transitions import dedup_key, revived
 from tests.matrix.kinds import Crash
 from tests.memory_store import AsyncMemoryStore, MemoryStore

@@ -18,7 +18,7 @@ from dedup import testing
 
 APP = Path(__file__).with_name("depth_app.py")
 
-MAX_MODULES = 14
+MAX_MODULES = 12
 """The most `dedup.*` modules (`dedup.testing` aside) a fresh lease-mode delivery of a Pub/Sub
 event under `trigger_once` may run code in. Lower it with each merge; never raise it."""
 

@@ -172,3 +172,97 @@ def test_no_private_module_of_google_cloud_is_imported() -> None:
                 if name.startswith("google.") and any(p.startswith("_") for p in name.split("."))
             ]
     assert found == []
+
+
+LAYERS: dict[str, int] = {
+    # 0, the ground: errors, the record's schema, the shims over other libraries, pure helpers
+    "dedup.errors": 0,
+    "dedup.record": 0,
+    "dedup.strict_json": 0,
+    "dedup.document_ids": 0,
+    "dedup.kinds.base": 0,
+    "dedup.firestore_internals": 0,
+    "dedup.firebase_internals": 0,
+    "dedup.firebase_app": 0,
+    "dedup.propagation": 0,
+    "dedup.handler_shape": 0,
+    "dedup.flow_io": 0,
+    # 1, types and decisions: claims, record writes, configuration, the kinds of events
+    "dedup.claims": 1,
+    "dedup.transitions": 1,
+    "dedup.config": 1,
+    "dedup.delivery": 1,
+    "dedup.aio.delivery": 1,
+    "dedup.kinds": 1,
+    "dedup.suffixes": 1,
+    # 2, the store and telemetry
+    "dedup.store": 2,
+    "dedup.aio.store": 2,
+    "dedup.telemetry": 2,
+    "dedup.logs": 2,
+    # 3, the run of one delivery
+    "dedup.runs": 3,
+    # 4, the flows
+    "dedup.lease": 4,
+    "dedup.atomic": 4,
+    "dedup.ambiguity": 4,
+    # 5, the front doors
+    "dedup.core": 5,
+    "dedup.aio.core": 5,
+    "dedup.aio": 5,
+    # 6, the entrances
+    "dedup.decorator": 6,
+    "dedup.entrance": 6,
+    "dedup.answers": 6,
+    "dedup.tasks": 6,
+    "dedup.outbox": 6,
+    "dedup.send": 6,
+    "dedup.http": 6,
+    # 7, the tools and the package's face
+    "dedup.cli": 7,
+    "dedup.testing": 7,
+    "dedup": 7,
+    "dedup.__main__": 7,
+}
+"""The layer of each module (the longest matching name wins: `dedup.kinds.pubsub` is in
+`dedup.kinds`'s layer). docs/architecture.md explains them."""
+
+UPWARD_IMPORTS: frozenset[tuple[str, str]] = frozenset()
+"""Imports from a lower layer to a higher one still in the code: must shrink to empty."""
+
+
+def layer_of(module: str) -> int:
+    """The layer of `module`: its own entry, else its closest listed package's."""
+    name = module
+    while name not in LAYERS:
+        if "." not in name:
+            raise AssertionError(f"{module} has no layer: add it to LAYERS")
+        name = name.rsplit(".", 1)[0]
+    return LAYERS[name]
+
+
+def test_imports_point_down() -> None:
+    """No module imports a module of a higher layer (run-time imports; type-only ones aside),
+    except the listed ones, which may only go away."""
+    upward = {
+        (module, imported)
+        for module in MODULES
+        for imported in imports_of(module)
+        if layer_of(imported) > layer_of(module)
+    }
+    assert upward <= UPWARD_IMPORTS, sorted(upward - UPWARD_IMPORTS)
+    gone = UPWARD_IMPORTS - upward
+    assert not gone, f"no longer imported, remove from UPWARD_IMPORTS: {sorted(gone)}"
+
+
+def test_the_layer_check_can_fail() -> None:
+    """The layers say what they should: the store sits under the run, the run under the flows,
+    and a module of no layer is refused."""
+    assert layer_of("dedup.store") < layer_of("dedup.runs") < layer_of("dedup.lease")
+    assert layer_of("dedup.kinds.pubsub") == layer_of("dedup.kinds")
+    try:
+        layer_of("elsewhere.module")
+    except AssertionError:
+        pass
+    else:
+        raise AssertionError("a module of no layer was given one")

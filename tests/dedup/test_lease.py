@@ -23,7 +23,7 @@ from dedup import (
     TerminalError,
     dedup_key,
 )
-from dedup.cache import SentKeys
+from dedup.runs import SentKeys
 from tests.dedup.support import write_foreign_lease
 
 MakeDedup = Callable[..., Deduplicator]
