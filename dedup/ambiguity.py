@@ -14,20 +14,24 @@ it does then is each function's choice, given to its entrance (`trigger_once`, `
   same `Delivery.key`) or "skip" (the record ends `unknown`, the delivery is acknowledged: at
   most once; `dedup revive` runs it again on purpose).
 
-Nothing here runs on a delivery that is not ambiguous: `give_ambiguity_choice` only stores the
-choice on the run.
+Nothing here runs on a delivery that is not ambiguous: a function that made a choice gives its
+`Run` an `AmbiguityChoice` when the run is made, which the lease flow asks only on an
+ambiguous take-over.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from dedup.claims import ON_AMBIGUOUS
-from dedup.delivery import SYNC_DELIVERIES, DeliveryKinds, is_async_handler
+from dedup.claims import ON_AMBIGUOUS, RERUN
+from dedup.delivery import SYNC_DELIVERIES, DeliveryKinds, RunNotes, is_async_handler
 from dedup.errors import ConfigError
-from dedup.runs import Run
+
+if TYPE_CHECKING:
+    from dedup.runs import Run
 
 type Reconcile = Callable[[Any], bool | None] | Callable[[Any], Awaitable[bool | None]]
 """`reconcile(delivery) -> True | False | None`: did an earlier attempt produce the effect?
@@ -56,21 +60,23 @@ def check_sync_reconcile(where: str, reconcile: object) -> None:
         )
 
 
-def give_ambiguity_choice(
-    run: Run,
-    client: Any,
-    reconcile: Reconcile | None,
-    on_ambiguous: str,
-    kinds: DeliveryKinds = SYNC_DELIVERIES,
-) -> None:
-    """Give `run` its function's choice for an ambiguous take-over; `reconcile` gets the
-    delivery of `kinds` on `client`, as the handler would."""
-    run.on_ambiguous = on_ambiguous
-    if reconcile is None:
-        return
+@dataclass(frozen=True)
+class AmbiguityChoice:
+    """A function's choice for an ambiguous take-over, given to a `Run` when it is made: what
+    `on_ambiguous` says, and `reconcile` with what it needs to build its delivery (the client
+    and the delivery types of the handler's side, sync or async)."""
 
-    async def ask() -> bool | None:
-        answer: Any = reconcile(run.delivery(client, None, kinds))
+    on_ambiguous: str = RERUN
+    reconcile: Reconcile | None = None
+    client: Any = None
+    kinds: DeliveryKinds = SYNC_DELIVERIES
+
+    async def ask(self, run: Run, notes: RunNotes) -> bool | None:
+        """`reconcile`'s verdict on the delivery of `run` whose notes are `notes` (None
+        without a `reconcile`); `ConfigError` for an answer that is not True, False or None."""
+        if self.reconcile is None:
+            return None
+        answer: Any = self.reconcile(run.delivery(self.client, notes, self.kinds))
         if inspect.isawaitable(answer):
             answer = await answer
         if answer is not None and not isinstance(answer, bool):
@@ -80,4 +86,19 @@ def give_ambiguity_choice(
             )
         return answer
 
-    run.reconcile = ask
+
+@dataclass(frozen=True)
+class PastNotes:
+    """What an earlier attempt noted, as `reconcile` reads it on a delivery that holds no lease
+    (before burying an event): readable, not writable."""
+
+    run: Run
+    notes: Mapping[str, Any]
+
+    def time_left(self) -> float:
+        """What is left of the delivery's time budget."""
+        return self.run.time_left()
+
+    def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
+        """Refused: nothing may be noted without the lease."""
+        raise ConfigError(f"{self.run.path}: delivery.note is for a handler holding the lease")

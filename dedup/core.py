@@ -15,7 +15,7 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile, give_ambiguity_choice
+from dedup.ambiguity import AmbiguityChoice, Reconcile, check_ambiguity, check_sync_reconcile
 from dedup.atomic import run_transaction, run_write_only
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.delivery import (
@@ -132,12 +132,14 @@ class DeduplicatorBase:
         *,
         observed: DeliveryTrace | None = None,
         same_database: bool = True,
+        ambiguity: AmbiguityChoice | None = None,
     ) -> Run | Outcome:
         """The delivery's `Run` (watched by `observed`), or its outcome when it ends before
         any claim (self-trigger, too old, a duplicate known from the cache). Raises
         `MissingEventId`/`InvalidSuffix` for a bad key, `PayloadMismatch` for a cached key
         under that policy. `same_database`: the event came from the records' database (the
-        self-trigger guard applies only then)."""
+        self-trigger guard applies only then). `ambiguity`: the function's choice for an
+        ambiguous take-over, if it made one."""
         key = self.record_key(event_id, suffix)
         assert event_id is not None  # record_key rejects a missing id
         fingerprint = None
@@ -158,6 +160,7 @@ class DeduplicatorBase:
             subject=options.subject if options.subject is not None else document_path,
             source=options.source,
             step_hook=self.step_hook,
+            ambiguity=ambiguity,
         )
         if observed is not None:
             observed.watch(run)
@@ -343,15 +346,20 @@ class Deduplicator(DeduplicatorBase):
         with self.telemetry.delivery(suffix, options.mode) as observed:
             store, same_database = self.records_for(options.database)
             io = BlockingIO(store, self._turns)
+            choice = None
+            if options.chooses_ambiguity:
+                choice = AmbiguityChoice(options.on_ambiguous, options.reconcile, store.client)
             started = self.begin(
-                io, event_id, suffix, options, observed=observed, same_database=same_database
+                io,
+                event_id,
+                suffix,
+                options,
+                observed=observed,
+                same_database=same_database,
+                ambiguity=choice,
             )
             if isinstance(started, Outcome):
                 return started
-            if options.chooses_ambiguity:
-                give_ambiguity_choice(
-                    started, store.client, options.reconcile, options.on_ambiguous
-                )
             invoke = invoker(started, store.client, observed.timed(handler))
             return drive(run_flow(started, invoke))
 

@@ -69,8 +69,8 @@ NO_NOTES: Mapping[str, Any] = MappingProxyType({})
 
 
 class RunNotes(Protocol):
-    """Where a delivery's notes live: its run (`dedup.runs.Run`), which writes them fenced by
-    the delivery's lease."""
+    """Where a delivery's notes live: in lease mode the delivery's lease (`dedup.lease.Lease`),
+    which writes them fenced; otherwise its run (`dedup.runs.Run`), which refuses to note."""
 
     @property
     def notes(self) -> Mapping[str, Any]:

@@ -24,8 +24,11 @@ follows `on_ambiguous`: "rerun" runs the handler again with the same `Delivery.k
 records `unknown` and returns (at most once). A `reconcile` that raises leaves the lease to
 expire: the next delivery after it is ambiguous again and asks again.
 
-`delivery.note(...)` writes the record's `notes` under the lease, fenced like "sent"; a
-handler that notes nothing writes nothing more.
+A successful claim makes a `Lease`: the only fenced writer of the record in lease mode. It holds
+the owner token, the fencing token (the update time of its last write), a lower bound of the
+lease's end, the notes and whether it took over an expired lease. `delivery.note(...)` writes
+the record's `notes` through it, fenced like "sent"; a handler that notes nothing writes
+nothing more.
 
 The flow is written once, as coroutines over `Run.io` (`dedup.flow_io`): the sync front door
 drives it without an event loop, the async one awaits it.
@@ -36,10 +39,12 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dedup.ambiguity import AmbiguityChoice, PastNotes
 from dedup.claims import (
     RERUN,
     AfterAmbiguity,
@@ -50,12 +55,11 @@ from dedup.claims import (
     after_failure,
     after_fenced_conflict,
     decide,
-    retry_age,
     takeover_ambiguous,
     written_by,
 )
 from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
-from dedup.errors import ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
+from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
 from dedup.record import Fields, Mode, Record, State, error_text
 from dedup.runs import Run
 from dedup.store import Snapshot, backoff
@@ -77,6 +81,98 @@ CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
 
 
+@dataclass
+class Lease:
+    """The lease one delivery holds on its record, from its successful claim to its outcome:
+    the only writer of the record in lease mode after the claim. Every write is fenced by
+    `token`, the update time of this lease's last write, and moves it on; a write that finds
+    the record moved by another delivery raises `LeaseLost` and writes nothing."""
+
+    run: Run
+    owner: str
+    """This delivery's owner token, written on the record with the claim."""
+    token: datetime
+    """The update time of this lease's last write: what its next write is fenced by."""
+    ends: float
+    """A monotonic lower bound of the lease's end (the claim was sent before it started)."""
+    ambiguous: bool = False
+    """The claim took over an expired lease (`dedup.claims.takeover_ambiguous`)."""
+    notes: Mapping[str, Any] = NO_NOTES
+    """What was noted for the event so far (the record's `notes`, then this delivery's)."""
+
+    def time_left(self) -> float:
+        """Seconds left of the delivery's time budget."""
+        return self.run.time_left()
+
+    def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
+        """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced like
+        "sent" (retried until the lease's end on store errors). Raises `LeaseLost` when another
+        delivery took the lease over, `StoreUnavailable` when the store kept failing."""
+        return self._note(fields)
+
+    async def _note(self, fields: dict[str, Any]) -> None:
+        notes = {**self.notes, **fields}
+        await self.write(noted(notes), State.IN_PROGRESS, "note on", self.ends, notes=True)
+        self.notes = notes
+
+    async def write(
+        self,
+        fields: Fields,
+        state: State,
+        action: str,
+        until: float | None,
+        *,
+        notes: bool = False,
+    ) -> None:
+        """Write `fields` (an outcome, or notes), fenced by `token`, retrying transient errors
+        until `until` (a monotonic time; None: one RPC timeout); `token` moves to the record's
+        new update time. Raises `LeaseLost` if another delivery moved the record,
+        `StoreUnavailable` if the store kept failing until the deadline. `notes`: the write
+        keeps the lease, so a record still ours is written over rather than taken for this
+        write (which it cannot be told from)."""
+        run, store = self.run, self.run.io
+        now = time.monotonic()
+        deadline = until if until is not None else now + run.config.rpc_timeout_seconds
+        token, round_, refreshes = self.token, 0, 0
+        while True:
+            try:
+                budget = max(0.5, deadline - time.monotonic())
+                result = await store.update_if_unchanged(
+                    run.key, fields, token, action=action, budget=budget
+                )
+                if isinstance(result, datetime):
+                    self.token = result
+                    return
+                # The precondition failed: our own earlier try may have landed (lost response),
+                # an operator may have released our lease, or another delivery took it over.
+                snapshot = await store.read(run.key, action=action)
+            except StoreUnavailable:
+                pause = backoff(round_)
+                round_ += 1
+                if time.monotonic() + pause >= deadline:
+                    raise
+                await store.sleep(pause)
+                continue
+            after = after_fenced_conflict(snapshot.record, self.owner, state)
+            if after is AfterConflict.RECORDED and notes:
+                after = AfterConflict.REFRESH
+            if after is AfterConflict.RECORDED:
+                self.token = precondition(snapshot)  # our write is there
+                return
+            if after is AfterConflict.REFRESH and refreshes < CLAIM_ROUNDS:
+                # Still ours (an operator released the lease, or edited the record by hand):
+                # record the outcome over what is there now.
+                token = precondition(snapshot)
+                refreshes += 1
+                continue
+            run.finish(OutcomeKind.LEASE_LOST)
+            raise LeaseLost(
+                f"could not {action} {run.path}: this delivery's lease expired and another "
+                "delivery took it over, so this outcome was not recorded; set lease_seconds "
+                "(DEDUP_LEASE_SECONDS) above the function timeout"
+            )
+
+
 async def run_lease(run: Run, invoke: Invoke) -> Outcome:
     """Claim the lease of `run.key` and run the handler (`invoke`) under it (see the module
     docstring).
@@ -89,12 +185,12 @@ async def run_lease(run: Run, invoke: Invoke) -> Outcome:
         claimed = await _claim(run)
     if isinstance(claimed, Outcome):
         return claimed
-    return await _run_owned(run, invoke, *claimed)
+    return await _run_owned(run, invoke, claimed)
 
 
-async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
-    """Take the lease: (owner token, fencing token, when the claim was sent), or the outcome
-    of a delivery that ends here (duplicate, dead). Raises `LeaseHeld` when it is taken."""
+async def _claim(run: Run) -> Outcome | Lease:
+    """Take the lease, or return the outcome of a delivery that ends here (duplicate, dead).
+    Raises `LeaseHeld` when it is taken."""
     config, store = run.config, run.io
     if run.live_leases.live(run.key):
         run.finish(OutcomeKind.LEASE_HELD)
@@ -127,30 +223,30 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
             )
             created = await store.create(run.key, fields, budget=run.rpc_budget())
             if isinstance(created, datetime):
-                run.attempt = 1
-                return _owned(run, owner, created, sent_at)
+                run.counted(1)
+                return _owned(Lease(run, owner, created, sent_at + config.lease_seconds))
         snapshot = await store.read(run.key, budget=run.rpc_budget())
         record = snapshot.record
         if record is not None and written_by(record, owner):
             # Our own claim or burial landed although its response was lost.
-            run.attempt = record.attempts
+            run.counted(record.attempts)
             if record.state is State.DEAD:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
-            run.ambiguous, run.notes = ambiguous, notes
-            return _owned(run, owner, precondition(snapshot), sent_at)
+            ends = sent_at + config.lease_seconds
+            return _owned(Lease(run, owner, precondition(snapshot), ends, ambiguous, notes))
         claim = decide(record, snapshot.read_time, config.attempt_limit)
         try_create = claim is Claim.CREATE
         if record is None:  # vanished (TTL) between the create and the read
             continue
-        run.check_record(record)
-        run.attempt = record.attempts
-        run.retry_age = retry_age(record, snapshot.read_time)
+        run.saw(record, snapshot.read_time)
         if claim is Claim.SKIP:
             return run.skip(record)
         if claim is Claim.WAIT:
             run.raise_lease_held(record, snapshot.read_time)
         if claim is Claim.MARK_DEAD:
-            if run.reconcile is not None and takeover_ambiguous(record, snapshot.read_time):
+            choice = run.ambiguity
+            asks = choice is not None and choice.reconcile is not None
+            if asks and takeover_ambiguous(record, snapshot.read_time):
                 reconciled = await _reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
@@ -173,9 +269,9 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
             budget=run.rpc_budget(),
         )
         if isinstance(taken, datetime):
-            run.attempt = record.attempts + 1
-            run.ambiguous, run.notes = ambiguous, notes
-            return _owned(run, owner, taken, sent_at)
+            run.counted(record.attempts + 1)
+            ends = sent_at + config.lease_seconds
+            return _owned(Lease(run, owner, taken, ends, ambiguous, notes))
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
         f"{run.path} changed {CLAIM_ROUNDS} times while this delivery tried to claim it; "
@@ -183,31 +279,27 @@ async def _claim(run: Run) -> Outcome | tuple[str, datetime, float]:
     )
 
 
-def _owned(run: Run, owner: str, token: datetime, sent_at: float) -> tuple[str, datetime, float]:
+def _owned(lease: Lease) -> Lease:
     """The lease is ours: tell this instance's other copies, before our turn ends."""
-    run.live_leases.own(run.key, run.config.lease_seconds)
-    return owner, token, sent_at
+    lease.run.live_leases.own(lease.run.key, lease.run.config.lease_seconds)
+    return lease
 
 
-async def _run_owned(
-    run: Run, invoke: Invoke, owner: str, token: datetime, sent_at: float
-) -> Outcome:
-    """Run the handler under our lease; record its outcome fenced by our last update time
-    (`run.token`, which a `delivery.note` moves on)."""
-    config = run.config
-    lease_ends = sent_at + config.lease_seconds  # a lower bound of the lease's real end
-    run.owner, run.token, run.lease_ends = owner, token, lease_ends
-    run.note_writer = write_note
+async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
+    """Run the handler under `lease` (its delivery notes through it); record its outcome
+    fenced by the lease's last write."""
+    config, owner = run.config, lease.owner
     try:
         if run.time_left() <= 0:
-            return await _give_back_unstarted(run, owner)
+            return await _give_back_unstarted(run, lease)
         run.step(Step.AFTER_CLAIM)
-        if run.ambiguous and (run.reconcile is not None or run.on_ambiguous != RERUN):
-            settled = await _settle_ambiguity(run, owner)
+        choice = run.ambiguity
+        if lease.ambiguous and choice is not None and _chooses(choice):
+            settled = await _settle_ambiguity(run, lease, choice)
             if settled is not None:
                 return settled
         try:
-            result = await invoke(None)
+            result = await invoke(lease)
         except Exception as exc:
             if run.outcome is OutcomeKind.LEASE_LOST:  # a note found the lease taken over
                 raise
@@ -215,43 +307,43 @@ async def _run_owned(
             after = after_failure(exc, run.attempt, config.attempt_limit, run.retry_age)
             if after is AfterFailure.RELEASED:
                 fields = released(error=error, expire_at=run.expire_at())
-                await _record(run, owner, run.token, fields, after.state, "release", None)
+                await lease.write(fields, after.state, "release", None)
             else:
                 fields = finished(after.state, owner=owner, expire_at=run.expire_at(), error=error)
-                action = f"mark {after.state.value}"
-                until = run.outcome_deadline()
-                await _record(run, owner, run.token, fields, after.state, action, until)
+                until = run.outcome_deadline(lease.ends)
+                await lease.write(fields, after.state, f"mark {after.state.value}", until)
             return run.failed(after, error, exc)
         run.step(Step.AFTER_EFFECT)
         stored = storable_result(result)
         fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
-        until = run.outcome_deadline()
-        await _record(run, owner, run.token, fields, State.SENT, "mark sent", until)
+        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
         run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
 
 
-async def _give_back_unstarted(run: Run, owner: str) -> Outcome:
+def _chooses(choice: AmbiguityChoice) -> bool:
+    """The function chose something for an ambiguous take-over besides rerunning."""
+    return choice.reconcile is not None or choice.on_ambiguous != RERUN
+
+
+async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:
     """The claim took the whole time budget: give the lease back without starting the handler
     (the attempt it counted is handed back too), then raise `BudgetSpent`."""
-    token = run.token
-    assert token is not None
     error = "the time budget was spent claiming the lease; the handler did not start"
     fields = released(error=error, expire_at=run.expire_at(), attempts=run.attempt - 1)
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
-        await _record(run, owner, token, fields, State.IN_PROGRESS, "release", None)
+        await lease.write(fields, State.IN_PROGRESS, "release", None)
     run.spent("start the handler of")
 
 
-async def _ask(run: Run) -> bool | None:
-    """`reconcile`'s answer (None without one). One that raises is reported and re-raised:
-    nothing is written, so the next delivery after this lease asks again."""
-    if run.reconcile is None:
-        return None
+async def _ask(run: Run, choice: AmbiguityChoice, notes: Any) -> bool | None:
+    """`reconcile`'s answer (None without one), its delivery's notes read from `notes`. One
+    that raises is reported and re-raised: nothing is written, so the next delivery after this
+    lease asks again."""
     try:
-        return await run.reconcile()
+        return await choice.ask(run, notes)
     except Exception as exc:
         run.finish(
             OutcomeKind.UNAVAILABLE,
@@ -261,22 +353,21 @@ async def _ask(run: Run) -> bool | None:
         raise
 
 
-async def _settle_ambiguity(run: Run, owner: str) -> Outcome | None:
+async def _settle_ambiguity(run: Run, lease: Lease, choice: AmbiguityChoice) -> Outcome | None:
     """An ambiguous take-over (`dedup.claims.after_ambiguity`): ask `reconcile`, then record
     "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
-    verdict = await _ask(run)
-    after = after_ambiguity(verdict, run.on_ambiguous)
+    verdict = await _ask(run, choice, lease)
+    after = after_ambiguity(verdict, choice.on_ambiguous)
     if after is AfterAmbiguity.RUN:
         return None
-    token = run.token
-    assert token is not None
+    owner = lease.owner
     if after is AfterAmbiguity.RECONCILED:
         fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
-        await _record(run, owner, token, fields, State.SENT, "mark sent", run.lease_ends)
+        await lease.write(fields, State.SENT, "mark sent", lease.ends)
         run.sent_keys.add(run.key, run.payload_hash)
         return run.finish(OutcomeKind.RECONCILED)
     fields = finished(State.UNKNOWN, owner=owner, expire_at=run.expire_at())
-    await _record(run, owner, token, fields, State.UNKNOWN, "mark unknown", run.lease_ends)
+    await lease.write(fields, State.UNKNOWN, "mark unknown", lease.ends)
     return run.finish(OutcomeKind.AMBIGUOUS)
 
 
@@ -287,8 +378,8 @@ async def _reconcile_before_burial(
     whether that attempt produced the effect. True records "sent" (`reconciled: true`),
     guarded by the record as read; anything else returns None (mark it dead). A reconcile that
     raises writes nothing and is asked again by the next delivery."""
-    run.notes = record.notes or NO_NOTES
-    verdict = await _ask(run)
+    assert run.ambiguity is not None
+    verdict = await _ask(run, run.ambiguity, PastNotes(run, record.notes or NO_NOTES))
     if verdict is not True:
         return None
     fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
@@ -299,73 +390,3 @@ async def _reconcile_before_burial(
         return None  # the record moved meanwhile: burying it re-reads and decides again
     run.sent_keys.add(run.key, run.payload_hash)
     return run.finish(OutcomeKind.RECONCILED)
-
-
-async def write_note(run: Run, fields: dict[str, Any]) -> None:
-    """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced by the
-    delivery's lease like "sent" (retried until the lease's end on store errors). Raises
-    `LeaseLost` when another delivery took the lease over, `StoreUnavailable` when the store
-    kept failing, `ConfigError` when the delivery holds no lease (yet)."""
-    owner, token = run.owner, run.token
-    if owner is None or token is None:
-        raise ConfigError(f"{run.path}: delivery.note is for a handler holding the lease")
-    notes = {**run.notes, **fields}
-    run.token = await _record(
-        run, owner, token, noted(notes), State.IN_PROGRESS, "note on", run.lease_ends, notes=True
-    )
-    run.notes = notes
-
-
-async def _record(
-    run: Run,
-    owner: str,
-    token: datetime,
-    fields: Fields,
-    state: State,
-    action: str,
-    until: float | None,
-    *,
-    notes: bool = False,
-) -> datetime:
-    """Write an owner's outcome (or notes), fenced by `token`, retrying transient errors until
-    `until` (a monotonic time; None: one RPC timeout); returns the record's new update time.
-    Raises `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store
-    kept failing until the deadline. `notes`: the write keeps the lease, so a record still ours
-    is written over rather than taken for this write (which it cannot be told from)."""
-    store = run.io
-    deadline = until if until is not None else time.monotonic() + run.config.rpc_timeout_seconds
-    round_ = refreshes = 0
-    while True:
-        try:
-            result = await store.update_if_unchanged(
-                run.key, fields, token, action=action, budget=max(0.5, deadline - time.monotonic())
-            )
-            if isinstance(result, datetime):
-                return result
-            # The precondition failed: our own earlier try may have landed (lost response),
-            # an operator may have released our lease, or another delivery took it over.
-            snapshot = await store.read(run.key, action=action)
-        except StoreUnavailable:
-            pause = backoff(round_)
-            round_ += 1
-            if time.monotonic() + pause >= deadline:
-                raise
-            await store.sleep(pause)
-            continue
-        after = after_fenced_conflict(snapshot.record, owner, state)
-        if after is AfterConflict.RECORDED and notes:
-            after = AfterConflict.REFRESH
-        if after is AfterConflict.RECORDED:
-            return precondition(snapshot)  # our write is there
-        if after is AfterConflict.REFRESH and refreshes < CLAIM_ROUNDS:
-            # Still ours (an operator released the lease, or edited the record by hand):
-            # record the outcome over what is there now.
-            token = precondition(snapshot)
-            refreshes += 1
-            continue
-        run.finish(OutcomeKind.LEASE_LOST)
-        raise LeaseLost(
-            f"could not {action} {run.path}: this delivery's lease expired and another "
-            "delivery took it over, so this outcome was not recorded; set lease_seconds "
-            "(DEDUP_LEASE_SECONDS) above the function timeout"
-        )

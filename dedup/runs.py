@@ -15,13 +15,13 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from dedup.claims import RERUN, AfterFailure, belongs_to, record_sent
+from dedup.claims import AfterFailure, belongs_to, record_sent, retry_age
 from dedup.delivery import (
     NO_NOTES,
     SYNC_DELIVERIES,
@@ -38,6 +38,7 @@ from dedup.record import Mode, Record
 from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:
+    from dedup.ambiguity import AmbiguityChoice
     from dedup.config import DedupConfig
     from dedup.flow_io import FlowIO
 
@@ -54,26 +55,8 @@ BUDGET_MARGIN = 0.1
 last try: an RPC is never given less than 0.1 s, and a rollback keeps its own bound."""
 
 
-class LeaseState:
-    """What only an ambiguous or noting lease-mode delivery sets (plain class attributes, so a
-    delivery that never sets them pays nothing for them)."""
-
-    reconcile: Callable[[], Awaitable[bool | None]] | None = None
-    """Asks whether an earlier attempt produced the effect (set by
-    `dedup.ambiguity.give_ambiguity_choice`)."""
-    on_ambiguous: str = RERUN
-    """What an ambiguous take-over does when nothing could tell (`dedup.claims`)."""
-    ambiguous: bool = False
-    """This delivery took over an expired lease (`dedup.claims.takeover_ambiguous`)."""
-    notes: Mapping[str, Any] = NO_NOTES
-    """What was noted for the event so far (the record's `notes`, then this delivery's)."""
-    note_writer: Callable[[Run, dict[str, Any]], Coroutine[Any, Any, None]] | None = None
-    """How `Run.note` writes: set by the lease flow (`dedup.lease.write_note`) once this
-    delivery holds the lease; None before."""
-
-
 @dataclass
-class Run(LeaseState):
+class Run:
     """One `Deduplicator.run` call: who it is, what it found, and the instance it runs on."""
 
     config: DedupConfig
@@ -98,12 +81,8 @@ class Run(LeaseState):
     """The last outcome `finish` reported (read by `dedup.telemetry`)."""
     found: Record | None = None
     """The final record a duplicate found (read by `dedup.telemetry`: its trace id)."""
-    owner: str | None = None
-    """Lease mode: this delivery's owner token once it holds the lease."""
-    token: datetime | None = None
-    """Lease mode: the update time of this owner's last write (what its writes are fenced by)."""
-    lease_ends: float = 0.0
-    """Lease mode: a monotonic lower bound of the end of this delivery's lease."""
+    ambiguity: AmbiguityChoice | None = None
+    """Lease mode: the function's choice for an ambiguous take-over (None: rerun)."""
     retry_age: float = 0.0
     """Seconds from the record's first attempt to the read this delivery claimed on (database
     clock, `dedup.claims.retry_age`); 0 for a fresh event."""
@@ -171,13 +150,13 @@ class Run(LeaseState):
         except TurnTimeout as waited:
             self.spent("take its turn on", waited)
 
-    def outcome_deadline(self) -> float:
+    def outcome_deadline(self, lease_ends: float | None = None) -> float:
         """Until when the record of a finished handler's outcome may be retried: the end of
         the budget, and at least one RPC timeout from now (the margin the lease keeps beyond
-        the function's timeout for this write), never past the lease's end."""
+        the function's timeout for this write), never past `lease_ends` (monotonic)."""
         now = time.monotonic()
         until = max(self.deadline, now + self.config.rpc_timeout_seconds)
-        return min(until, self.lease_ends) if self.lease_ends else until
+        return min(until, lease_ends) if lease_ends else until
 
     @property
     def path(self) -> str:
@@ -198,25 +177,41 @@ class Run(LeaseState):
     ) -> Any:
         """What the handler is told about this run, at its current attempt: the delivery type
         of its mode among `kinds` (default: the sync ones), with `client` and the `writer` it
-        writes into: the transaction (Mode.TRANSACTION), the batch (Mode.WRITE_ONLY) or None."""
+        writes into: the transaction (Mode.TRANSACTION), the batch (Mode.WRITE_ONLY), or in
+        lease mode where its notes go (`RunNotes`: the delivery's `dedup.lease.Lease`)."""
         index, writer_field = _DELIVERY_OF[self.mode]
         identity = (*self.identity(), client)
-        if writer is None or writer_field is None:
+        if writer_field is None:
+            return kinds[0](*identity, run_notes=self if writer is None else writer)
+        if writer is None:
             return kinds[0](*identity, run_notes=self)
         return kinds[index](*identity, run_notes=self, **{writer_field: writer})
 
+    @property
+    def notes(self) -> Mapping[str, Any]:
+        """Nothing noted: a run writes no notes (its lease does, in lease mode)."""
+        return NO_NOTES
+
+    def counted(self, attempt: int) -> None:
+        """This delivery is attempt `attempt` of the event (what its claim found or wrote)."""
+        self.attempt = attempt
+
+    def saw(self, record: Record, read_time: datetime) -> None:
+        """The claim read `record`: check that it is this event's, and take its attempt count
+        and age (`dedup.claims.retry_age`)."""
+        self.check_record(record)
+        self.attempt = record.attempts
+        self.retry_age = retry_age(record, read_time)
+
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
-        """Write `fields` into the record's notes, fenced by this delivery's lease
-        (`dedup.lease.write_note`); `ConfigError` outside lease mode, or before the lease is
-        held."""
+        """Refused (`ConfigError`): notes are written by a lease (`dedup.lease.Lease.note`),
+        and only in lease mode."""
         if self.mode is not Mode.LEASE:
             raise ConfigError(
                 f"delivery.note serves lease mode only ({self.path} runs in {self.mode.value} "
                 "mode, whose effect commits with the record: nothing is ever ambiguous)"
             )
-        if self.note_writer is None:
-            raise ConfigError(f"{self.path}: delivery.note is for a handler holding the lease")
-        return self.note_writer(self, fields)
+        raise ConfigError(f"{self.path}: delivery.note is for a handler holding the lease")
 
     def expire_at(self) -> datetime:
         """`expireAt` for a write made now: instance time plus the retention."""

@@ -19,7 +19,7 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
-from dedup.ambiguity import Reconcile, check_ambiguity, give_ambiguity_choice
+from dedup.ambiguity import AmbiguityChoice, Reconcile, check_ambiguity
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.core import DeduplicatorBase, run_flow
 from dedup.delivery import EventOptions, HandlerResult, KeyTurns, Outcome, is_async_handler
@@ -164,15 +164,22 @@ class AsyncDeduplicator(DeduplicatorBase):
         with self.telemetry.delivery(suffix, options.mode) as observed:
             io: FlowIO
             io, same_database = self.records_for(options.database)
+            choice = None
+            if options.chooses_ambiguity:
+                choice = AmbiguityChoice(
+                    options.on_ambiguous, options.reconcile, io.client, ASYNC_DELIVERIES
+                )
             started = self.begin(
-                io, event_id, suffix, options, observed=observed, same_database=same_database
+                io,
+                event_id,
+                suffix,
+                options,
+                observed=observed,
+                same_database=same_database,
+                ambiguity=choice,
             )
             if isinstance(started, Outcome):
                 return started
-            if options.chooses_ambiguity:
-                give_ambiguity_choice(
-                    started, io.client, options.reconcile, options.on_ambiguous, ASYNC_DELIVERIES
-                )
             return await run_flow(started, _invoker(started, io.client, _timed(observed, handler)))
 
 
