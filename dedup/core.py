@@ -19,7 +19,9 @@ from dedup.ambiguity import AmbiguityChoice, Reconcile, check_ambiguity, check_s
 from dedup.atomic import run_transaction, run_write_only
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.delivery import (
+    SYNC_DELIVERIES,
     BlockingIO,
+    DeliveryKinds,
     EventOptions,
     Handler,
     KeyTurns,
@@ -132,14 +134,14 @@ class DeduplicatorBase:
         *,
         observed: DeliveryTrace | None = None,
         same_database: bool = True,
-        ambiguity: AmbiguityChoice | None = None,
+        kinds: DeliveryKinds = SYNC_DELIVERIES,
     ) -> Run | Outcome:
         """The delivery's `Run` (watched by `observed`), or its outcome when it ends before
         any claim (self-trigger, too old, a duplicate known from the cache). Raises
         `MissingEventId`/`InvalidSuffix` for a bad key, `PayloadMismatch` for a cached key
         under that policy. `same_database`: the event came from the records' database (the
-        self-trigger guard applies only then). `ambiguity`: the function's choice for an
-        ambiguous take-over, if it made one."""
+        self-trigger guard applies only then). `kinds`: the delivery types of the handler's
+        side, which a `reconcile` gets too."""
         key = self.record_key(event_id, suffix)
         assert event_id is not None  # record_key rejects a missing id
         fingerprint = None
@@ -160,7 +162,9 @@ class DeduplicatorBase:
             subject=options.subject if options.subject is not None else document_path,
             source=options.source,
             step_hook=self.step_hook,
-            ambiguity=ambiguity,
+            ambiguity=None
+            if not options.chooses_ambiguity
+            else AmbiguityChoice(options.on_ambiguous, options.reconcile, io.client, kinds),
         )
         if observed is not None:
             observed.watch(run)
@@ -346,17 +350,8 @@ class Deduplicator(DeduplicatorBase):
         with self.telemetry.delivery(suffix, options.mode) as observed:
             store, same_database = self.records_for(options.database)
             io = BlockingIO(store, self._turns)
-            choice = None
-            if options.chooses_ambiguity:
-                choice = AmbiguityChoice(options.on_ambiguous, options.reconcile, store.client)
             started = self.begin(
-                io,
-                event_id,
-                suffix,
-                options,
-                observed=observed,
-                same_database=same_database,
-                ambiguity=choice,
+                io, event_id, suffix, options, observed=observed, same_database=same_database
             )
             if isinstance(started, Outcome):
                 return started

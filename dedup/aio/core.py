@@ -19,7 +19,7 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
-from dedup.ambiguity import AmbiguityChoice, Reconcile, check_ambiguity
+from dedup.ambiguity import Reconcile, check_ambiguity
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.core import DeduplicatorBase, run_flow
 from dedup.delivery import EventOptions, HandlerResult, KeyTurns, Outcome, is_async_handler
@@ -164,11 +164,6 @@ class AsyncDeduplicator(DeduplicatorBase):
         with self.telemetry.delivery(suffix, options.mode) as observed:
             io: FlowIO
             io, same_database = self.records_for(options.database)
-            choice = None
-            if options.chooses_ambiguity:
-                choice = AmbiguityChoice(
-                    options.on_ambiguous, options.reconcile, io.client, ASYNC_DELIVERIES
-                )
             started = self.begin(
                 io,
                 event_id,
@@ -176,7 +171,7 @@ class AsyncDeduplicator(DeduplicatorBase):
                 options,
                 observed=observed,
                 same_database=same_database,
-                ambiguity=choice,
+                kinds=ASYNC_DELIVERIES,
             )
             if isinstance(started, Outcome):
                 return started
