@@ -26,9 +26,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dedup.claims import ON_AMBIGUOUS, RERUN
 from dedup.delivery import SYNC_DELIVERIES, DeliveryKinds, RunNotes, is_async_handler
 from dedup.errors import ConfigError
+from dedup.record import ON_AMBIGUOUS, RERUN
 
 if TYPE_CHECKING:
     from dedup.runs import Run

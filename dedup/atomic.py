@@ -58,7 +58,7 @@ from dedup.errors import BudgetSpent
 from dedup.flow_io import Fill, FlowIO, Invoke
 from dedup.record import Fields, Record, State, error_text
 from dedup.runs import Run
-from dedup.store import CommitFailure, Snapshot, backoff, commit_failure
+from dedup.store import Snapshot, backoff, commit_failure
 from dedup.transitions import (
     attempt_finished,
     mark_dead,
@@ -280,23 +280,6 @@ def _marker(run: Run, record: Record | None, token: str, result: HandlerResult) 
     )
 
 
-_FAILED = {
-    CommitFailure.CONTENTION: CommitFailed.CONTENTION,
-    CommitFailure.AMBIGUOUS: CommitFailed.AMBIGUOUS,
-    CommitFailure.OTHER: CommitFailed.OTHER,
-}
-
-
-def _failed(kind: CommitFailure, error: BaseException) -> CommitFailed:
-    """`kind` as `dedup.claims` names it; a refusal as InvalidArgument apart: Firestore
-    refused the handler's data, or an expired transaction ("Transaction is invalid or
-    expired" after a long pause): final only if a fresh attempt is refused again."""
-    if kind is CommitFailure.REJECTED:
-        invalid = isinstance(error, api_exceptions.InvalidArgument)
-        return CommitFailed.INVALID if invalid else CommitFailed.REFUSED
-    return _FAILED[kind]
-
-
 def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | None:
     """The first Google API error or `_HandlerFailed` among `exc`, its causes and contexts
     (the client's retry wrapper and a failed rollback wrap what happened), classified."""
@@ -304,10 +287,14 @@ def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | No
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(current, _HandlerFailed):
-            return _failed(CommitFailure.REJECTED, current.error), current
+            # Firestore refused the handler's data (final), or the transaction had expired
+            # ("Transaction is invalid or expired" after a long pause: final only if a fresh
+            # attempt is refused again): told apart by `after_commit_failure`.
+            invalid = isinstance(current.error, api_exceptions.InvalidArgument)
+            return (CommitFailed.INVALID if invalid else CommitFailed.REFUSED), current
         kind = commit_failure(current)
         if kind is not None and isinstance(current, Exception):
-            return _failed(kind, current), current
+            return kind, current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None

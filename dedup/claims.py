@@ -78,7 +78,7 @@ from enum import Enum
 from google.api_core import exceptions as api_exceptions
 
 from dedup.errors import TerminalError
-from dedup.record import Record, State
+from dedup.record import RERUN, Record, State
 
 
 def record_absent(record: Record | None) -> bool:
@@ -178,16 +178,6 @@ def decide(record: Record | None, read_time: datetime, limit: AttemptLimit) -> C
     raise AssertionError(f"unreachable claim state for {record!r}")  # pragma: no cover
 
 
-RERUN = "rerun"
-"""`on_ambiguous="rerun"` (the default): an ambiguous delivery runs the handler again, with the
-same `Delivery.key` (exactly once only if the receiver honours it)."""
-SKIP_AMBIGUOUS = "skip"
-"""`on_ambiguous="skip"`: an ambiguous delivery that nothing reconciled ends the record as
-`unknown` and is acknowledged (at most once)."""
-ON_AMBIGUOUS = (RERUN, SKIP_AMBIGUOUS)
-"""The values of `on_ambiguous`."""
-
-
 class AfterAmbiguity(Enum):
     """What an ambiguous take-over does once `reconcile` answered (`after_ambiguity`)."""
 
@@ -284,8 +274,9 @@ def after_state(state: State) -> AfterFailure:
 
 
 class CommitFailed(Enum):
-    """How an atomic commit that raised failed, as far as the commit itself tells
-    (`dedup.store.CommitFailure`, with the handler's own refusal apart)."""
+    """How an atomic commit that raised failed, as far as the commit itself tells: the one
+    vocabulary of failed commits (`dedup.store.commit_failure` classifies Firestore's errors
+    into it)."""
 
     REFUSED = "refused"
     """A precondition or a value was refused: nothing applied."""

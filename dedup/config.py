@@ -211,7 +211,7 @@ class DedupConfig:
                 "or 'orders', or unset for the triggering event's database"
             )
         if self.function_timeout_seconds is not None:
-            self._check_lease_covers(self.function_timeout_seconds)
+            self.check_lease_covers(self.function_timeout_seconds)
 
     @property
     def attempt_limit(self) -> AttemptLimit:
@@ -234,7 +234,13 @@ class DedupConfig:
             return float(self.function_timeout_seconds)
         return float(max(1, self.lease_seconds - self.rpc_timeout_seconds))
 
-    def _check_lease_covers(self, timeout: int) -> None:
+    def check_lease_covers(self, timeout: int) -> None:
+        """Refuse (`ConfigError`, saying what to set) a function timeout of `timeout` seconds
+        that this config's lease does not cover: `lease_seconds` must be at least the timeout
+        plus `rpc_timeout_seconds`, the deadline of the "sent" write after the effect, or a
+        redelivery could take the lease over while the first run still works. The one rule,
+        used at import (`trigger_once` and the other decorators), at start-up
+        (`functions/runtime.py`) and by the deploy tools."""
         _require_at_least("function_timeout_seconds", timeout, 1)
         needed = timeout + self.rpc_timeout_seconds
         if self.lease_seconds < needed:

@@ -29,14 +29,14 @@ from dedup.delivery import (
     OutcomeKind,
     Step,
     StepHook,
+    check_handler_side,
     drive,
-    is_async_handler,
 )
-from dedup.errors import ConfigError, StoreUnavailable
+from dedup.errors import StoreUnavailable
 from dedup.firestore_internals import credentials_of
 from dedup.flow_io import FlowIO, Invoke, Records
 from dedup.lease import run_lease
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 from dedup.runs import LiveLeases, Run, SentKeys
 from dedup.store import RecordStore
 from dedup.telemetry import DeliveryTrace, Telemetry
@@ -296,7 +296,7 @@ class Deduplicator(DeduplicatorBase):
         subject: str | None = None,
         database: str | None = None,
         reconcile: Reconcile | None = None,
-        on_ambiguous: str = "rerun",
+        on_ambiguous: str = RERUN,
         source: str | None = None,
     ) -> Outcome:
         """Run `handler` for this event unless its record says it already ran.
@@ -340,13 +340,7 @@ class Deduplicator(DeduplicatorBase):
         """`run` with its options as one value, as the entrances call it: `options` are taken
         as checked (`dedup.entrance.gate` checks a function's at import); the handler is not
         (`ConfigError` for an `async def` one). Returns and raises as `run`."""
-        if is_async_handler(handler):
-            raise ConfigError(
-                f"{getattr(handler, '__qualname__', handler)!r} is an async function: "
-                "Deduplicator runs synchronous handlers only (its coroutine would never be "
-                "awaited); await dedup.aio.AsyncDeduplicator().run(...) instead, or write the "
-                "handler with `def`"
-            )
+        check_handler_side(handler, awaited=False)
         with self.telemetry.delivery(suffix, options.mode) as observed:
             store, same_database = self.records_for(options.database)
             io = BlockingIO(store, self._turns)

@@ -29,7 +29,7 @@ from dedup.entrance import EVENTS, gate
 from dedup.errors import LeaseHeld, MissingEventId
 from dedup.kinds import USES_DEDUP, describe
 from dedup.propagation import continued, from_event
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 
 __all__ = [
@@ -84,7 +84,7 @@ def trigger_once(
     registry: SuffixRegistry | None = None,
     event_id_from: Callable[[Any], str | None] | None = None,
     reconcile: Reconcile | None = None,
-    on_ambiguous: str = "rerun",
+    on_ambiguous: str = RERUN,
 ) -> HandlerDecorator:
     """Make a handler's effect happen once per event, however often the event is delivered.
 

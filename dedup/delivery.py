@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from google.cloud import firestore
 
 from dedup.errors import ConfigError
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 from dedup.record import OutcomeKind as OutcomeKind  # its home is the record's schema
 
 if TYPE_CHECKING:
@@ -189,6 +189,25 @@ def is_async_handler(handler: object) -> bool:
     return callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
 
 
+def check_handler_side(handler: object, *, awaited: bool) -> None:
+    """Refuse (`ConfigError`) a handler of the other side than its front door: an `async def`
+    one where it is called (`Deduplicator`), a `def` one where it is awaited
+    (`AsyncDeduplicator`). The one check of both front doors."""
+    if is_async_handler(handler) == awaited:
+        return
+    name = repr(getattr(handler, "__qualname__", handler))
+    if awaited:
+        raise ConfigError(
+            f"{name} is not an async function: AsyncDeduplicator awaits `async def` handlers; "
+            "run a `def` handler with dedup.Deduplicator"
+        )
+    raise ConfigError(
+        f"{name} is an async function: Deduplicator runs synchronous handlers only (its "
+        "coroutine would never be awaited); await dedup.aio.AsyncDeduplicator().run(...) "
+        "instead, or write the handler with `def`"
+    )
+
+
 StepHook = Callable[[Step, str], None]
 """`hook(step, key)`: called at each `Step` of a delivery (tests, tracing)."""
 
@@ -225,7 +244,7 @@ class EventOptions(NamedTuple):
     """The Firestore database the event came from (where its records live by default)."""
     reconcile: Reconcile | None = None
     """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
-    on_ambiguous: str = "rerun"
+    on_ambiguous: str = RERUN
     """Lease mode: what an ambiguous take-over does when nothing could tell."""
     source: str | None = None
     """Where the event came from (the CloudEvent `source`), kept on the record."""
@@ -233,7 +252,7 @@ class EventOptions(NamedTuple):
     @property
     def chooses_ambiguity(self) -> bool:
         """The function made a choice for an ambiguous take-over (not the default)."""
-        return self.reconcile is not None or self.on_ambiguous != "rerun"
+        return self.reconcile is not None or self.on_ambiguous != RERUN
 
 
 type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]

@@ -36,7 +36,7 @@ from dedup.delivery import EventOptions, is_async_handler
 from dedup.errors import ConfigError
 from dedup.firebase_internals import global_timeout_seconds, on_the_platform
 from dedup.handler_shape import check_handler
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.transitions import validate_suffix
 
@@ -284,7 +284,7 @@ def gate(
     deduplicator: AnyDeduplicator | None,
     registry: SuffixRegistry | None,
     reconcile: Reconcile | None = None,
-    on_ambiguous: str = "rerun",
+    on_ambiguous: str = RERUN,
 ) -> Gate:
     """Check a decorator factory's arguments at import time: `InvalidSuffix` for a bad suffix,
     `ConfigError` for a bad or misspelled DEDUP_* variable when the function uses the process's
@@ -301,7 +301,7 @@ def gate(
         read = process_config()  # the process's one read of DEDUP_*: a bad one stops the import
         timeout = global_timeout_seconds()
         if timeout is not None and on_the_platform(os.environ):
-            replace(read, function_timeout_seconds=timeout)  # a lease that is too short: refused
+            read.check_lease_covers(timeout)  # a lease that is too short: refused at import
     try:
         chosen_mode = Mode(mode)
     except ValueError:

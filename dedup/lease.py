@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any
 
 from dedup.ambiguity import AmbiguityChoice, PastNotes
 from dedup.claims import (
-    RERUN,
     AfterAmbiguity,
     AfterConflict,
     AfterFailure,
@@ -294,7 +293,7 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
             return await _give_back_unstarted(run, lease)
         run.step(Step.AFTER_CLAIM)
         choice = run.ambiguity
-        if lease.ambiguous and choice is not None and _chooses(choice):
+        if lease.ambiguous and choice is not None:  # the function chose (`chooses_ambiguity`)
             settled = await _settle_ambiguity(run, lease, choice)
             if settled is not None:
                 return settled
@@ -321,11 +320,6 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
-
-
-def _chooses(choice: AmbiguityChoice) -> bool:
-    """The function chose something for an ambiguous take-over besides rerunning."""
-    return choice.reconcile is not None or choice.on_ambiguous != RERUN
 
 
 async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:

@@ -267,6 +267,16 @@ def error_text(error: BaseException) -> str:
     return text
 
 
+RERUN = "rerun"
+"""`on_ambiguous="rerun"` (the default): an ambiguous delivery runs the handler again, with the
+same `Delivery.key` (exactly once only if the receiver honours it)."""
+SKIP_AMBIGUOUS = "skip"
+"""`on_ambiguous="skip"`: an ambiguous delivery that nothing reconciled ends the record as
+`unknown` and is acknowledged (at most once)."""
+ON_AMBIGUOUS = (RERUN, SKIP_AMBIGUOUS)
+"""The values of `on_ambiguous`."""
+
+
 class OutcomeKind(StrEnum):
     """What a delivery did; the `outcome` field of its log line."""
 

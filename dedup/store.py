@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from enum import Enum
 from typing import Any, NamedTuple
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 
+from dedup.claims import CommitFailed
 from dedup.errors import DatabaseMismatch, StoreUnavailable
 from dedup.firestore_internals import (
     BoundedTransaction,
@@ -87,31 +87,19 @@ class Conflict(NamedTuple):
     was lost): read the record and look for your own owner token before concluding."""
 
 
-class CommitFailure(Enum):
-    """Why a commit of a transaction or batch failed (see `commit_failure`)."""
-
-    REJECTED = "rejected"
-    """A precondition or a value was refused (AlreadyExists, NotFound, FailedPrecondition,
-    InvalidArgument): nothing was applied. The marker's own precondition, or the handler's
-    writes: read the record to tell which."""
-    CONTENTION = "contention"
-    """Aborted: another transaction held a lock; nothing was applied, try again."""
-    AMBIGUOUS = "ambiguous"
-    """Deadline, unavailable...: the commit may or may not have been applied."""
-    OTHER = "other"
-    """Anything else from Firestore (permission denied...): nothing applied, retryable later."""
-
-
-def commit_failure(exc: BaseException) -> CommitFailure | None:
-    """Classify a Google API error raised by a commit; None if `exc` is not one."""
-    if isinstance(exc, (*PRECONDITION_ERRORS, api_exceptions.InvalidArgument)):
-        return CommitFailure.REJECTED
+def commit_failure(exc: BaseException) -> CommitFailed | None:
+    """Classify a Google API error raised by a commit (`dedup.claims.CommitFailed`, the one
+    vocabulary of failed commits); None if `exc` is not one."""
+    if isinstance(exc, api_exceptions.InvalidArgument):
+        return CommitFailed.INVALID
+    if isinstance(exc, PRECONDITION_ERRORS):
+        return CommitFailed.REFUSED
     if isinstance(exc, api_exceptions.Aborted):
-        return CommitFailure.CONTENTION
+        return CommitFailed.CONTENTION
     if isinstance(exc, TRANSIENT_ERRORS):
-        return CommitFailure.AMBIGUOUS
+        return CommitFailed.AMBIGUOUS
     if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
-        return CommitFailure.OTHER
+        return CommitFailed.OTHER
     return None
 
 

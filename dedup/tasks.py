@@ -46,7 +46,7 @@ from dedup.delivery import Delivery
 from dedup.entrance import TASKS, gate
 from dedup.errors import LeaseHeld, StoreUnavailable
 from dedup.propagation import continued, from_headers
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def task_once(
     deduplicator: Deduplicator | None = None,
     registry: SuffixRegistry | None = None,
     reconcile: Reconcile | None = None,
-    on_ambiguous: str = "rerun",
+    on_ambiguous: str = RERUN,
 ) -> TaskDecorator:
     """Make a task handler's effect happen once per task, however often the task is dispatched.
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import TypeVar
 
 from dedup.config import DedupConfig
@@ -71,4 +70,6 @@ def refuse_unsafe_settings(
     if not on_the_platform(env) or target not in functions:
         return
     config = process_config() if environ is None else DedupConfig.from_env(env)
-    replace(config, function_timeout_seconds=declared_timeout(functions[target]))
+    timeout = declared_timeout(functions[target])
+    if timeout is not None:
+        config.check_lease_covers(timeout)

@@ -22,10 +22,9 @@ from dedup.aio.store import AsyncRecordStore
 from dedup.ambiguity import Reconcile, check_ambiguity
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.core import DeduplicatorBase, run_flow
-from dedup.delivery import EventOptions, HandlerResult, KeyTurns, Outcome, is_async_handler
-from dedup.errors import ConfigError
+from dedup.delivery import EventOptions, HandlerResult, KeyTurns, Outcome, check_handler_side
 from dedup.firestore_internals import credentials_of
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 
 if TYPE_CHECKING:
     from dedup.flow_io import FlowIO, Invoke
@@ -123,7 +122,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         subject: str | None = None,
         database: str | None = None,
         reconcile: Reconcile | None = None,
-        on_ambiguous: str = "rerun",
+        on_ambiguous: str = RERUN,
         source: str | None = None,
     ) -> Outcome:
         """Await `handler` for this event unless its record says it already ran.
@@ -135,8 +134,6 @@ class AsyncDeduplicator(DeduplicatorBase):
         `on_ambiguous` as for `Deduplicator.run`; `reconcile` may be `def` or `async def`
         (awaited), and gets an `AsyncDelivery`.
         """
-        if reconcile is not None or on_ambiguous != "rerun":
-            check_ambiguity("AsyncDeduplicator.run", reconcile, on_ambiguous)
         options = EventOptions(
             Mode(mode),
             payload,
@@ -148,6 +145,8 @@ class AsyncDeduplicator(DeduplicatorBase):
             on_ambiguous,
             source,
         )
+        if options.chooses_ambiguity:
+            check_ambiguity("AsyncDeduplicator.run", reconcile, on_ambiguous)
         return await self.run_event(event_id, suffix, handler, options)
 
     async def run_event(
@@ -155,12 +154,7 @@ class AsyncDeduplicator(DeduplicatorBase):
     ) -> Outcome:
         """`run` with its options as one value, as the entrances call it
         (`Deduplicator.run_event`): `options` are taken as checked, the handler is not."""
-        if not is_async_handler(handler):
-            raise ConfigError(
-                f"{getattr(handler, '__qualname__', handler)!r} is not an async function: "
-                "AsyncDeduplicator awaits `async def` handlers; run a `def` handler with "
-                "dedup.Deduplicator"
-            )
+        check_handler_side(handler, awaited=True)
         with self.telemetry.delivery(suffix, options.mode) as observed:
             io: FlowIO
             io, same_database = self.records_for(options.database)

@@ -27,7 +27,7 @@ from dedup.http.replay import (
     caller_subject,
     settle,
 )
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 from dedup.strict_json import InvalidJSON, check_value
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def idempotent_callable(
     config: DedupConfig | None = None,
     registry: SuffixRegistry | None = None,
     reconcile: Reconcile | None = None,
-    on_ambiguous: str = "rerun",
+    on_ambiguous: str = RERUN,
 ) -> Callable[[CallableHandler], Callable[[https_fn.CallableRequest[Any]], Any]]:
     """The callable variant of `idempotent_http`, under `https_fn.on_call()`.
 

@@ -30,7 +30,7 @@ from dedup.http.problems import (
     unknown_problem,
 )
 from dedup.http.replay import Settled, Settlement, caller_subject, replay, settle, stored_answer
-from dedup.record import Mode
+from dedup.record import RERUN, Mode
 from dedup.strict_json import InvalidJSON
 from dedup.strict_json import loads as strict_loads
 
@@ -91,7 +91,7 @@ def idempotent_http(
     config: DedupConfig | None = None,
     registry: SuffixRegistry | None = None,
     reconcile: Reconcile | None = None,
-    on_ambiguous: str = "rerun",
+    on_ambiguous: str = RERUN,
 ) -> Callable[[HttpHandler], Callable[[flask.Request], flask.Response]]:
     """Make an HTTP handler run once per (caller, Idempotency-Key); see the module docstring.
 

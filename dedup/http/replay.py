@@ -28,7 +28,7 @@ from dedup.errors import LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
 from dedup.http.idempotency import REPLAYED_HEADER, NotStored, StoredResponse
 from dedup.http.problems import Problem
 from dedup.propagation import continued, from_current_request
-from dedup.record import Mode, State, error_text
+from dedup.record import RERUN, Mode, State, error_text
 
 if TYPE_CHECKING:
     from dedup.ambiguity import Reconcile
@@ -119,7 +119,7 @@ def settle(
     wait_seconds: float,
     subject: str | None = None,
     reconcile: Reconcile | None = None,
-    on_ambiguous: str = "rerun",
+    on_ambiguous: str = RERUN,
 ) -> Settlement:
     """Run `handler` once for (event_id, suffix) or find how an earlier request ended.
     `subject` is recorded for `dedup list --subject` (see `caller_subject`); `reconcile` and
