@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from google.cloud import firestore
 
@@ -88,10 +88,23 @@ class DeduplicatorBase:
     checks a delivery passes before any claim (`begin`)."""
 
     def __init__(
-        self, config: DedupConfig | None = None, telemetry: Telemetry | None = None
+        self,
+        config: DedupConfig | None = None,
+        telemetry: Telemetry | None = None,
+        *,
+        client: Any = None,
+        client_factory: Callable[[], Any] | None = None,
+        records: Any = None,
     ) -> None:
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
-        global OpenTelemetry providers)."""
+        global OpenTelemetry providers); the first Firestore client is `client`, else
+        `client_factory()`, else the config's (`new_client`), made on first use; `records`
+        replaces Firestore (a test's in-memory store)."""
+        self._records = records
+        self._given_client = client
+        self._client_factory = client_factory
+        self._lock = threading.Lock()
+        self._turns = KeyTurns()
         self.config = config if config is not None else DedupConfig.from_env()
         self.telemetry = telemetry if telemetry is not None else Telemetry()
         """Spans and metrics of the deliveries (`dedup.telemetry`)."""
@@ -102,12 +115,64 @@ class DeduplicatorBase:
         self.step_hook: StepHook | None = None
         """Called with each `Step` a delivery reaches (crash tests, tracing); None: nothing."""
 
-    _records: Any = None
-    """The records given at construction (a test's in-memory store), else None: Firestore."""
+    def new_client(self, database: str, *, like: Any = None) -> Any:
+        """A Firestore client of this front door's side (sync or async) on `database`: with
+        the project and credentials of the client `like`, else of the config."""
+        raise NotImplementedError
+
+    def new_store(self, client: Any) -> Any:
+        """The record store of this front door's side over `client`."""
+        raise NotImplementedError
+
+    def store_table(self) -> dict[str | None, Any]:
+        """The stores made so far, by database (None: the first client's), that a delivery
+        of this thread or event loop may use."""
+        raise NotImplementedError
+
+    def first_store(self) -> Any:
+        """The record store of the first client (made on first use: the given client, else
+        `client_factory()`, else `new_client` on the config's database)."""
+        with self._lock:
+            return self._first_store(self.store_table())
+
+    def _first_store(self, stores: dict[str | None, Any]) -> Any:
+        first = stores.get(None)
+        if first is None:
+            client = self._given_client
+            if client is None and self._client_factory is not None:
+                client = self._client_factory()
+            if client is None:
+                client = self.new_client(self.config.database or DEFAULT_DATABASE)
+            first = stores[None] = self.new_store(client)
+        return first
 
     def store_for(self, event_database: str | None = None) -> Any:
-        """The Firestore record store for an event from `event_database` (each front door's)."""
-        raise NotImplementedError
+        """The record store for an event from `event_database`: records live in the config's
+        database (DEDUP_DATABASE), else the event's, else the first client's. Clients are
+        made on first use; the one place both front doors choose."""
+        with self._lock:
+            stores = self.store_table()
+            first = self._first_store(stores)
+            wanted = self.config.database or event_database or first.database
+            if wanted == first.database:
+                return first
+            found = stores.get(wanted)
+            if found is None:
+                found = stores[wanted] = self.new_store(self.new_client(wanted, like=first.client))
+            return found
+
+    awaits_handlers = False
+    """The side of this front door: True for `AsyncDeduplicator` (its handlers are awaited)."""
+
+    def checked(self, options: EventOptions, where: str) -> EventOptions:
+        """`options` of an explicit `run` call, once checked: `ConfigError` naming `where` for an
+        `on_ambiguous` that is not "rerun"/"skip", a `reconcile` that is not callable, or an
+        `async def` one given to the sync side (entrances check theirs at import)."""
+        if options.chooses_ambiguity:
+            check_ambiguity(where, options.reconcile, options.on_ambiguous)
+            if not self.awaits_handlers:
+                check_sync_reconcile(where, options.reconcile)
+        return options
 
     def records_for(self, event_database: str | None = None) -> tuple[Any, bool]:
         """Where the records of an event from `event_database` are kept (the records given at
@@ -217,32 +282,34 @@ class Deduplicator(DeduplicatorBase):
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
         global OpenTelemetry providers). `records`: keep the records in this store instead of
         Firestore (any `dedup.flow_io.Records`, such as the tests' in-memory store)."""
-        super().__init__(config, telemetry)
-        self._records = records
-        self._given_client = client
-        self._client_factory = client_factory
-        self._store: RecordStore | None = None
-        self._stores: dict[str, RecordStore] = {}
-        self._lock = threading.Lock()
-        self._turns = KeyTurns()
+        super().__init__(
+            config, telemetry, client=client, client_factory=client_factory, records=records
+        )
+        self._stores: dict[str | None, RecordStore] = {}
+
+    def new_client(self, database: str, *, like: Any = None) -> firestore.Client:
+        """A sync `firestore.Client` on `database` (see `DeduplicatorBase.new_client`)."""
+        if like is None:
+            return firestore.Client(project=self.config.project, database=database)
+        return firestore.Client(
+            project=like.project, credentials=credentials_of(like), database=database
+        )
+
+    def new_store(self, client: firestore.Client) -> RecordStore:
+        """A `RecordStore` over `client`."""
+        return RecordStore(
+            client, self.config.collection, rpc_timeout_seconds=self.config.rpc_timeout_seconds
+        )
+
+    def store_table(self) -> dict[str | None, RecordStore]:
+        """One table for every thread."""
+        return self._stores
 
     @property
     def store(self) -> RecordStore:
-        """The record store, creating the Firestore client on first use."""
-        if self._store is None:
-            with self._lock:
-                if self._store is None:
-                    client = self._given_client
-                    if client is None:
-                        factory = self._client_factory or self._default_client
-                        client = factory()
-                    store = RecordStore(
-                        client,
-                        self.config.collection,
-                        rpc_timeout_seconds=self.config.rpc_timeout_seconds,
-                    )
-                    self._store = store
-        return self._store
+        """The record store of the first client, creating it on first use."""
+        store: RecordStore = self.first_store()
+        return store
 
     @property
     def records(self) -> Records:
@@ -252,36 +319,10 @@ class Deduplicator(DeduplicatorBase):
         records: Records = self.records_for()[0]
         return records
 
-    def _default_client(self) -> firestore.Client:
-        database = self.config.database or DEFAULT_DATABASE
-        return firestore.Client(project=self.config.project, database=database)
-
     def records_database(self, event_database: str | None = None) -> str:
         """Where the records of an event from `event_database` live: the config's database
         (DEDUP_DATABASE) when set, else the event's, else the first client's."""
         return self.config.database or event_database or self.store.database
-
-    def store_for(self, event_database: str | None = None) -> RecordStore:
-        """The record store of `records_database(event_database)` (created on first use)."""
-        first = self.store
-        wanted = self.records_database(event_database)
-        if wanted == first.database:
-            return first
-        with self._lock:
-            found = self._stores.get(wanted)
-            if found is None:
-                client = firestore.Client(
-                    project=first.client.project,
-                    credentials=credentials_of(first.client),
-                    database=wanted,
-                )
-                found = RecordStore(
-                    client,
-                    self.config.collection,
-                    rpc_timeout_seconds=self.config.rpc_timeout_seconds,
-                )
-                self._stores[wanted] = found
-            return found
 
     def run(
         self,
@@ -318,20 +359,8 @@ class Deduplicator(DeduplicatorBase):
         produced the effect) asks `reconcile(delivery)` first, then follows `on_ambiguous`
         ("rerun" or "skip"; see `dedup.ambiguity`): outcomes `reconciled` and `ambiguous`.
         """
-        options = EventOptions(
-            Mode(mode),
-            payload,
-            event_time,
-            document_path,
-            subject,
-            database,
-            reconcile,
-            on_ambiguous,
-            source,
-        )
-        if options.chooses_ambiguity:
-            check_ambiguity("Deduplicator.run", reconcile, on_ambiguous)
-            check_sync_reconcile("Deduplicator.run", reconcile)
+        fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
+        options = self.checked(EventOptions(Mode(mode), *fields, source), "Deduplicator.run")
         return self.run_event(event_id, suffix, handler, options)
 
     def run_event(
@@ -354,18 +383,20 @@ class Deduplicator(DeduplicatorBase):
 
 
 _default_lock = threading.Lock()
-_defaults: dict[DedupConfig | None, Deduplicator] = {}
+_defaults: dict[tuple[type, DedupConfig | None], Any] = {}
+
+
+def default_instance[D: DeduplicatorBase](kind: type[D], config: DedupConfig | None = None) -> D:
+    """The process's shared front door of class `kind` for `config` (None: from the
+    environment): created on first request without touching the network; later calls with an
+    equal config return the same instance, so every function shares one Firestore client."""
+    with _default_lock:
+        found = _defaults.get((kind, config))
+        if found is None:
+            found = _defaults[(kind, config)] = kind(config)
+        return cast(D, found)
 
 
 def default_deduplicator(config: DedupConfig | None = None) -> Deduplicator:
-    """The process's shared Deduplicator for `config` (None: from the environment).
-
-    Created on first request without touching the network; later calls with an equal config
-    return the same instance, so every decorated function shares one Firestore client.
-    """
-    with _default_lock:
-        found = _defaults.get(config)
-        if found is None:
-            found = Deduplicator(config)
-            _defaults[config] = found
-        return found
+    """The process's shared Deduplicator for `config` (`default_instance`)."""
+    return default_instance(Deduplicator, config)

@@ -114,16 +114,7 @@ def trigger_once(
     (default) runs the handler again with the same key, "skip" records `unknown` and returns
     (at most once). `ConfigError` here for any other value or a `reconcile` not callable.
     """
-    entry = gate(
-        EVENTS,
-        suffix,
-        mode=mode,
-        config=config,
-        deduplicator=deduplicator,
-        registry=registry,
-        reconcile=reconcile,
-        on_ambiguous=on_ambiguous,
-    )
+    entry = gate(EVENTS, suffix, mode, config, deduplicator, registry, reconcile, on_ambiguous)
 
     def options_for(event: object) -> tuple[str | None, EventOptions]:
         """The dedup id of `event` and its options: the function's, completed with the event's."""

@@ -278,7 +278,6 @@ class Gate(NamedTuple):
 def gate(
     kind: EntranceKind,
     suffix: str,
-    *,
     mode: Mode | str,
     config: DedupConfig | None,
     deduplicator: AnyDeduplicator | None,

@@ -164,16 +164,7 @@ def task_once(
     any record is read or written. `reconcile` and `on_ambiguous`: as for `trigger_once` (a
     skipped ambiguous task is answered 200, so Cloud Tasks stops).
     """
-    entry = gate(
-        TASKS,
-        suffix,
-        mode=mode,
-        config=config,
-        deduplicator=deduplicator,
-        registry=registry,
-        reconcile=reconcile,
-        on_ambiguous=on_ambiguous,
-    )
+    entry = gate(TASKS, suffix, mode, config, deduplicator, registry, reconcile, on_ambiguous)
 
     def decorate(handler: TaskHandler) -> TaskFunction:
         admitted = entry.admit(handler)

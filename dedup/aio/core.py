@@ -9,7 +9,6 @@ Everything but the I/O is the sync path's: the checks before any claim and the c
 from __future__ import annotations
 
 import asyncio
-import threading
 import weakref
 from collections.abc import Callable
 from datetime import datetime
@@ -19,10 +18,10 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
-from dedup.ambiguity import Reconcile, check_ambiguity
-from dedup.config import DEFAULT_DATABASE, DedupConfig
-from dedup.core import DeduplicatorBase, run_flow
-from dedup.delivery import EventOptions, HandlerResult, KeyTurns, Outcome, check_handler_side
+from dedup.ambiguity import Reconcile
+from dedup.config import DedupConfig
+from dedup.core import DeduplicatorBase, default_instance, run_flow
+from dedup.delivery import EventOptions, HandlerResult, Outcome, check_handler_side
 from dedup.firestore_internals import credentials_of
 from dedup.record import RERUN, Mode
 
@@ -42,6 +41,8 @@ class AsyncDeduplicator(DeduplicatorBase):
     `AsyncClient(project, database)` of the config; the caches are shared by all loops.
     """
 
+    awaits_handlers = True
+
     def __init__(
         self,
         config: DedupConfig | None = None,
@@ -54,50 +55,23 @@ class AsyncDeduplicator(DeduplicatorBase):
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
         global OpenTelemetry providers). `records`: keep the records in this async store, on
         every event loop, instead of Firestore (such as the tests' in-memory store)."""
-        super().__init__(config, telemetry)
-        self._records = records
-        self._given_client = client
-        self._client_factory = client_factory
-        self._turns = KeyTurns()
+        super().__init__(
+            config, telemetry, client=client, client_factory=client_factory, records=records
+        )
         self._stores: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[str | None, AsyncRecordStore]
         ] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
 
-    @property
-    def store(self) -> AsyncRecordStore:
-        """The record store of the running event loop, creating its client on first use."""
-        return self.store_for(None)
+    def new_client(self, database: str, *, like: Any = None) -> AsyncClient:
+        """An `AsyncClient` on `database` (see `DeduplicatorBase.new_client`)."""
+        if like is None:
+            return AsyncClient(project=self.config.project, database=database)
+        return AsyncClient(
+            project=like.project, credentials=credentials_of(like), database=database
+        )
 
-    def store_for(self, event_database: str | None = None) -> AsyncRecordStore:
-        """The running loop's record store for an event from `event_database`: records live
-        in the config's database (DEDUP_DATABASE), else the event's, else the first client's
-        (as `Deduplicator.records_database`); clients are created on first use."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            stores = self._stores.setdefault(loop, {})
-            first = stores.get(None)
-            if first is None:
-                client = self._given_client
-                if client is None:
-                    factory = self._client_factory or self._default_client
-                    client = factory()
-                first = stores[None] = self._store_of(client)
-            wanted = self.config.database or event_database or first.database
-            if wanted == first.database:
-                return first
-            found = stores.get(wanted)
-            if found is None:
-                found = stores[wanted] = self._store_of(
-                    AsyncClient(
-                        project=first.client.project,
-                        credentials=credentials_of(first.client),
-                        database=wanted,
-                    )
-                )
-            return found
-
-    def _store_of(self, client: AsyncClient) -> AsyncRecordStore:
+    def new_store(self, client: AsyncClient) -> AsyncRecordStore:
+        """An `AsyncRecordStore` over `client`."""
         return AsyncRecordStore(
             client,
             self.config.collection,
@@ -105,9 +79,16 @@ class AsyncDeduplicator(DeduplicatorBase):
             rpc_timeout_seconds=self.config.rpc_timeout_seconds,
         )
 
-    def _default_client(self) -> AsyncClient:
-        database = self.config.database or DEFAULT_DATABASE
-        return AsyncClient(project=self.config.project, database=database)
+    def store_table(self) -> dict[str | None, AsyncRecordStore]:
+        """The running event loop's table: a gRPC asyncio channel belongs to the loop that made
+        it, so each loop gets clients of its own."""
+        return self._stores.setdefault(asyncio.get_running_loop(), {})
+
+    @property
+    def store(self) -> AsyncRecordStore:
+        """The record store of the running event loop, creating its client on first use."""
+        store: AsyncRecordStore = self.store_for(None)
+        return store
 
     async def run(
         self,
@@ -134,19 +115,8 @@ class AsyncDeduplicator(DeduplicatorBase):
         `on_ambiguous` as for `Deduplicator.run`; `reconcile` may be `def` or `async def`
         (awaited), and gets an `AsyncDelivery`.
         """
-        options = EventOptions(
-            Mode(mode),
-            payload,
-            event_time,
-            document_path,
-            subject,
-            database,
-            reconcile,
-            on_ambiguous,
-            source,
-        )
-        if options.chooses_ambiguity:
-            check_ambiguity("AsyncDeduplicator.run", reconcile, on_ambiguous)
+        fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
+        options = self.checked(EventOptions(Mode(mode), *fields, source), "AsyncDeduplicator.run")
         return await self.run_event(event_id, suffix, handler, options)
 
     async def run_event(
@@ -191,16 +161,6 @@ def _timed(observed: DeliveryTrace, handler: AsyncHandler) -> AsyncHandler:
     return call
 
 
-_default_lock = threading.Lock()
-_defaults: dict[DedupConfig | None, AsyncDeduplicator] = {}
-
-
 def default_async_deduplicator(config: DedupConfig | None = None) -> AsyncDeduplicator:
-    """The process's shared AsyncDeduplicator for `config` (None: from the environment),
-    created on first request without touching the network (see `default_deduplicator`)."""
-    with _default_lock:
-        found = _defaults.get(config)
-        if found is None:
-            found = AsyncDeduplicator(config)
-            _defaults[config] = found
-        return found
+    """The process's shared AsyncDeduplicator for `config` (`dedup.core.default_instance`)."""
+    return default_instance(AsyncDeduplicator, config)

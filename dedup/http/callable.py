@@ -94,16 +94,7 @@ def idempotent_callable(
     `idempotent_http`; a call skipped as ambiguous, and every retry with its key, raises
     `outcome-unknown` (FAILED_PRECONDITION).
     """
-    entry = gate(
-        CALLABLE,
-        suffix,
-        mode=mode,
-        config=config,
-        deduplicator=deduplicator,
-        registry=registry,
-        reconcile=reconcile,
-        on_ambiguous=on_ambiguous,
-    )
+    entry = gate(CALLABLE, suffix, mode, config, deduplicator, registry, reconcile, on_ambiguous)
 
     def decorate(handler: CallableHandler) -> Callable[[https_fn.CallableRequest[Any]], Any]:
         admitted = entry.admit(handler)

@@ -107,16 +107,7 @@ def idempotent_http(
     every retry with its key, is answered 409 `outcome-unknown` (`unknown_problem`), and one
     that `reconcile` confirmed 410 `response-not-stored` (there is no response to replay).
     """
-    entry = gate(
-        HTTP,
-        suffix,
-        mode=mode,
-        config=config,
-        deduplicator=deduplicator,
-        registry=registry,
-        reconcile=reconcile,
-        on_ambiguous=on_ambiguous,
-    )
+    entry = gate(HTTP, suffix, mode, config, deduplicator, registry, reconcile, on_ambiguous)
     if max_body_bytes < 1 or wait_seconds < 0 or retry_after_seconds < 0:
         raise ConfigError(
             "max_body_bytes must be positive, wait_seconds and retry_after_seconds not negative"

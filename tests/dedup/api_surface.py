@@ -74,7 +74,10 @@ def describe(obj: Any) -> dict[str, Any]:
         if issubclass(obj, enum.Enum):
             return {"kind": "enum", "members": sorted(m.name for m in obj)}
         members: dict[str, Any] = {}
-        for name, value in vars(obj).items():
+        # A member a base class of the library defines serves callers as well as the class's
+        # own (the most derived definition wins).
+        own = [c for c in reversed(obj.__mro__) if c.__module__.startswith("dedup")]
+        for name, value in {k: v for c in own for k, v in vars(c).items()}.items():
             if name.startswith("_"):
                 continue
             if isinstance(value, property | functools.cached_property):
