@@ -49,7 +49,25 @@ def _seconds(timeout: RpcTimeout) -> float:
     return timeout() if callable(timeout) else timeout
 
 
-class BoundedTransaction(Transaction):
+class _Bounded:
+    """The time bounds both bounded transactions keep: each RPC's (`timeout`, a callable asked
+    before each RPC), the rollback's, and the begin's retry of transient errors."""
+
+    _bound: RpcTimeout
+    _rollback_bound: RpcTimeout
+    _begin_retry: Any
+
+    def _bind(self, timeout: RpcTimeout, rollback_timeout: RpcTimeout | None, retry: Any) -> None:
+        self._bound = timeout
+        self._rollback_bound = timeout if rollback_timeout is None else rollback_timeout
+        self._begin_retry = retry
+
+    @property
+    def _rpc_timeout(self) -> float:
+        return _seconds(self._bound)
+
+
+class BoundedTransaction(_Bounded, Transaction):
     """A `firestore.Transaction` whose begin, commit and rollback are bounded in time, and
     which begins only when the handler first reads through it.
 
@@ -82,13 +100,7 @@ class BoundedTransaction(Transaction):
         self._armed = False
         self._retry_id: bytes | None = None
         super().__init__(client, max_attempts=max_attempts)
-        self._bound = timeout
-        self._rollback_bound: RpcTimeout = timeout if rollback_timeout is None else rollback_timeout
-        self._begin_retry = begin_retry
-
-    @property
-    def _rpc_timeout(self) -> float:
-        return _seconds(self._bound)
+        self._bind(timeout, rollback_timeout, begin_retry)
 
     @property
     def in_progress(self) -> bool:
@@ -138,7 +150,7 @@ class BoundedTransaction(Transaction):
         return _committed(self, api.commit(**_commit_call(self, self._rpc_timeout)))
 
 
-class BoundedAsyncTransaction(AsyncTransaction):
+class BoundedAsyncTransaction(_Bounded, AsyncTransaction):
     """An `AsyncTransaction` whose begin, commit and rollback are bounded in time (the library
     passes no timeout, and retries its commit); the async twin of `BoundedTransaction`, begun
     when entered as the library does."""
@@ -157,13 +169,7 @@ class BoundedAsyncTransaction(AsyncTransaction):
         `rollback_timeout` (see `BoundedTransaction`), and a begin retries transient errors by
         `begin_retry`."""
         super().__init__(client, max_attempts=max_attempts)
-        self._bound = timeout
-        self._rollback_bound: RpcTimeout = timeout if rollback_timeout is None else rollback_timeout
-        self._begin_retry = begin_retry
-
-    @property
-    def _rpc_timeout(self) -> float:
-        return _seconds(self._bound)
+        self._bind(timeout, rollback_timeout, begin_retry)
 
     async def _begin(self, retry_id: bytes | None = None) -> None:
         if self.in_progress:
