@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dedup.delivery import SYNC_DELIVERIES, DeliveryKinds, RunNotes, is_async_handler
+from dedup.delivery import SYNC_DELIVERIES, DeliveryKinds, RunNotes
 from dedup.errors import ConfigError
+from dedup.handler_shape import is_async_handler
 from dedup.record import ON_AMBIGUOUS, RERUN
 
 if TYPE_CHECKING:

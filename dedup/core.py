@@ -29,12 +29,12 @@ from dedup.delivery import (
     OutcomeKind,
     Step,
     StepHook,
-    check_handler_side,
     drive,
 )
 from dedup.errors import StoreUnavailable
 from dedup.firestore_internals import credentials_of
 from dedup.flow_io import FlowIO, Invoke, Records
+from dedup.handler_shape import check_handler_side
 from dedup.lease import run_lease
 from dedup.record import RERUN, Mode
 from dedup.runs import LiveLeases, Run, SentKeys
@@ -164,10 +164,13 @@ class DeduplicatorBase:
     awaits_handlers = False
     """The side of this front door: True for `AsyncDeduplicator` (its handlers are awaited)."""
 
-    def checked(self, options: EventOptions, where: str) -> EventOptions:
-        """`options` of an explicit `run` call, once checked: `ConfigError` naming `where` for an
+    def checked(self, options: EventOptions, where: str, handler: object) -> EventOptions:
+        """`options` of an explicit `run` call, once checked with its `handler`: `ConfigError`
+        naming `where` for a handler of the other side (`check_handler_side`), an
         `on_ambiguous` that is not "rerun"/"skip", a `reconcile` that is not callable, or an
-        `async def` one given to the sync side (entrances check theirs at import)."""
+        `async def` one given to the sync side. Entrances check theirs at import, so
+        `run_event` takes its arguments as checked."""
+        check_handler_side(handler, awaited=self.awaits_handlers)
         if options.chooses_ambiguity:
             check_ambiguity(where, options.reconcile, options.on_ambiguous)
             if not self.awaits_handlers:
@@ -360,16 +363,17 @@ class Deduplicator(DeduplicatorBase):
         ("rerun" or "skip"; see `dedup.ambiguity`): outcomes `reconciled` and `ambiguous`.
         """
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
-        options = self.checked(EventOptions(Mode(mode), *fields, source), "Deduplicator.run")
-        return self.run_event(event_id, suffix, handler, options)
+        options = EventOptions(Mode(mode), *fields, source)
+        return self.run_event(
+            event_id, suffix, handler, self.checked(options, "Deduplicator.run", handler)
+        )
 
     def run_event(
         self, event_id: str | None, suffix: str, handler: Handler, options: EventOptions
     ) -> Outcome:
-        """`run` with its options as one value, as the entrances call it: `options` are taken
-        as checked (`dedup.entrance.gate` checks a function's at import); the handler is not
-        (`ConfigError` for an `async def` one). Returns and raises as `run`."""
-        check_handler_side(handler, awaited=False)
+        """`run` with its options as one value, as the entrances call it: `options` and the
+        handler are taken as checked (`dedup.entrance.gate` checks a function's at import,
+        `run` its own arguments). Returns and raises as `run`."""
         with self.telemetry.delivery(suffix, options.mode) as observed:
             store, same_database = self.records_for(options.database)
             io = BlockingIO(store, self._turns)

@@ -7,7 +7,6 @@ points a delivery passes, for test hooks (crash injection) and tracing.
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import time
@@ -179,33 +178,6 @@ HandlerResult = Mapping[str, Any] | None
 
 Handler = Callable[[Delivery], HandlerResult]
 """The explicit form's handler: called with the delivery; returns None or a result map."""
-
-
-def is_async_handler(handler: object) -> bool:
-    """True when calling `handler` returns a coroutine: an `async def` function (or a partial
-    of one), or an object whose `__call__` is one."""
-    if inspect.iscoroutinefunction(handler):
-        return True
-    return callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
-
-
-def check_handler_side(handler: object, *, awaited: bool) -> None:
-    """Refuse (`ConfigError`) a handler of the other side than its front door: an `async def`
-    one where it is called (`Deduplicator`), a `def` one where it is awaited
-    (`AsyncDeduplicator`). The one check of both front doors."""
-    if is_async_handler(handler) == awaited:
-        return
-    name = repr(getattr(handler, "__qualname__", handler))
-    if awaited:
-        raise ConfigError(
-            f"{name} is not an async function: AsyncDeduplicator awaits `async def` handlers; "
-            "run a `def` handler with dedup.Deduplicator"
-        )
-    raise ConfigError(
-        f"{name} is an async function: Deduplicator runs synchronous handlers only (its "
-        "coroutine would never be awaited); await dedup.aio.AsyncDeduplicator().run(...) "
-        "instead, or write the handler with `def`"
-    )
 
 
 StepHook = Callable[[Step, str], None]

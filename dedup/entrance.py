@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile
 from dedup.core import Deduplicator, default_deduplicator
-from dedup.delivery import EventOptions, is_async_handler
+from dedup.delivery import EventOptions
 from dedup.errors import ConfigError
 from dedup.firebase_internals import global_timeout_seconds, on_the_platform
-from dedup.handler_shape import check_handler
+from dedup.handler_shape import check_handler, is_async_handler
 from dedup.record import RERUN, Mode
 from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.transitions import validate_suffix

@@ -4,7 +4,9 @@ SDK would register the handler itself, and the function would deploy without ded
 all), and a handler that cannot be called with the arguments its trigger kind passes (every
 delivery would fail with a `TypeError`, be retried, and end dead).
 
-`check_handler` raises a `ConfigError` naming the function and what to write instead.
+`check_handler` raises a `ConfigError` naming the function and what to write instead;
+`check_handler_side` refuses, on every explicit `run`, a handler of the other side (sync or
+async) than its front door.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from dedup.errors import ConfigError
 from dedup.firebase_internals import platform_wrapped
 
-__all__ = ["check_handler"]
+__all__ = ["check_handler", "check_handler_side", "is_async_handler"]
 
 
 def check_handler(
@@ -55,3 +57,30 @@ def check_handler(
             f"with {len(parameters)} argument{'s' if len(parameters) > 1 else ''}; write it as "
             f"`{keyword} {name}({arguments})` (its signature is {name}{signature})"
         ) from None
+
+
+def is_async_handler(handler: object) -> bool:
+    """True when calling `handler` returns a coroutine: an `async def` function (or a partial
+    of one), or an object whose `__call__` is one."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    return callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
+
+
+def check_handler_side(handler: object, *, awaited: bool) -> None:
+    """Refuse (`ConfigError`) a handler of the other side than its front door: an `async def`
+    one where it is called (`Deduplicator`), a `def` one where it is awaited
+    (`AsyncDeduplicator`). The one check of both front doors."""
+    if is_async_handler(handler) == awaited:
+        return
+    name = repr(getattr(handler, "__qualname__", handler))
+    if awaited:
+        raise ConfigError(
+            f"{name} is not an async function: AsyncDeduplicator awaits `async def` handlers; "
+            "run a `def` handler with dedup.Deduplicator"
+        )
+    raise ConfigError(
+        f"{name} is an async function: Deduplicator runs synchronous handlers only (its "
+        "coroutine would never be awaited); await dedup.aio.AsyncDeduplicator().run(...) "
+        "instead, or write the handler with `def`"
+    )

@@ -21,7 +21,7 @@ from dedup.aio.store import AsyncRecordStore
 from dedup.ambiguity import Reconcile
 from dedup.config import DedupConfig
 from dedup.core import DeduplicatorBase, default_instance, run_flow
-from dedup.delivery import EventOptions, HandlerResult, Outcome, check_handler_side
+from dedup.delivery import EventOptions, HandlerResult, Outcome
 from dedup.firestore_internals import credentials_of
 from dedup.record import RERUN, Mode
 
@@ -116,15 +116,15 @@ class AsyncDeduplicator(DeduplicatorBase):
         (awaited), and gets an `AsyncDelivery`.
         """
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
-        options = self.checked(EventOptions(Mode(mode), *fields, source), "AsyncDeduplicator.run")
+        options = EventOptions(Mode(mode), *fields, source)
+        options = self.checked(options, "AsyncDeduplicator.run", handler)
         return await self.run_event(event_id, suffix, handler, options)
 
     async def run_event(
         self, event_id: str | None, suffix: str, handler: AsyncHandler, options: EventOptions
     ) -> Outcome:
         """`run` with its options as one value, as the entrances call it
-        (`Deduplicator.run_event`): `options` are taken as checked, the handler is not."""
-        check_handler_side(handler, awaited=True)
+        (`Deduplicator.run_event`): `options` and the handler are taken as checked."""
         with self.telemetry.delivery(suffix, options.mode) as observed:
             io: FlowIO
             io, same_database = self.records_for(options.database)
