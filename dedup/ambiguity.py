@@ -24,15 +24,20 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dedup.delivery import SYNC_DELIVERIES, DeliveryKinds, RunNotes
+from dedup.claims import AfterAmbiguity, after_ambiguity
+from dedup.delivery import NO_NOTES, SYNC_DELIVERIES, DeliveryKinds, Outcome, RunNotes
 from dedup.errors import ConfigError
 from dedup.handler_shape import is_async_handler
-from dedup.record import ON_AMBIGUOUS, RERUN
+from dedup.record import ON_AMBIGUOUS, RERUN, OutcomeKind, Record, State, error_text
+from dedup.transitions import finished, precondition
 
 if TYPE_CHECKING:
+    from dedup.lease import Lease
     from dedup.runs import Run
+    from dedup.store import Snapshot
 
 type Reconcile = Callable[[Any], bool | None] | Callable[[Any], Awaitable[bool | None]]
 """`reconcile(delivery) -> True | False | None`: did an earlier attempt produce the effect?
@@ -103,3 +108,64 @@ class PastNotes:
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
         """Refused: nothing may be noted without the lease."""
         raise ConfigError(f"{self.run.path}: delivery.note is for a handler holding the lease")
+
+    def run_step(self, name: str, *call: Any) -> Coroutine[Any, Any, Any]:
+        """Refused: `reconcile` runs no steps."""
+        raise ConfigError(f"{self.run.path}: delivery.step is for a handler holding the lease")
+
+
+# The lease flow's two questions to `reconcile` (`dedup.lease`).
+
+
+async def _ask(run: Run, choice: AmbiguityChoice, notes: Any) -> bool | None:
+    """`reconcile`'s answer (None without one), its delivery's notes read from `notes`. One
+    that raises is reported and re-raised: nothing is written, so the next delivery after this
+    lease asks again."""
+    try:
+        return await choice.ask(run, notes)
+    except Exception as exc:
+        run.finish(
+            OutcomeKind.UNAVAILABLE,
+            error=f"reconcile raised {error_text(exc)}; the next delivery after this "
+            "lease asks again",
+        )
+        raise
+
+
+async def settle_ambiguity(run: Run, lease: Lease, choice: AmbiguityChoice) -> Outcome | None:
+    """An ambiguous take-over (`dedup.claims.after_ambiguity`): ask `reconcile`, then record
+    "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
+    verdict = await _ask(run, choice, lease)
+    after = after_ambiguity(verdict, choice.on_ambiguous)
+    if after is AfterAmbiguity.RUN:
+        return None
+    owner = lease.owner
+    if after is AfterAmbiguity.RECONCILED:
+        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
+        await lease.write(fields, State.SENT, "mark sent", lease.ends)
+        run.sent_keys.add(run.key, run.payload_hash)
+        return run.finish(OutcomeKind.RECONCILED)
+    fields = finished(State.UNKNOWN, owner=owner, expire_at=run.expire_at())
+    await lease.write(fields, State.UNKNOWN, "mark unknown", lease.ends)
+    return run.finish(OutcomeKind.AMBIGUOUS)
+
+
+async def reconcile_before_burial(
+    run: Run, record: Record, snapshot: Snapshot, owner: str
+) -> Outcome | None:
+    """The last allowed attempt's lease expired: before burying the event, ask `reconcile`
+    whether that attempt produced the effect. True records "sent" (`reconciled: true`),
+    guarded by the record as read; anything else returns None (mark it dead). A reconcile that
+    raises writes nothing and is asked again by the next delivery."""
+    assert run.ambiguity is not None
+    verdict = await _ask(run, run.ambiguity, PastNotes(run, record.notes or NO_NOTES))
+    if verdict is not True:
+        return None
+    fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
+    written = await run.io.update_if_unchanged(
+        run.key, fields, precondition(snapshot), action="mark sent"
+    )
+    if not isinstance(written, datetime):
+        return None  # the record moved meanwhile: burying it re-reads and decides again
+    run.sent_keys.add(run.key, run.payload_hash)
+    return run.finish(OutcomeKind.RECONCILED)

@@ -1,8 +1,6 @@
-"""What a handler is told (`Delivery`) and what a delivery did (`Outcome`, `OutcomeKind`).
-
-The types every layer shares: the flows (`dedup.lease`, `dedup.atomic`) build them, the front
-door (`dedup.core.Deduplicator`) returns them, handlers receive a `Delivery`. `Step` names the
-points a delivery passes, for test hooks (crash injection) and tracing.
+"""What a handler is told (`Delivery`), what a delivery did (`Outcome`), the points it passes
+(`Step`, for crash tests and tracing), and how a flow runs on the caller's thread (`drive`,
+`BlockingIO`, `KeyTurns`): the types every layer shares.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from google.cloud import firestore
 
 from dedup.errors import ConfigError
-from dedup.record import RERUN, Mode
+from dedup.record import RERUN, STEP_NAME, Mode
 from dedup.record import OutcomeKind as OutcomeKind  # its home is the record's schema
 
 if TYPE_CHECKING:
@@ -61,6 +59,12 @@ class Step(StrEnum):
     the marker are buffered, the commit not yet sent."""
     AFTER_MARK = "after_mark"
     """The outcome is recorded (lease mode) or committed (atomic modes)."""
+    BEFORE_STEP = "before_step"
+    """`delivery.step`: a step not recorded yet starts (at most once: before its start)."""
+    AFTER_STEP_CALL = "after_step_call"
+    """A plain or at-most-once step's call returned; its value is not recorded yet."""
+    AFTER_STEP_RECORD = "after_step_record"
+    """A step's value is recorded (a transactional step's with its writes)."""
 
 
 NO_NOTES: Mapping[str, Any] = MappingProxyType({})
@@ -77,12 +81,16 @@ class RunNotes(Protocol):
         ...
 
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
-        """Record `fields` with the notes (one fenced write); raises `LeaseLost` when the lease
-        is no longer this delivery's, `ConfigError` outside lease mode."""
+        """Record `fields` with the notes (one fenced write; `LeaseLost`, `ConfigError`)."""
         ...
 
     def time_left(self) -> float:
         """Seconds left of the delivery's time budget (0 or less: spent)."""
+        ...
+
+    def run_step(self, name: str, *how: Any) -> Coroutine[Any, Any, Any]:
+        """`delivery.step(name, ...)` (`dedup.lease.Lease.run_step`); `ConfigError` without a
+        lease."""
         ...
 
 
@@ -113,15 +121,19 @@ class DeliveryIdentity:
         return self.run_notes.notes if self.run_notes is not None else NO_NOTES
 
     def time_left(self) -> float | None:
-        """Seconds left of this delivery's time budget (`DedupConfig.delivery_budget_seconds`,
-        the function's timeout), never below 0; None for a delivery built by hand. Bound the
-        handler's own calls by it, their retries included (`ref.get(transaction=...,
-        retry=Retry(timeout=left), timeout=left)`, an HTTP request's timeout), so that the
-        whole delivery ends within the function's timeout: `dedup` bounds its own work, not
-        the handler's (docs/configuration.md)."""
+        """Seconds left of this delivery's time budget (the function's timeout), never below
+        0; None for a delivery built by hand. Bound the handler's own calls by it, retries
+        included: `dedup` bounds its own work, not the handler's (docs/configuration.md)."""
         if self.run_notes is None:
             return None
         return max(0.0, self.run_notes.time_left())
+
+    def step_key(self, name: str) -> str:
+        """Step `name`'s idempotency key, `<key>/<name>`: the same on every delivery, different
+        for each step; send it to the API the step calls (docs/steps.md)."""
+        if not isinstance(name, str) or not STEP_NAME.fullmatch(name):
+            raise ConfigError(f"step name {name!r} must be 1 to 100 of [A-Za-z0-9_.-]")
+        return f"{self.key}/{name}"
 
     def _notes_of_run(self) -> RunNotes:
         if self.run_notes is None:
@@ -154,6 +166,25 @@ class Delivery(DeliveryIdentity):
         its lease gets `LeaseLost` and writes nothing. Fields merge with the notes already
         there. A handler that never calls it costs nothing more."""
         drive(self._notes_of_run().note(fields))
+
+    def step[T](
+        self,
+        name: str,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        transactional: bool = False,
+        on_interrupted: str | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """A durable step (lease mode, docs/steps.md): `fn(*args, **kwargs)`, its value recorded
+        under `name` (one write fenced by the lease, which it renews); a later delivery gets
+        the recorded value without calling `fn`. `transactional=True`: `fn(transaction, ...)`
+        commits with its record (exactly once); `on_interrupted="skip"`: at most once
+        (`StepInterrupted`). Raises `StepMismatch`, `StepTooLarge`, `LeaseLost`."""
+        notes = self._notes_of_run()
+        step = notes.run_step(name, fn, args, kwargs, transactional, on_interrupted, False)
+        return cast(T, drive(step))
 
 
 @dataclass(frozen=True)
@@ -234,10 +265,7 @@ SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelive
 """What sync handlers get (`dedup.aio.delivery.ASYNC_DELIVERIES`: async handlers)."""
 
 
-# How a flow runs on the caller's thread (the sync path): `drive`, its I/O (`BlockingIO`) and
-# the per-key turns of deliveries on one instance (`KeyTurns`).
-
-
+# How a flow runs on the caller's thread: `drive`, `BlockingIO`, the per-key turns (`KeyTurns`).
 def drive[T](flow: Coroutine[Any, Any, T]) -> T:
     """Run a flow over `BlockingIO` to its end on this thread (it never suspends)."""
     try:

@@ -96,3 +96,21 @@ class TerminalError(DedupError):
 
     The record becomes `failed`, the delivery returns normally and the event is not retried.
     """
+
+
+class StepInterrupted(DedupError):
+    """A step declared `on_interrupted="skip"` (at most once) was started by an earlier
+    delivery that never recorded its end: it is not called again. Catch it in the handler to
+    carry on without the step's value, or let it end the delivery (retried, and raised again)."""
+
+
+class StepMismatch(DedupError):
+    """This delivery calls its steps in another order than the record holds, or one name
+    twice: the handler changed between deliveries or chose its steps from something other
+    than the event. Fix the handler; `dedup show` lists the recorded steps."""
+
+
+class StepTooLarge(TerminalError):
+    """A step's value, or the steps together, is over the record's limit (docs/steps.md):
+    nothing was recorded and the event ends failed, since a retry would meet the limit again.
+    Return less from the step (an id rather than the whole document)."""

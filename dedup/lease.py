@@ -39,18 +39,16 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dedup.ambiguity import AmbiguityChoice, PastNotes
+from dedup.ambiguity import reconcile_before_burial, settle_ambiguity
 from dedup.claims import (
-    AfterAmbiguity,
     AfterConflict,
     AfterFailure,
     Claim,
-    after_ambiguity,
     after_failure,
     after_fenced_conflict,
     decide,
@@ -59,9 +57,11 @@ from dedup.claims import (
 )
 from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
-from dedup.record import Fields, Mode, Record, State, error_text
+from dedup.record import Fields, Mode, State, error_text
 from dedup.runs import Run
-from dedup.store import Snapshot, backoff
+from dedup.step_writes import run_step
+from dedup.steps import StepLog, at_most_once, step_call
+from dedup.store import backoff
 from dedup.transitions import (
     finished,
     lease_taken,
@@ -98,6 +98,17 @@ class Lease:
     """The claim took over an expired lease (`dedup.claims.takeover_ambiguous`)."""
     notes: Mapping[str, Any] = NO_NOTES
     """What was noted for the event so far (the record's `notes`, then this delivery's)."""
+    recorded_steps: Mapping[str, Any] | None = None
+    """The durable steps the record held when this lease was claimed (`dedup.steps`)."""
+    _steps: StepLog | None = field(default=None, repr=False)
+
+    @property
+    def steps(self) -> StepLog:
+        """This delivery's steps: the record's, then its own (made at its first step, so a
+        handler without steps pays nothing for them)."""
+        if self._steps is None:
+            self._steps = StepLog(self.recorded_steps)
+        return self._steps
 
     def time_left(self) -> float:
         """Seconds left of the delivery's time budget."""
@@ -108,6 +119,22 @@ class Lease:
         "sent" (retried until the lease's end on store errors). Raises `LeaseLost` when another
         delivery took the lease over, `StoreUnavailable` when the store kept failing."""
         return self._note(fields)
+
+    def run_step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        transactional: bool,
+        on_interrupted: str | None,
+        awaited: bool,
+    ) -> Coroutine[Any, Any, Any]:
+        """`delivery.step(name, fn, *args, **kwargs)` under this lease
+        (`dedup.step_writes.run_step`)."""
+        once = at_most_once(transactional, on_interrupted)
+        call = step_call(fn, args, kwargs, transactional, awaited)
+        return run_step(self, name, call, transactional=transactional, once=once)
 
     async def _note(self, fields: dict[str, Any]) -> None:
         notes = {**self.notes, **fields}
@@ -201,11 +228,12 @@ async def _claim(run: Run) -> Outcome | Lease:
     try_create = True
     ambiguous = False  # the latest claim write took over an expired lease
     notes = NO_NOTES  # what the record it took over had noted
+    steps: Mapping[str, Any] | None = None  # and the steps it had recorded
     sent_at = time.monotonic()  # when the latest claim write was sent: our lease starts later
     for _ in range(CLAIM_ROUNDS):
         run.require_time("claim")
         if try_create:
-            ambiguous, notes = False, NO_NOTES
+            ambiguous, notes, steps = False, NO_NOTES, None
             sent_at = time.monotonic()
             fields = new_record(
                 event_id=run.event_id,
@@ -232,7 +260,8 @@ async def _claim(run: Run) -> Outcome | Lease:
             if record.state is State.DEAD:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             ends = sent_at + config.lease_seconds
-            return _owned(Lease(run, owner, precondition(snapshot), ends, ambiguous, notes))
+            token = precondition(snapshot)
+            return _owned(Lease(run, owner, token, ends, ambiguous, notes, steps))
         claim = decide(record, snapshot.read_time, config.attempt_limit)
         try_create = claim is Claim.CREATE
         if record is None:  # vanished (TTL) between the create and the read
@@ -246,14 +275,14 @@ async def _claim(run: Run) -> Outcome | Lease:
             choice = run.ambiguity
             asks = choice is not None and choice.reconcile is not None
             if asks and takeover_ambiguous(record, snapshot.read_time):
-                reconciled = await _reconcile_before_burial(run, record, snapshot, owner)
+                reconciled = await reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
             if await mark_dead(run, record, snapshot, owner):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
         ambiguous = takeover_ambiguous(record, snapshot.read_time)
-        notes = record.notes or NO_NOTES
+        notes, steps = record.notes or NO_NOTES, record.steps
         sent_at = time.monotonic()
         taken = await store.update_if_unchanged(
             run.key,
@@ -270,7 +299,7 @@ async def _claim(run: Run) -> Outcome | Lease:
         if isinstance(taken, datetime):
             run.counted(record.attempts + 1)
             ends = sent_at + config.lease_seconds
-            return _owned(Lease(run, owner, taken, ends, ambiguous, notes))
+            return _owned(Lease(run, owner, taken, ends, ambiguous, notes, steps))
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
         f"{run.path} changed {CLAIM_ROUNDS} times while this delivery tried to claim it; "
@@ -294,7 +323,7 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
         run.step(Step.AFTER_CLAIM)
         choice = run.ambiguity
         if lease.ambiguous and choice is not None:  # the function chose (`chooses_ambiguity`)
-            settled = await _settle_ambiguity(run, lease, choice)
+            settled = await settle_ambiguity(run, lease, choice)
             if settled is not None:
                 return settled
         try:
@@ -330,57 +359,3 @@ async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
         await lease.write(fields, State.IN_PROGRESS, "release", None)
     run.spent("start the handler of")
-
-
-async def _ask(run: Run, choice: AmbiguityChoice, notes: Any) -> bool | None:
-    """`reconcile`'s answer (None without one), its delivery's notes read from `notes`. One
-    that raises is reported and re-raised: nothing is written, so the next delivery after this
-    lease asks again."""
-    try:
-        return await choice.ask(run, notes)
-    except Exception as exc:
-        run.finish(
-            OutcomeKind.UNAVAILABLE,
-            error=f"reconcile raised {error_text(exc)}; the next delivery after this "
-            "lease asks again",
-        )
-        raise
-
-
-async def _settle_ambiguity(run: Run, lease: Lease, choice: AmbiguityChoice) -> Outcome | None:
-    """An ambiguous take-over (`dedup.claims.after_ambiguity`): ask `reconcile`, then record
-    "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
-    verdict = await _ask(run, choice, lease)
-    after = after_ambiguity(verdict, choice.on_ambiguous)
-    if after is AfterAmbiguity.RUN:
-        return None
-    owner = lease.owner
-    if after is AfterAmbiguity.RECONCILED:
-        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
-        await lease.write(fields, State.SENT, "mark sent", lease.ends)
-        run.sent_keys.add(run.key, run.payload_hash)
-        return run.finish(OutcomeKind.RECONCILED)
-    fields = finished(State.UNKNOWN, owner=owner, expire_at=run.expire_at())
-    await lease.write(fields, State.UNKNOWN, "mark unknown", lease.ends)
-    return run.finish(OutcomeKind.AMBIGUOUS)
-
-
-async def _reconcile_before_burial(
-    run: Run, record: Record, snapshot: Snapshot, owner: str
-) -> Outcome | None:
-    """The last allowed attempt's lease expired: before burying the event, ask `reconcile`
-    whether that attempt produced the effect. True records "sent" (`reconciled: true`),
-    guarded by the record as read; anything else returns None (mark it dead). A reconcile that
-    raises writes nothing and is asked again by the next delivery."""
-    assert run.ambiguity is not None
-    verdict = await _ask(run, run.ambiguity, PastNotes(run, record.notes or NO_NOTES))
-    if verdict is not True:
-        return None
-    fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
-    written = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark sent"
-    )
-    if not isinstance(written, datetime):
-        return None  # the record moved meanwhile: burying it re-reads and decides again
-    run.sent_keys.add(run.key, run.payload_hash)
-    return run.finish(OutcomeKind.RECONCILED)

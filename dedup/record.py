@@ -47,6 +47,10 @@ reconciled          bool (absent)        True when "sent" was recorded because `
 notes               map (absent)         What handlers noted with `delivery.note(...)` before
                                          their effect (lease mode), for `reconcile`; absent
                                          when no handler noted anything.
+steps               map (absent)         A lease-mode handler's durable steps by name
+                                         (`delivery.step`): `{index, state, value}`, state
+                                         "done" or "started" (docs/steps.md); absent when
+                                         none.
 ==================  ===================  ===================================================
 
 Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
@@ -133,6 +137,7 @@ class Field:
     TRACE_ID = "traceId"
     RECONCILED = "reconciled"
     NOTES = "notes"
+    STEPS = "steps"
 
 
 class SnapshotLike(Protocol):
@@ -180,6 +185,9 @@ class Record:
     """What handlers noted before their effect (`delivery.note`), None when nothing."""
     source: str | None = None
     """Where the event came from (its CloudEvent `source`), when known."""
+    steps: dict[str, Any] | None = None
+    """Lease mode: the handler's durable steps by name (`delivery.step`, docs/steps.md), None
+    when it recorded none."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -213,6 +221,7 @@ class Record:
             reconciled=bool(data.get(Field.RECONCILED, False)),
             notes=data.get(Field.NOTES),
             source=data.get(Field.SOURCE),
+            steps=data.get(Field.STEPS),
         )
 
     @property
@@ -275,6 +284,11 @@ SKIP_AMBIGUOUS = "skip"
 `unknown` and is acknowledged (at most once)."""
 ON_AMBIGUOUS = (RERUN, SKIP_AMBIGUOUS)
 """The values of `on_ambiguous`."""
+
+
+STEP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+"""A durable step's name, a key of the record's `steps`: 1 to 100 of `[A-Za-z0-9_.-]` (it ends
+the step's idempotency key, `<key>/<name>`)."""
 
 
 class OutcomeKind(StrEnum):

@@ -192,6 +192,10 @@ class Run:
         """Nothing noted: a run writes no notes (its lease does, in lease mode)."""
         return NO_NOTES
 
+    def run_step(self, name: str, *call: Any) -> Coroutine[Any, Any, Any]:
+        """Refused (`ConfigError`): durable steps are run by a lease (`dedup.lease.Lease`)."""
+        raise ConfigError(f"{self.path}: delivery.step serves lease mode only")
+
     def counted(self, attempt: int) -> None:
         """This delivery is attempt `attempt` of the event (what its claim found or wrote)."""
         self.attempt = attempt

@@ -325,6 +325,12 @@ def noted(notes: Mapping[str, Any]) -> Fields:
     return {Field.NOTES: dict(notes)}
 
 
+def steps_recorded(steps: Mapping[str, Any]) -> Fields:
+    """A lease owner records its durable steps (`delivery.step`): the whole `steps` map, and a
+    renewed lease (`leaseStartedAt` now, on the database's clock)."""
+    return {Field.STEPS: dict(steps), Field.LEASE_STARTED_AT: SERVER_TIMESTAMP}
+
+
 def revived() -> Fields:
     """`dedup revive`: a failed, dead or unknown record becomes runnable again with a full
     attempt budget (attempts back to 0, `lastError` and `notes` kept). The next delivery finds

@@ -194,6 +194,8 @@ class MemoryWriter:
 
     client: MemoryClient
     writes: list[_Write] = field(default_factory=list)
+    commit_time: datetime | None = None
+    """When a committed transaction committed (as `BoundedTransaction` keeps it)."""
 
     def create(self, ref: MemoryRef, data: Fields) -> None:
         """Create `ref` if absent, at commit."""
@@ -363,7 +365,7 @@ class MemoryStore(StoreBase[MemoryClient]):
             writer = self.begin()
             try:
                 result, fields = fill(writer)
-                self.commit([*writer.writes, self._marker(key, fields, guard)])
+                writer.commit_time = self.commit([*writer.writes, self._marker(key, fields, guard)])
             except api_exceptions.Aborted:
                 self.rollback()
                 if attempt + 1 == attempts:
@@ -465,7 +467,8 @@ class AsyncMemoryStore:
             writer.client = self.client
             try:
                 result, fields = await fill(writer)
-                self.store.commit([*writer.writes, self.store._marker(key, fields, guard)])
+                marker = self.store._marker(key, fields, guard)
+                writer.commit_time = self.store.commit([*writer.writes, marker])
             except api_exceptions.Aborted:
                 self.store.rollback()
                 if attempt + 1 == attempts:

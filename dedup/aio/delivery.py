@@ -40,6 +40,21 @@ class AsyncDelivery(DeliveryIdentity):
         record's `notes`, lease mode only; `LeaseLost` once the lease is not this delivery's)."""
         await self._notes_of_run().note(fields)
 
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[Any]],
+        /,
+        *args: Any,
+        transactional: bool = False,
+        on_interrupted: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """`await delivery.step(name, fn, ...)`: `dedup.Delivery.step` with an `async def` `fn`
+        (awaited; a transactional one gets the `AsyncTransaction`)."""
+        notes = self._notes_of_run()
+        return await notes.run_step(name, fn, args, kwargs, transactional, on_interrupted, True)
+
 
 @dataclass(frozen=True)
 class AsyncTransactionDelivery(AsyncDelivery):

@@ -20,6 +20,7 @@ from google.api_core import exceptions as api_exceptions
 from dedup import (
     DedupConfig,
     Deduplicator,
+    Delivery,
     KeyCollision,
     LeaseHeld,
     Mode,
@@ -382,10 +383,24 @@ def test_a_record_of_another_event_at_the_key_is_refused(mode: Mode) -> None:
 
 
 def test_every_step_is_reported_to_the_hook() -> None:
-    """The step hook sees a delivery's steps in order (crash tests stop a process at one)."""
+    """The step hook sees every point a delivery passes, in order (crash tests stop a process
+    at one), a durable step's three included."""
     store = Store()
     deduplicator = dedup(store)
     steps: list[str] = []
     deduplicator.step_hook = lambda step, key: steps.append(step.value)
-    deduplicator.run(EVENT, SUFFIX, ok)
-    assert steps == [s.value for s in Step]
+
+    def one_step(delivery: Delivery) -> None:
+        delivery.step("one", lambda: 1)
+
+    deduplicator.run(EVENT, SUFFIX, one_step)
+    assert steps == [
+        Step.BEFORE_CLAIM,
+        Step.AFTER_CLAIM,
+        Step.BEFORE_STEP,
+        Step.AFTER_STEP_CALL,
+        Step.AFTER_STEP_RECORD,
+        Step.AFTER_EFFECT,
+        Step.AFTER_MARK,
+    ]
+    assert set(steps) == set(Step)

@@ -195,6 +195,7 @@ LAYERS: dict[str, int] = {
     "dedup.aio.delivery": 1,
     "dedup.kinds": 1,
     "dedup.suffixes": 1,
+    "dedup.steps": 1,
     # 2, the store and telemetry
     "dedup.store": 2,
     "dedup.aio.store": 2,
@@ -206,6 +207,7 @@ LAYERS: dict[str, int] = {
     "dedup.lease": 4,
     "dedup.atomic": 4,
     "dedup.ambiguity": 4,
+    "dedup.step_writes": 4,
     # 5, the front doors
     "dedup.core": 5,
     "dedup.aio.core": 5,

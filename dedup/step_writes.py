@@ -1,0 +1,88 @@
+"""How a durable step is run and recorded under a delivery's lease (`dedup.lease.Lease`): the
+flow of `delivery.step`, whose rules (names, order, limits) are `dedup.steps`'. docs/steps.md
+says what each kind of step guarantees."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from dedup.claims import written_by
+from dedup.delivery import Step
+from dedup.errors import LeaseLost
+from dedup.record import OutcomeKind, State
+from dedup.steps import DONE, STARTED, StepCall
+from dedup.transitions import precondition, steps_recorded
+
+if TYPE_CHECKING:
+    from dedup.lease import Lease
+
+TRANSACTION_ATTEMPTS = 5
+"""Tries of a transactional step's transaction on contention (Aborted)."""
+
+
+async def run_step(
+    lease: Lease, name: str, call: StepCall, *, transactional: bool, once: bool
+) -> Any:
+    """Run step `name` of the delivery holding `lease` (see the module docstring): its recorded
+    value, else `call`'s, recorded. `once`: at most once. Raises what `call` raises, `LeaseLost`
+    when the lease is no longer ours, `StepMismatch`, `StepInterrupted`, `StepTooLarge`."""
+    run = lease.run
+    done, value = lease.steps.replay(name, run.path)
+    if done:
+        return value
+    run.step(Step.BEFORE_STEP)
+    if once:
+        await _record(lease, lease.steps.with_entry(name, STARTED), f"start step {name} of")
+    if transactional:
+        value = await _in_transaction(lease, name, call)
+    else:
+        value = await call(None)
+        run.step(Step.AFTER_STEP_CALL)
+        await _record(lease, lease.steps.with_entry(name, DONE, value), f"record step {name} of")
+    run.step(Step.AFTER_STEP_RECORD)
+    return value
+
+
+async def _record(lease: Lease, steps: dict[str, Any], action: str) -> None:
+    """Write `steps`, fenced by the lease, which the write renews."""
+    sent = time.monotonic()
+    await lease.write(steps_recorded(steps), State.IN_PROGRESS, action, lease.ends, notes=True)
+    lease.steps.recorded = steps
+    lease.ends = sent + lease.run.config.lease_seconds
+
+
+async def _in_transaction(lease: Lease, name: str, call: StepCall) -> Any:
+    """`call(transaction)` and the step's record in one transaction guarded by the lease's last
+    write: both commit or neither. A commit whose answer was lost is recognised by reading."""
+    run = lease.run
+    writers: list[Any] = []
+
+    async def fill(transaction: Any) -> tuple[Any, Any]:
+        writers.append(transaction)
+        value = await call(transaction)
+        steps = lease.steps.with_entry(name, DONE, value)
+        return (value, steps), steps_recorded(steps)
+
+    sent = time.monotonic()
+    try:
+        value, steps = await run.io.run_transaction(
+            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=run.rpc_budget()
+        )
+    except Exception:
+        snapshot = await run.io.read(run.key, action=f"check step {name} of")
+        record = snapshot.record
+        if not written_by(record, lease.owner):
+            run.finish(OutcomeKind.LEASE_LOST)
+            raise LeaseLost(f"{run.path}: the lease was taken over during step {name!r}") from None
+        recorded = dict(record.steps or {}) if record is not None else {}
+        entry = recorded.get(name)
+        if entry is None or entry.get("state") != DONE:
+            raise  # nothing committed: the step runs again on the next try
+        lease.token = precondition(snapshot)  # it committed; its answer was lost
+        value, steps = entry.get("value"), recorded
+    else:
+        lease.token = writers[-1].commit_time
+    lease.steps.recorded = steps
+    lease.ends = sent + run.config.lease_seconds
+    return value
