@@ -199,7 +199,11 @@ def test_a_value_over_the_limit_is_refused_and_the_event_fails() -> None:
     terminal error, so the event ends failed rather than retried into the same wall."""
     world = World()
     big = "x" * (MAX_STEP_BYTES + 1)
-    outcome = world.instance().run(EVENT, SUFFIX, lambda d: d.step("big", lambda: big) and None)
+
+    def handler(delivery: Delivery) -> None:
+        delivery.step("big", lambda: big)
+
+    outcome = world.instance().run(EVENT, SUFFIX, handler)
     assert outcome.kind is OutcomeKind.FAILED
     assert "over 65536" in (world.record().last_error or "")
     assert world.record().steps is None
