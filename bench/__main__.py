@@ -11,7 +11,8 @@ storms: how long a copy keeps being redelivered, default 20, and copies per even
 `--throughput-events N` (fresh events per round and concurrency, default 400),
 `--cold-runs N` (default 15), `--markdown` (print results.json as Markdown and exit),
 `--only async` (measure async against sync handlers only, `--throughput-events` per round,
-and merge the figures into the existing results.json). A longer run, about 25 minutes:
+and merge the figures into the existing results.json), `--only steps` (the RPCs of durable
+steps, `steps_rpcs`, merged likewise). A longer run, about 25 minutes:
 `--deliveries 1000 --cpu-deliveries 2000 --cold-runs 31 --naive-storm-seconds 150
 --naive-storm-copies 50` (the naive storms as the others).
 Exit status: 0 whether or not targets are met; 1 if the benchmark itself broke; 2 on misuse.
@@ -31,7 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import asyncio_throughput, cold, cost, cpu, memory, report, throughput
+from bench import asyncio_throughput, cold, cost, cpu, memory, report, steps, throughput
 from bench.impls import SUFFIX
 from bench.measure import Matrix
 from bench.rpc_count import RpcCounter, counting_client
@@ -87,6 +88,8 @@ def run(
     matrix = Matrix(client, counter, deliveries)
     latency = matrix.run(lambda k: phase(f"  {k}"))
     sizes = cost.record_sizes(client, _one_event_documents(matrix))
+    phase("durable steps: RPCs of each kind, and of a five-step replay")
+    step_rpcs = steps.measure()
 
     storms: dict[str, Any] = {}
     for name in storms_to_run:
@@ -111,6 +114,7 @@ def run(
             "prices": cost.prices(),
             "per_million": cost.per_million(latency, sizes, cpu_us=client_cpu["mean_us"]),
         },
+        "steps_rpcs": step_rpcs,
         "duration_s": round(time.perf_counter() - started, 1),
     }
     figs = report.figures(results)
@@ -128,14 +132,19 @@ def _one_event_documents(matrix: Matrix) -> dict[str, list[str]]:
     return paths
 
 
-def only_async(throughput_events: int, console: Console) -> dict[str, Any]:
-    """Measure async against sync handlers and merge them into the committed results: the
-    other sections are kept as they are, every figure is computed again from them."""
+def only_one(section: str, throughput_events: int, console: Console) -> dict[str, Any]:
+    """Measure one section (`async`: async against sync handlers; `steps`: the RPCs of durable
+    steps) and merge it into the committed results: the other sections are kept as they are,
+    every figure is computed again from them."""
     previous = json.loads(RESULTS_JSON.read_text())
     old_keys = {f["key"] for f in previous["figure_list"]} | {"figure_list"}
     sections = {k: v for k, v in previous.items() if k not in old_keys}
-    console.print(f"async handlers: {throughput_events} fresh events per round, c8 and c80")
-    sections["async_throughput"] = asyncio_throughput.measure(throughput_events)
+    if section == "steps":
+        console.print("durable steps: RPCs of each kind, and of a five-step replay")
+        sections["steps_rpcs"] = steps.measure()
+    else:
+        console.print(f"async handlers: {throughput_events} fresh events per round, c8 and c80")
+        sections["async_throughput"] = asyncio_throughput.measure(throughput_events)
     figs = report.figures(sections)
     return {**report.flat_figures(figs), **sections, "figure_list": report.as_dicts(figs)}
 
@@ -152,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-events", type=int, default=400)
     parser.add_argument("--cold-runs", type=int, default=15)
     parser.add_argument("--markdown", action="store_true")
-    parser.add_argument("--only", choices=["async"], default=None)
+    parser.add_argument("--only", choices=["async", "steps"], default=None)
     args = parser.parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=130)
     if args.markdown:
@@ -176,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     # One log line per delivery would drown the table: keep the records, drop the output.
     logging.getLogger("dedup").addHandler(logging.NullHandler())
     logging.getLogger("dedup").propagate = False
-    if args.only == "async":
-        results = only_async(args.throughput_events, console)
+    if args.only is not None:
+        results = only_one(args.only, args.throughput_events, console)
     else:
         results = run(
             args.deliveries,
