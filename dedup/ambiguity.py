@@ -22,26 +22,22 @@ ambiguous take-over.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dedup.claims import AfterAmbiguity, after_ambiguity
-from dedup.delivery import NO_NOTES, SYNC_DELIVERIES, DeliveryKinds, Outcome, RunNotes
+from dedup.delivery import NO_NOTES, SYNC_DELIVERIES, DeliveryKinds, Outcome, Reconcile, RunNotes
 from dedup.errors import ConfigError
 from dedup.handler_shape import is_async_handler
 from dedup.record import ON_AMBIGUOUS, RERUN, OutcomeKind, Record, State, error_text
 from dedup.transitions import finished, precondition
 
 if TYPE_CHECKING:
-    from dedup.lease import Lease
+    from dedup.flow_io import Ambiguity, FencedLease
     from dedup.runs import Run
     from dedup.store import Snapshot
-
-type Reconcile = Callable[[Any], bool | None] | Callable[[Any], Awaitable[bool | None]]
-"""`reconcile(delivery) -> True | False | None`: did an earlier attempt produce the effect?
-(`async def` allowed for `async def` handlers.)"""
 
 
 def check_ambiguity(where: str, reconcile: object, on_ambiguous: object) -> None:
@@ -117,7 +113,7 @@ class PastNotes:
 # The lease flow's two questions to `reconcile` (`dedup.lease`).
 
 
-async def _ask(run: Run, choice: AmbiguityChoice, notes: Any) -> bool | None:
+async def _ask(run: Run, choice: Ambiguity, notes: Any) -> bool | None:
     """`reconcile`'s answer (None without one), its delivery's notes read from `notes`. One
     that raises is reported and re-raised: nothing is written, so the next delivery after this
     lease asks again."""
@@ -132,7 +128,7 @@ async def _ask(run: Run, choice: AmbiguityChoice, notes: Any) -> bool | None:
         raise
 
 
-async def settle_ambiguity(run: Run, lease: Lease, choice: AmbiguityChoice) -> Outcome | None:
+async def settle_ambiguity(run: Run, lease: FencedLease, choice: Ambiguity) -> Outcome | None:
     """An ambiguous take-over (`dedup.claims.after_ambiguity`): ask `reconcile`, then record
     "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
     verdict = await _ask(run, choice, lease)

@@ -146,7 +146,7 @@ async def _run_atomic(
             if claim is Claim.WAIT:
                 run.raise_lease_held(record, snapshot.read_time)
             if claim is Claim.MARK_DEAD:
-                if await mark_dead(run, record, snapshot, uuid.uuid4().hex):
+                if await mark_dead(run.io, run.key, snapshot, uuid.uuid4().hex, run.expire_at()):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
                 snapshot = await store.read(run.key, budget=run.rpc_budget())
                 continue

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from google.cloud import firestore
 
-from dedup.ambiguity import AmbiguityChoice, Reconcile, check_ambiguity, check_sync_reconcile
+from dedup.ambiguity import AmbiguityChoice, check_ambiguity, check_sync_reconcile
 from dedup.atomic import run_transaction, run_write_only
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.delivery import (
@@ -27,6 +27,7 @@ from dedup.delivery import (
     KeyTurns,
     Outcome,
     OutcomeKind,
+    Reconcile,
     Step,
     StepHook,
     drive,

@@ -45,10 +45,9 @@ __all__ = [
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
     from dedup.aio.core import AsyncDeduplicator
     from dedup.aio.delivery import AsyncDelivery
-    from dedup.ambiguity import Reconcile
     from dedup.config import DedupConfig
     from dedup.core import Deduplicator
-    from dedup.delivery import EventOptions
+    from dedup.delivery import EventOptions, Reconcile
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""

@@ -23,7 +23,6 @@ from dedup.record import RERUN, STEP_NAME, Mode
 from dedup.record import OutcomeKind as OutcomeKind  # its home is the record's schema
 
 if TYPE_CHECKING:
-    from dedup.ambiguity import Reconcile
     from dedup.flow_io import Fill, Records
     from dedup.record import Fields
 
@@ -220,9 +219,8 @@ ENTERED_FLAG = "dedup_entered"
 
 
 def mark_entered() -> None:
-    """Note on the request being served (Flask's `g`, when Flask serves it) that it reached a
-    dedup wrapper: its failures from here on are the function's own, answered 500, not the
-    400 of a request that is no event (`dedup.answers.refuse_unparsed`)."""
+    """Note on the request Flask serves that it reached a dedup wrapper: its failures from here
+    on are the function's own (500), not a request that is no event (400, `dedup.answers`)."""
     flask = sys.modules.get("flask")
     if flask is not None and flask.has_app_context():
         setattr(flask.g, ENTERED_FLAG, True)
@@ -257,6 +255,9 @@ class EventOptions(NamedTuple):
         """The function made a choice for an ambiguous take-over (not the default)."""
         return self.reconcile is not None or self.on_ambiguous != RERUN
 
+
+type Reconcile = Callable[[Any], bool | None] | Callable[[Any], Coroutine[Any, Any, bool | None]]
+"""`reconcile(delivery) -> True | False | None` (or `async def`): see `dedup.ambiguity`."""
 
 type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]
 """The delivery types of one path: (lease mode, transaction mode, write-only mode)."""

@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dedup.ambiguity import Reconcile, check_ambiguity, check_sync_reconcile
+from dedup.ambiguity import check_ambiguity, check_sync_reconcile
 from dedup.core import Deduplicator, default_deduplicator
-from dedup.delivery import EventOptions
+from dedup.delivery import EventOptions, Reconcile
 from dedup.errors import ConfigError
 from dedup.firebase_internals import global_timeout_seconds, on_the_platform
 from dedup.handler_shape import check_handler, is_async_handler

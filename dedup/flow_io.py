@@ -191,3 +191,43 @@ class Pacing(Protocol):
 
 class FlowIO(RecordIO, Pacing, Protocol):
     """Everything a flow does outside itself: the record operations and the pacing."""
+
+
+class Ambiguity(Protocol):
+    """A function's choice for an ambiguous take-over, as the lease flow asks it (made by
+    `dedup.ambiguity.AmbiguityChoice`)."""
+
+    @property
+    def on_ambiguous(self) -> str:
+        """What an ambiguous take-over does when nothing could tell: "rerun" or "skip"."""
+        ...
+
+    @property
+    def reconcile(self) -> Any:
+        """The function's `reconcile`, None without one."""
+        ...
+
+    async def ask(self, run: Any, notes: Any) -> bool | None:
+        """`reconcile`'s verdict on the run's delivery whose notes are `notes`."""
+        ...
+
+
+class FencedLease(Protocol):
+    """A delivery's lease as the steps and the ambiguity settlement write through it (made by
+    `dedup.lease.Lease`)."""
+
+    run: Any
+    owner: str
+    token: datetime
+    ends: float
+
+    @property
+    def steps(self) -> Any:
+        """The delivery's steps (`dedup.steps.StepLog`)."""
+        ...
+
+    async def write(
+        self, fields: Fields, state: Any, action: str, until: float | None, *, notes: bool = False
+    ) -> None:
+        """A write fenced by `token`, which it moves on (`dedup.lease.Lease.write`)."""
+        ...

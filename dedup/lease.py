@@ -278,7 +278,7 @@ async def _claim(run: Run) -> Outcome | Lease:
                 reconciled = await reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
-            if await mark_dead(run, record, snapshot, owner):
+            if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at()):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
         ambiguous = takeover_ambiguous(record, snapshot.read_time)

@@ -38,9 +38,8 @@ from dedup.record import Mode, Record
 from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:
-    from dedup.ambiguity import AmbiguityChoice
     from dedup.config import DedupConfig
-    from dedup.flow_io import FlowIO
+    from dedup.flow_io import Ambiguity, FlowIO
 
 _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
     Mode.LEASE: (0, None),
@@ -81,7 +80,7 @@ class Run:
     """The last outcome `finish` reported (read by `dedup.telemetry`)."""
     found: Record | None = None
     """The final record a duplicate found (read by `dedup.telemetry`: its trace id)."""
-    ambiguity: AmbiguityChoice | None = None
+    ambiguity: Ambiguity | None = None
     """Lease mode: the function's choice for an ambiguous take-over (None: rerun)."""
     retry_age: float = 0.0
     """Seconds from the record's first attempt to the read this delivery claimed on (database

@@ -15,14 +15,14 @@ from dedup.steps import DONE, STARTED, StepCall
 from dedup.transitions import precondition, steps_recorded
 
 if TYPE_CHECKING:
-    from dedup.lease import Lease
+    from dedup.flow_io import FencedLease
 
 TRANSACTION_ATTEMPTS = 5
 """Tries of a transactional step's transaction on contention (Aborted)."""
 
 
 async def run_step(
-    lease: Lease, name: str, call: StepCall, *, transactional: bool, once: bool
+    lease: FencedLease, name: str, call: StepCall, *, transactional: bool, once: bool
 ) -> Any:
     """Run step `name` of the delivery holding `lease` (see the module docstring): its recorded
     value, else `call`'s, recorded. `once`: at most once. Raises what `call` raises, `LeaseLost`
@@ -44,7 +44,7 @@ async def run_step(
     return value
 
 
-async def _record(lease: Lease, steps: dict[str, Any], action: str) -> None:
+async def _record(lease: FencedLease, steps: dict[str, Any], action: str) -> None:
     """Write `steps`, fenced by the lease, which the write renews."""
     sent = time.monotonic()
     await lease.write(steps_recorded(steps), State.IN_PROGRESS, action, lease.ends, notes=True)
@@ -52,7 +52,7 @@ async def _record(lease: Lease, steps: dict[str, Any], action: str) -> None:
     lease.ends = sent + lease.run.config.lease_seconds
 
 
-async def _in_transaction(lease: Lease, name: str, call: StepCall) -> Any:
+async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
     """`call(transaction)` and the step's record in one transaction guarded by the lease's last
     write: both commit or neither. A commit whose answer was lost is recognised by reading."""
     run = lease.run

@@ -50,9 +50,9 @@ from dedup.record import RERUN, Mode
 from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 
 if TYPE_CHECKING:
-    from dedup.ambiguity import Reconcile
     from dedup.config import DedupConfig
     from dedup.core import Deduplicator
+    from dedup.delivery import Reconcile
 
 __all__ = [
     "DEFAULT_REGISTRY",

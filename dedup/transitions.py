@@ -37,8 +37,7 @@ from dedup.propagation import current_trace_id
 from dedup.record import Field, Fields, Mode, State
 
 if TYPE_CHECKING:
-    from dedup.record import Record
-    from dedup.runs import Run
+    from dedup.flow_io import RecordIO
     from dedup.store import Snapshot
 
 MAX_KEY_BYTES = 1500
@@ -347,13 +346,15 @@ def revived() -> Fields:
     }
 
 
-async def mark_dead(run: Run, record: Record, snapshot: Snapshot, owner: str) -> bool:
-    """Mark a record whose last allowed attempt crashed as dead, guarded by the update time of
-    the read that showed it; False if it changed meanwhile."""
-    fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=record.last_error)
-    result = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark dead"
-    )
+async def mark_dead(
+    io: RecordIO, key: str, snapshot: Snapshot, owner: str, expire_at: datetime
+) -> bool:
+    """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, guarded
+    by the update time of that read; False if it changed meanwhile."""
+    record = snapshot.record
+    error = record.last_error if record is not None else None
+    fields = finished(State.DEAD, owner=owner, expire_at=expire_at, error=error)
+    result = await io.update_if_unchanged(key, fields, precondition(snapshot), action="mark dead")
     return isinstance(result, datetime)
 
 

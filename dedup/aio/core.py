@@ -18,10 +18,9 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.aio.store import AsyncRecordStore
-from dedup.ambiguity import Reconcile
 from dedup.config import DedupConfig
 from dedup.core import DeduplicatorBase, default_instance, run_flow
-from dedup.delivery import EventOptions, HandlerResult, Outcome
+from dedup.delivery import EventOptions, HandlerResult, Outcome, Reconcile
 from dedup.firestore_internals import credentials_of
 from dedup.record import RERUN, Mode
 

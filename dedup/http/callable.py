@@ -31,10 +31,10 @@ from dedup.record import RERUN, Mode
 from dedup.strict_json import InvalidJSON, check_value
 
 if TYPE_CHECKING:
-    from dedup.ambiguity import Reconcile
     from dedup.config import DedupConfig
     from dedup.core import Deduplicator
     from dedup.decorator import SuffixRegistry
+    from dedup.delivery import Reconcile
 
 logger = logging.getLogger("dedup.http")
 

@@ -35,10 +35,9 @@ from dedup.strict_json import InvalidJSON
 from dedup.strict_json import loads as strict_loads
 
 if TYPE_CHECKING:
-    from dedup.ambiguity import Reconcile
     from dedup.config import DedupConfig
     from dedup.core import Deduplicator
-    from dedup.delivery import Delivery, HandlerResult
+    from dedup.delivery import Delivery, HandlerResult, Reconcile
     from dedup.suffixes import SuffixRegistry
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024

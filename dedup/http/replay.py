@@ -31,8 +31,8 @@ from dedup.propagation import continued, from_current_request
 from dedup.record import RERUN, Mode, State, error_text
 
 if TYPE_CHECKING:
-    from dedup.ambiguity import Reconcile
     from dedup.core import Deduplicator
+    from dedup.delivery import Reconcile
 
 WAIT_POLL_SECONDS = 0.2
 """How often a request waiting for the first one with its key (`wait_seconds`) looks again."""
