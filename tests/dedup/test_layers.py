@@ -69,11 +69,12 @@ def _absolute(name: str, module: str, level: int, is_package: bool) -> str:
 
 
 @cache
-def imports_of(module: str) -> frozenset[str]:
-    """The `dedup` modules that `module` imports when it runs."""
+def imports_of(module: str, *, type_only_too: bool = False) -> frozenset[str]:
+    """The `dedup` modules that `module` imports when it runs (and under `if TYPE_CHECKING:`
+    too, with `type_only_too`)."""
     path = MODULES[module]
     tree = ast.parse(path.read_text())
-    skipped = _type_checking_nodes(tree)
+    skipped = set() if type_only_too else _type_checking_nodes(tree)
     found: set[str] = set()
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -91,10 +92,10 @@ def imports_of(module: str) -> frozenset[str]:
 
 
 def circle_from(module: str, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
-    """An import circle reachable from `module`, or None."""
+    """An import circle reachable from `module`, type-only imports included, or None."""
     if module in path:
         return (*path[path.index(module) :], module)
-    for imported in sorted(imports_of(module)):
+    for imported in sorted(imports_of(module, type_only_too=True)):
         circle = circle_from(imported, (*path, module))
         if circle is not None:
             return circle
@@ -112,7 +113,8 @@ def floor(module: str) -> tuple[int, tuple[str, ...]]:
 
 
 def test_dedup_has_no_import_circle() -> None:
-    """No module imports, directly or not, a module that imports it back."""
+    """No module imports, directly or not, a module that imports it back, not even for type
+    annotations only."""
     circles = [circle for module in MODULES if (circle := circle_from(module)) is not None]
     assert circles == []
 
