@@ -73,10 +73,12 @@ def now_rfc3339() -> str:
 
 
 def rfc3339(moment: datetime) -> str:
+    """`moment` in RFC 3339, UTC, with microseconds."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def project_or_default(project: str | None) -> str:
+    """`project`, else GCLOUD_PROJECT, GOOGLE_CLOUD_PROJECT, else `DEFAULT_PROJECT`."""
     return (
         project
         or os.environ.get("GCLOUD_PROJECT")
