@@ -12,6 +12,7 @@ Per delivery kind (fresh, duplicate of a sent event, duplicate while a lease is 
 counts Firestore RPCs with a gRPC client interceptor (`bench.rpc_count`) and times >= 500
 deliveries; it runs a storm of concurrent copies (`bench.storm`) and measures the peak RSS of a
 process handling 10,000 events (`bench.memory`). Results go to `bench/results.json`, a table
-to stdout and a chart to `bench/results.png` (`bench.report`). Missed targets are reported,
-never fatal; a broken benchmark exits non-zero.
+to stdout and a chart to `bench/results.png` (`bench.figures` derives the figures against the
+bounds of `bench.targets`, `bench.report` prints them, `bench.charts` draws them). Missed targets
+are reported, never fatal; a broken benchmark exits non-zero.
 """

@@ -32,7 +32,18 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import asyncio_throughput, cold, cost, cpu, memory, report, steps, throughput
+from bench import (
+    asyncio_throughput,
+    charts,
+    cold,
+    cost,
+    cpu,
+    figures,
+    memory,
+    report,
+    steps,
+    throughput,
+)
 from bench.impls import SUFFIX
 from bench.measure import Matrix
 from bench.rpc_count import RpcCounter, counting_client
@@ -117,8 +128,8 @@ def run(
         "steps_rpcs": step_rpcs,
         "duration_s": round(time.perf_counter() - started, 1),
     }
-    figs = report.figures(results)
-    return {**report.flat_figures(figs), **results, "figure_list": report.as_dicts(figs)}
+    figs = figures.figures(results)
+    return {**figures.flat_figures(figs), **results, "figure_list": figures.as_dicts(figs)}
 
 
 def _one_event_documents(matrix: Matrix) -> dict[str, list[str]]:
@@ -145,8 +156,8 @@ def only_one(section: str, throughput_events: int, console: Console) -> dict[str
     else:
         console.print(f"async handlers: {throughput_events} fresh events per round, c8 and c80")
         sections["async_throughput"] = asyncio_throughput.measure(throughput_events)
-    figs = report.figures(sections)
-    return {**report.flat_figures(figs), **sections, "figure_list": report.as_dicts(figs)}
+    figs = figures.figures(sections)
+    return {**figures.flat_figures(figs), **sections, "figure_list": figures.as_dicts(figs)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             naive=NaiveBounds(args.naive_storm_seconds, args.naive_storm_copies),
         )
     RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
-    report.plot(results, RESULTS_PNG)
-    report.plot_throughput(results, THROUGHPUT_PNG)
+    charts.plot(results, RESULTS_PNG)
+    charts.plot_throughput(results, THROUGHPUT_PNG)
     report.print_tables(results, console)
     written = (RESULTS_JSON, RESULTS_PNG, THROUGHPUT_PNG)
     console.print(

@@ -27,8 +27,8 @@ from typing import Any
 
 from google.cloud import firestore
 
+from bench.child import run_child
 from bench.impls import EFFECTS, FACTORIES, SUFFIX, effect_fields
-from bench.throughput import run_child
 from dedup import AsyncDeduplicator, AsyncDelivery, DedupConfig, Mode
 
 MODES = ("lease", "transaction", "write_only")

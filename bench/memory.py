@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import resource
 import sys
 import time
 import uuid
@@ -20,32 +19,10 @@ from typing import Any
 
 from google.cloud import firestore
 
+from bench.child import hwm_mb, peak_mb, run_child
 from dedup import DedupConfig, Deduplicator, Delivery
 
 SUFFIX = "benchMemory"
-
-
-def _peak_mb() -> float:
-    """ru_maxrss of this process (KiB on Linux) in MB.
-
-    On Linux it also includes the RSS of the process that started this one (the kernel keeps
-    the high-water mark across fork and exec), so `measure` runs before the parent grows and
-    `_hwm_mb` is reported beside it.
-    """
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _hwm_mb() -> float | None:
-    """VmHWM: the peak RSS of this process's own address space (reset by exec), in MB."""
-    try:
-        with open("/proc/self/status") as status:
-            lines = status.read().splitlines()
-        for line in lines:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 def _noop(delivery: Delivery) -> None:
@@ -59,8 +36,8 @@ def child(events: int, threads: int) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:10]
     for i in range(20):
         dedup.run(f"{run_id}-warm-{i}", SUFFIX, _noop)
-    warm = _peak_mb()
-    warm_hwm = _hwm_mb()
+    warm = peak_mb()
+    warm_hwm = hwm_mb()
     outcomes: Counter[str] = Counter()
     start = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
@@ -72,9 +49,9 @@ def child(events: int, threads: int) -> dict[str, Any]:
         "events": events,
         "threads": threads,
         "seconds": round(time.perf_counter() - start, 2),
-        "peak_rss_mb": round(_peak_mb(), 1),
+        "peak_rss_mb": round(peak_mb(), 1),
         "peak_rss_mb_after_warmup": round(warm, 1),
-        "vm_hwm_mb": _round(_hwm_mb()),
+        "vm_hwm_mb": _round(hwm_mb()),
         "vm_hwm_mb_after_warmup": _round(warm_hwm),
         "cache_len": len(dedup.sent_keys),
         "cache_capacity": dedup.config.cache_size,
@@ -88,8 +65,6 @@ def _round(value: float | None) -> float | None:
 
 def measure(events: int = 10_000, threads: int = 4) -> dict[str, Any]:
     """Run `child` in a separate interpreter and return its figures."""
-    from bench.throughput import run_child
-
     return run_child("bench.memory", events, threads)
 
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -28,8 +26,8 @@ from typing import Any
 
 from google.cloud import firestore
 
+from bench.child import hwm_mb, run_child
 from bench.impls import FACTORIES
-from bench.memory import _hwm_mb
 
 MODES = ("baseline", "lease", "transaction", "write_only")
 """The modes of the contract keys `throughput_<mode>_c<concurrency>`."""
@@ -78,7 +76,7 @@ def child(concurrency: int, events: int, rounds: int) -> dict[str, Any]:
         "rounds": rounds,
         "events_per_s": {name: round(statistics.median(r), 1) for name, r in rates.items()},
         "rounds_events_per_s": {name: [round(x, 1) for x in r] for name, r in rates.items()},
-        "vm_hwm_mb": _hwm_mb(),
+        "vm_hwm_mb": hwm_mb(),
         "threads_alive": concurrency,
     }
 
@@ -86,23 +84,6 @@ def child(concurrency: int, events: int, rounds: int) -> dict[str, Any]:
 def measure(events: int = 400, rounds: int = 3) -> list[dict[str, Any]]:
     """Run `child` at each concurrency level in its own interpreter; their results."""
     return [run_child("bench.throughput", c, events, rounds) for c in CONCURRENCY]
-
-
-def run_child(module: str, *args: int) -> dict[str, Any]:
-    """Run `python -m module ARGS` (a fresh interpreter: its RSS is its own) and return the
-    JSON line it printed last; raise with its stderr if it failed."""
-    done = subprocess.run(
-        [sys.executable, "-m", module, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=os.environ.copy(),
-        check=False,
-        timeout=900,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{module} failed ({done.returncode}): {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 if __name__ == "__main__":

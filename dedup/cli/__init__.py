@@ -24,9 +24,9 @@ timestamp field of the record with a single-field index (`firestore.indexes.json
 
 The modules: `target` (where the records are, how they are read), `guarded` (writes applied
 only to documents unchanged since read), `render` (what the operator types and reads), `views`
-(show, list, stats), `repair` (release, revive, purge), `project` (manifest, setup),
-`dead_letters` (the Cloud Run path's dead-lettered events, read over `pubsub_rest`, rebuilt by
-`dead_letter_events`).
+(show, list, stats), `repair` (release, revive, purge), `manifest`, `setup` (`project`
+re-exports both), `dead_letters` (the Cloud Run path's dead-lettered events, read over
+`pubsub_rest`, rebuilt by `dead_letter_events`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
 
 from dedup.cli.dead_letters import dead_letters
-from dedup.cli.project import manifest_command, setup_command
+from dedup.cli.manifest import manifest_command
 from dedup.cli.repair import purge, release, revive
+from dedup.cli.setup import setup_command
 from dedup.cli.target import Target
 from dedup.cli.vendor import vendor_command
 from dedup.cli.views import list_command, show, stats

@@ -13,6 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from bench import report
+from bench.figures import recomputed
+from bench.targets import SCALE_TARGET_KEYS, figure_costs
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 BOUNDS = {
@@ -32,20 +34,20 @@ def results() -> dict:
 
 
 def test_each_bound_applies_to_its_key_with_its_role() -> None:
-    figures = {f["key"]: f for f in report.recomputed(results())}
+    figures = {f["key"]: f for f in recomputed(results())}
     for key, (role, bound) in BOUNDS.items():
         assert key in results(), key  # a key of bench/results.json
         assert (figures[key]["role"], figures[key]["target"]) == (role, bound), key
         limit = float(bound.split()[1])
         assert figures[key]["met"] is (figures[key]["value"] <= limit), key
         assert figures[key]["usd"].startswith(("$", "about $")), key
-    assert set(BOUNDS) <= set(report.SCALE_TARGET_KEYS)
+    assert set(BOUNDS) <= set(SCALE_TARGET_KEYS)
 
 
 def test_a_missed_bound_is_reported_missed() -> None:
     raw = results()
     raw["cold"] = {**raw["cold"], "cold_import_ratio": 1.2, "cold_import_instructions_ratio": 1.06}
-    figures = {f["key"]: f for f in report.recomputed(raw)}
+    figures = {f["key"]: f for f in recomputed(raw)}
     assert figures["cold_import_ratio"]["met"] is False
     assert figures["cold_import_instructions_ratio"]["met"] is False
     assert "| guard <= 1.10 | MISSED |" in report.targets_markdown(raw)
@@ -55,7 +57,7 @@ def test_the_report_prints_every_target_and_guard_and_its_verdict() -> None:
     out = io.StringIO()
     report.print_tables(results(), Console(file=out, width=200))
     printed = out.getvalue()
-    figures = {f["key"]: f for f in report.recomputed(results())}
+    figures = {f["key"]: f for f in recomputed(results())}
     for key, (role, bound) in BOUNDS.items():
         verdict = "met" if figures[key]["met"] else "MISSED"
         line = f"{role:<6} {key}: {figures[key]['value']:g} {bound}: {verdict}"
@@ -68,5 +70,5 @@ def test_the_cost_of_the_client_cpu_follows_the_price() -> None:
     mean = raw["cpu"]["mean_us"]
     price = raw["cost"]["prices"]["vcpu_second"]
     added = (mean["lease"] - mean["baseline"]) * price
-    text = report.figure_costs(raw)["cpu_ratio_lease"]
+    text = figure_costs(raw)["cpu_ratio_lease"]
     assert text.startswith(f"${added:.3f} per million events"), text

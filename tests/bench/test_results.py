@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import cold, cost, report
+from bench import cold, cost, targets
+from bench.figures import figures as derived_figures
+from bench.figures import flat_figures
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 MODES = ("baseline", "lease", "transaction", "write_only")
@@ -35,7 +37,7 @@ def test_results_hold_the_cold_start_and_client_cpu_keys() -> None:
     functions = sorted(results["cold"]["per_function_import_s"])
     assert functions == sorted(cold.exported_functions())
     keys = {f"cold_import_s_{name}" for name in functions}
-    keys |= {f"cpu_us_per_delivery_{mode}" for mode in report.CPU_MODES}
+    keys |= {f"cpu_us_per_delivery_{mode}" for mode in targets.CPU_MODES}
     keys |= {f"cpu_ratio_{mode}" for mode in ("lease", "lease_noop", "transaction", "write_only")}
     missing = (keys | {"duration_s"}) - results.keys()
     assert not missing, f"bench/results.json lacks {sorted(missing)}: run `make bench`"
@@ -46,10 +48,10 @@ def test_results_hold_the_cold_start_and_client_cpu_keys() -> None:
 
 
 def test_every_figure_is_recomputed_from_the_raw_measurements() -> None:
-    """The figures at the top of results.json are what `bench.report` derives from the raw
+    """The figures at the top of results.json are what `bench.figures` derives from the raw
     measurements below them: no figure is edited by hand."""
     results = json.loads(RESULTS.read_text())
-    figures = report.flat_figures(report.figures(results))
+    figures = flat_figures(derived_figures(results))
     assert {k: results[k] for k in figures} == figures
 
 

@@ -18,14 +18,8 @@ import yaml
 from click.testing import CliRunner
 
 from dedup.cli import cli
-from dedup.cli.project import (
-    RECORDS_ROLES,
-    UNINDEXED_FIELDS,
-    retry_gaps,
-    rules_block,
-    setup_commands,
-    with_retries,
-)
+from dedup.cli.manifest import retry_gaps, with_retries
+from dedup.cli.setup import RECORDS_ROLES, UNINDEXED_FIELDS, rules_block, setup_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 DEDUP = Path(sys.executable).parent / "dedup"

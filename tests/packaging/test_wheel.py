@@ -31,7 +31,7 @@ def test_wheel_installs_the_library_and_the_dedup_command(
     assert "dedup/cli/__init__.py" in names
     assert "dedup/http/__init__.py" in names
     assert "dedup/py.typed" in names
-    assert "dedup/testing.py" in names
+    assert "dedup/testing/__init__.py" in names
     assert "dedup/send.py" in names
     assert not [n for n in names if n.startswith(("functions/", "main.py", "tests/", "demo/"))]
 
@@ -74,6 +74,11 @@ def test_python_m_build_makes_the_wheel_the_release_publishes(tmp_path: Path) ->
     [wheel] = (tmp_path / "dist").glob("*.whl")
     assert wheel.name == f"exactly_once_functions-{version}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
-    for needed in ("dedup/__init__.py", "dedup/testing.py", "dedup/send.py", "dedup/py.typed"):
+    for needed in (
+        "dedup/__init__.py",
+        "dedup/testing/__init__.py",
+        "dedup/send.py",
+        "dedup/py.typed",
+    ):
         assert needed in names
     assert not [n for n in names if n.startswith(("functions/", "main.py", "tests/", "demo/"))]
