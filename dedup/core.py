@@ -43,16 +43,9 @@ from dedup.store import RecordStore
 from dedup.telemetry import DeliveryTrace, Telemetry
 from dedup.transitions import dedup_key, payload_hash, storable_event_id
 
-# The flow of each mode, chosen once: `FLOWS`, and `run_flow`, the one place a run enters it.
-#
-# | mode                | flow                           | the effect commits                   |
-# |---------------------|--------------------------------|--------------------------------------|
-# | `Mode.LEASE`        | `dedup.lease.run_lease`        | on its own; a lease guards the run   |
-# | `Mode.TRANSACTION`  | `dedup.atomic.run_transaction` | in a transaction, with the marker    |
-# | `Mode.WRITE_ONLY`   | `dedup.atomic.run_write_only`  | in a batch, with the marker's create |
-#
-# Nothing else branches on the mode: each flow knows what it reads, writes and commits, and the
-# delivery a handler gets follows from its mode by table (`dedup.runs.Run.delivery`).
+# The flow of each mode, chosen once (`FLOWS`, entered by `run_flow`): lease mode's effect
+# commits on its own under a lease, the atomic modes' in a transaction or batch with the marker.
+# Nothing else branches on the mode (the delivery a handler gets: `dedup.runs.Run.delivery`).
 
 type Flow = Callable[[Run, Invoke], Coroutine[Any, Any, Outcome]]
 """`await flow(run, invoke)`: claim, run the handler through `invoke`, record the outcome."""
