@@ -52,9 +52,14 @@ project from `GCLOUD_PROJECT` / `GOOGLE_CLOUD_PROJECT`); its `clear()` deletes e
 of the emulator's `(default)` database (the dedup records included) through the emulator's
 REST endpoint, and `client()` opens a Firestore client on it.
 
+**A crash at a durable step.** `crash_at_step(dedup, event_id, suffix, handler, step=2)`
+delivers once and dies at a boundary of the handler's second step, as a killed process would;
+`deliver_after_crash(...)` then delivers again once the lease expired (docs/steps.md).
+
 **Its modules**, each name above imported from here: `event` (`HttpEvent` and the CloudEvent
 envelope the builders share), `firestore_builder` and `builders` (the events), `delivering`
-(the copies at once), `emulator` (the trigger route and the Firestore emulator).
+(the copies at once), `emulator` (the trigger route and the Firestore emulator), `crashes`
+(a crash at a durable step).
 """
 
 from dedup.testing.builders import (
@@ -69,6 +74,12 @@ from dedup.testing.builders import (
     remote_config_event,
     scheduled_request,
     storage_event,
+)
+from dedup.testing.crashes import (
+    STEP_BOUNDARIES,
+    SimulatedCrash,
+    crash_at_step,
+    deliver_after_crash,
 )
 from dedup.testing.delivering import (
     Target,
@@ -92,17 +103,21 @@ __all__ = [
     "DEFAULT_REGION",
     "FIRESTORE_TYPES",
     "PUBSUB_TYPE",
+    "STEP_BOUNDARIES",
     "DatabaseChange",
     "EmulatorTrigger",
     "FirestoreChange",
     "FirestoreEmulator",
     "HttpEvent",
+    "SimulatedCrash",
     "StorageChange",
     "Target",
     "alert_event",
+    "crash_at_step",
     "custom_event",
     "database_event",
     "deliver",
+    "deliver_after_crash",
     "deliver_concurrently",
     "deliver_until_done",
     "emulator_trigger",

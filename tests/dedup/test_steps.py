@@ -24,6 +24,7 @@ from dedup import (
     Record,
     StepInterrupted,
     StepMismatch,
+    testing,
 )
 from dedup.delivery import Step
 from dedup.steps import MAX_STEP_BYTES
@@ -258,3 +259,16 @@ def test_async_steps_replay_as_sync_ones() -> None:
     world.store.clock.advance(LEASE + 1)
     assert asyncio.run(deliver(crash=False)).kind is OutcomeKind.RAN
     assert world.calls == Counter(reserve=1, charge=1)
+
+
+def test_the_testing_helper_crashes_a_users_step_handler_and_delivers_again() -> None:
+    """`dedup.testing.deliver_after_crash`: a user's handler dies between its second step's
+    call and its record, and the next delivery calls that step again (same key) and the first
+    one not at all; a boundary never reached is reported."""
+    world = World()
+    dedup = Deduplicator(DedupConfig(lease_seconds=1, cache_size=0), records=world.store)
+    outcome = testing.deliver_after_crash(dedup, EVENT, SUFFIX, world.three_steps, step=2)
+    assert outcome.kind is OutcomeKind.RAN
+    assert world.calls == Counter(reserve=1, charge=2, receipt=1)
+    with pytest.raises(AssertionError, match="ended before"):
+        testing.crash_at_step(dedup, "other", SUFFIX, world.three_steps, step=4)
