@@ -291,7 +291,7 @@ async def _reconcile_before_burial(
         return None
     fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
     written = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark sent"
+        run.key, fields, precondition(snapshot), action="mark sent", budget=run.outcome_budget()
     )
     if not isinstance(written, datetime):
         return None  # the record moved meanwhile: burying it re-reads and decides again
@@ -326,23 +326,25 @@ async def _record(
     notes: bool = False,
 ) -> datetime:
     """Write an owner's outcome (or notes), fenced by `token`, retrying transient errors until
-    `until` (a monotonic time; None: one RPC timeout); returns the record's new update time.
+    `until` (a monotonic time), and never past `Run.outcome_deadline`, which is also the
+    default, each RPC bounded by what is left (`Run.outcome_budget`): the last write ends
+    within the function's timeout. Returns the record's new update time.
     Raises `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store
     kept failing until the deadline. `notes`: the write keeps the lease, so a record still ours
     is written over rather than taken for this write (which it cannot be told from)."""
     store = run.io
-    deadline = until if until is not None else time.monotonic() + run.config.rpc_timeout_seconds
+    deadline = run.outcome_deadline() if until is None else min(until, run.outcome_deadline())
     round_ = refreshes = 0
     while True:
         try:
             result = await store.update_if_unchanged(
-                run.key, fields, token, action=action, budget=max(0.5, deadline - time.monotonic())
+                run.key, fields, token, action=action, budget=run.outcome_budget(deadline)
             )
             if isinstance(result, datetime):
                 return result
             # The precondition failed: our own earlier try may have landed (lost response),
             # an operator may have released our lease, or another delivery took it over.
-            snapshot = await store.read(run.key, action=action)
+            snapshot = await store.read(run.key, action=action, budget=run.outcome_budget(deadline))
         except StoreUnavailable:
             pause = backoff(round_)
             round_ += 1

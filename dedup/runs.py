@@ -85,6 +85,10 @@ BUDGET_MARGIN = 0.1
 """The share of the time budget (at most 1 s) kept back for what ends a delivery after its
 last try: an RPC is never given less than 0.1 s, and a rollback keeps its own bound."""
 
+OUTCOME_MARGIN = 0.2
+"""How long before the end of the function's timeout the writes after the handler stop being
+tried (`Run.outcome_deadline`): room for the last try's floor (0.1 s) and the answer."""
+
 
 class LeaseState:
     """What only an ambiguous or noting lease-mode delivery sets: the ambiguity choice and the
@@ -205,12 +209,22 @@ class Run(LeaseState):
             self.spent("take its turn on", waited)
 
     def outcome_deadline(self) -> float:
-        """Until when the record of a finished handler's outcome may be retried: the end of
-        the budget, and at least one RPC timeout from now (the margin the lease keeps beyond
-        the function's timeout for this write), never past the lease's end."""
-        now = time.monotonic()
-        until = max(self.deadline, now + self.config.rpc_timeout_seconds)
+        """Until when the writes after the handler (its outcome, a release, a failed attempt)
+        may be tried: the end of the function's timeout (`started` plus the budget) less
+        `OUTCOME_MARGIN`, so that the last write, its floor included, ends within the timeout;
+        never before the end of the budget, never past the lease's end. Such a write gets what
+        the handler left of the budget plus the budget's margin, and its RPCs no more
+        (`outcome_budget`)."""
+        ends = self.started + self.config.delivery_budget_seconds - OUTCOME_MARGIN
+        until = max(self.deadline, ends)
         return min(until, self.lease_ends) if self.lease_ends else until
+
+    def outcome_budget(self, until: float | None = None) -> float:
+        """The deadline of the next RPC after the handler, its retries included: what is left
+        until `until` (default: `outcome_deadline`), 0.1 s at least; the store cuts it to its
+        RPC timeout."""
+        end = self.outcome_deadline() if until is None else until
+        return max(0.1, end - time.monotonic())
 
     @property
     def path(self) -> str:
@@ -349,7 +363,7 @@ async def mark_dead(run: Run, record: Record, snapshot: Snapshot, owner: str) ->
     the read that showed it; False if it changed meanwhile."""
     fields = finished(State.DEAD, owner=owner, expire_at=run.expire_at(), error=record.last_error)
     result = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark dead"
+        run.key, fields, precondition(snapshot), action="mark dead", budget=run.outcome_budget()
     )
     return isinstance(result, datetime)
 
