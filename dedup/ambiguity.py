@@ -159,7 +159,7 @@ async def reconcile_before_burial(
         return None
     fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
     written = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark sent"
+        run.key, fields, precondition(snapshot), action="mark sent", budget=run.outcome_budget()
     )
     if not isinstance(written, datetime):
         return None  # the record moved meanwhile: burying it re-reads and decides again

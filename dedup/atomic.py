@@ -35,6 +35,7 @@ what a failed handler leaves behind (`after_failure`). Written once, as coroutin
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
@@ -146,7 +147,8 @@ async def _run_atomic(
             if claim is Claim.WAIT:
                 run.raise_lease_held(record, snapshot.read_time)
             if claim is Claim.MARK_DEAD:
-                if await mark_dead(run.io, run.key, snapshot, uuid.uuid4().hex, run.expire_at()):
+                owner, budget = uuid.uuid4().hex, run.outcome_budget()
+                if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at(), budget):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
                 snapshot = await store.read(run.key, budget=run.rpc_budget())
                 continue
@@ -304,8 +306,11 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
     """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
     error = error_text(exc)
     store = run.io
-    for _ in range(RECORD_ROUNDS):
-        snapshot = await store.read(run.key, action="record a failed attempt on")
+    for round_ in range(RECORD_ROUNDS):
+        if round_ and time.monotonic() >= run.outcome_deadline():
+            break  # out of time: the attempt goes uncounted, as when the process dies
+        budget = run.outcome_budget()  # each RPC ends within the function's timeout
+        snapshot = await store.read(run.key, action="record a failed attempt on", budget=budget)
         record = snapshot.record
         if record is not None and written_by(record, token):
             run.attempt = record.attempts  # our earlier try landed; its response was lost
@@ -338,13 +343,13 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
                 subject=run.subject,
                 source=run.source,
             )
-            written = await store.create(run.key, fields, action=action)
+            written = await store.create(run.key, fields, action=action, budget=budget)
         else:
             fields = attempt_finished(
                 state, owner=token, attempts=attempts, expire_at=run.expire_at(), error=error
             )
             written = await store.update_if_unchanged(
-                run.key, fields, precondition(snapshot), action=action
+                run.key, fields, precondition(snapshot), action=action, budget=budget
             )
         if isinstance(written, datetime):
             run.attempt = attempts

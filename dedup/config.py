@@ -17,7 +17,8 @@ database's clock. Two consequences:
   recorded, but its side effect may already have happened.
 * The margin beyond the timeout is `rpc_timeout_seconds`. functions-framework does not stop a
   handler at the platform timeout: a run whose effect finished just before the timeout still
-  has to write "sent", and that write may take up to `rpc_timeout_seconds`. The lease starts
+  has to write "sent" (within the timeout when the handler kept to its budget; a handler that
+  overran it gets one try of 0.1 s, past the timeout). The lease starts
   after the request does (it is taken by the claim), so a lease of at least
   timeout + `rpc_timeout_seconds` outlives that last write, and the platform's retry (which
   comes after the timeout plus a backoff) finds the event `sent` instead of taking the lease
@@ -227,9 +228,9 @@ class DedupConfig:
 
         Claims, rounds, backoff pauses and the start of the handler happen only within it, and
         every dedup RPC's deadline is cut to what is left of it; once it is spent the delivery
-        answers `BudgetSpent` (retryable) with nothing half-written. The one write allowed
-        past it is the record of an outcome whose handler already returned (one
-        `rpc_timeout_seconds` more at most: the margin the lease keeps beyond the timeout)."""
+        answers `BudgetSpent` (retryable) with nothing half-written. The writes after the
+        handler (its outcome, a release, a failed attempt) may use the budget's margin too,
+        and end within the budget itself (`dedup.runs.Run.outcome_deadline`)."""
         if self.function_timeout_seconds is not None:
             return float(self.function_timeout_seconds)
         return float(max(1, self.lease_seconds - self.rpc_timeout_seconds))

@@ -6,7 +6,8 @@ transactions); see `dedup.store` and `dedup.aio.store`. Two things the public AP
 offer are done here, sync and async side by side:
 
 * **A timeout on a transaction's own RPCs.** `Transaction` and `AsyncTransaction` pass no
-  timeout to BeginTransaction, Commit and Rollback (the library's default is 60 s), so a
+  timeout to BeginTransaction, Commit and Rollback (the library's default is 60 s, and its
+  default retry of a Rollback retries `UNAVAILABLE` and `DEADLINE_EXCEEDED` for 60 s), so a
   Firestore outage would hold a transaction-mode delivery far past `rpc_timeout_seconds`.
   `BoundedTransaction` and `BoundedAsyncTransaction` override the library's `_begin`,
   `_commit` and `_rollback` with the same calls plus a timeout; commit is never retried (a
@@ -93,10 +94,11 @@ class BoundedTransaction(_Bounded, Transaction):
     ) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
         bounded by `timeout` seconds (a callable: asked before each RPC, so the bound can
-        shrink with a deadline), a rollback by `rollback_timeout` (default: `timeout`), and a
-        begin retries transient errors by `begin_retry`. A rollback keeps its own bound: one
-        cut short leaves the transaction open on the server, holding its locks until the
-        database expires it (60 s), and every other writer of those documents waits."""
+        shrink with a deadline), a rollback by `rollback_timeout` (default: `timeout`), its
+        retries included, and a begin and a rollback retry transient errors by `begin_retry`.
+        A rollback keeps its own bound: one cut short leaves the transaction open on the
+        server, holding its locks until the database expires it (60 s), and every other writer
+        of those documents waits."""
         self._armed = False
         self._retry_id: bytes | None = None
         super().__init__(client, max_attempts=max_attempts)
@@ -137,8 +139,9 @@ class BoundedTransaction(_Bounded, Transaction):
             raise ValueError("no transaction is in progress")
         try:
             if self._id is not None:  # armed, never begun: nothing to roll back
+                bound = _seconds(self._rollback_bound)
                 self._client._firestore_api.rollback(
-                    **_rollback_call(self, _seconds(self._rollback_bound))
+                    **_rollback_call(self, bound), retry=self._begin_retry.with_timeout(bound)
                 )
         finally:
             self._clean_up()
@@ -166,8 +169,8 @@ class BoundedAsyncTransaction(_Bounded, AsyncTransaction):
     ) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
         bounded by `timeout` seconds (a callable: asked before each RPC), a rollback by
-        `rollback_timeout` (see `BoundedTransaction`), and a begin retries transient errors by
-        `begin_retry`."""
+        `rollback_timeout`, its retries included (see `BoundedTransaction`), and a begin and a
+        rollback retry transient errors by `begin_retry`."""
         super().__init__(client, max_attempts=max_attempts)
         self._bind(timeout, rollback_timeout, begin_retry)
 
@@ -185,8 +188,9 @@ class BoundedAsyncTransaction(_Bounded, AsyncTransaction):
         if not self.in_progress:
             raise ValueError("no transaction is in progress")
         try:
+            bound = _seconds(self._rollback_bound)
             await self._client._firestore_api.rollback(
-                **_rollback_call(self, _seconds(self._rollback_bound))
+                **_rollback_call(self, bound), retry=self._begin_retry.with_timeout(bound)
             )
         finally:
             self._clean_up()

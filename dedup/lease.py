@@ -150,19 +150,20 @@ class Lease:
         *,
         notes: bool = False,
     ) -> None:
-        """Write `fields` (an outcome, or notes), fenced by `token`, retrying transient errors
-        until `until` (a monotonic time; None: one RPC timeout); `token` moves to the record's
-        new update time. Raises `LeaseLost` if another delivery moved the record,
-        `StoreUnavailable` if the store kept failing until the deadline. `notes`: the write
-        keeps the lease, so a record still ours is written over rather than taken for this
-        write (which it cannot be told from)."""
+        """Write `fields` (an outcome, notes or steps), fenced by `token`, retrying transient
+        errors until `until` (a monotonic time) and never past `Run.outcome_deadline`, also the
+        default, each RPC bounded by what is left (`Run.outcome_budget`): the last write ends
+        within the function's timeout. `token` moves to the record's new update time. Raises
+        `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store kept
+        failing until the deadline. `notes`: the write keeps the lease, so a record still ours
+        is written over rather than taken for this write (which it cannot be told from)."""
         run, store = self.run, self.run.io
-        now = time.monotonic()
-        deadline = until if until is not None else now + run.config.rpc_timeout_seconds
+        latest = run.outcome_deadline(self.ends)
+        deadline = latest if until is None else min(until, latest)
         token, round_, refreshes = self.token, 0, 0
         while True:
             try:
-                budget = max(0.5, deadline - time.monotonic())
+                budget = run.outcome_budget(deadline)
                 result = await store.update_if_unchanged(
                     run.key, fields, token, action=action, budget=budget
                 )
@@ -171,7 +172,7 @@ class Lease:
                     return
                 # The precondition failed: our own earlier try may have landed (lost response),
                 # an operator may have released our lease, or another delivery took it over.
-                snapshot = await store.read(run.key, action=action)
+                snapshot = await store.read(run.key, action=action, budget=budget)
             except StoreUnavailable:
                 pause = backoff(round_)
                 round_ += 1
@@ -278,7 +279,9 @@ async def _claim(run: Run) -> Outcome | Lease:
                 reconciled = await reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
-            if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at()):
+            if await mark_dead(
+                run.io, run.key, snapshot, owner, run.expire_at(), run.outcome_budget()
+            ):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
         ambiguous = takeover_ambiguous(record, snapshot.read_time)

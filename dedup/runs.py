@@ -1,13 +1,7 @@
-"""The bookkeeping of one delivery (`Run`): identity, attempt, time budget, log line, shared
-checks; and the instance's memory of keys its deliveries share (`SentKeys`, `LiveLeases`).
-
-A flow (`dedup.lease`, `dedup.atomic`) gets a `Run` and everything it needs through it (config,
-`io` for the store and turns, the instance's memory) and reports through it (`finish` writes the
-delivery's single log line and builds its `Outcome`). Sync and async deliveries share it: only
-`io` differs (`dedup.flow_io`). The memory is an optimization: `SentKeys` holds only keys known
-sent (nothing turns a sent record back), `LiveLeases` only ever answers "retry later", so
-neither can lose an effect.
-"""
+"""One delivery's `Run` (identity, attempt, time budget, its single log line, the checks
+before a claim), which the flows work and report through, sync or async alike; and the
+instance's memory of keys (`SentKeys`: only keys known sent; `LiveLeases`: only ever "retry
+later"), an optimization that cannot lose an effect."""
 
 from __future__ import annotations
 
@@ -48,10 +42,12 @@ _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
 }
 """Per mode: its delivery type's place in `DeliveryKinds`, and the field holding the writer."""
 
-
 BUDGET_MARGIN = 0.1
-"""The share of the time budget (at most 1 s) kept back for what ends a delivery after its
-last try: an RPC is never given less than 0.1 s, and a rollback keeps its own bound."""
+"""The share of the budget (at most 1 s) kept back for what ends a delivery after its last
+try: an RPC is never given less than 0.1 s, and a rollback keeps its own bound."""
+OUTCOME_MARGIN = 0.2
+"""How long before the function's timeout the writes after the handler stop being tried
+(`Run.outcome_deadline`): room for the last try's floor (0.1 s) and the answer."""
 
 
 @dataclass
@@ -150,12 +146,20 @@ class Run:
             self.spent("take its turn on", waited)
 
     def outcome_deadline(self, lease_ends: float | None = None) -> float:
-        """Until when the record of a finished handler's outcome may be retried: the end of
-        the budget, and at least one RPC timeout from now (the margin the lease keeps beyond
-        the function's timeout for this write), never past `lease_ends` (monotonic)."""
-        now = time.monotonic()
-        until = max(self.deadline, now + self.config.rpc_timeout_seconds)
+        """Until when the writes after the handler (its outcome, a release, a failed attempt)
+        may be tried: the end of the function's timeout (`started` plus the budget) less
+        `OUTCOME_MARGIN`, so that the last write, its floor included, ends within the timeout;
+        never before the end of the budget, never past `lease_ends` (the lease's end)."""
+        ends = self.started + self.config.delivery_budget_seconds - OUTCOME_MARGIN
+        until = max(self.deadline, ends)
         return min(until, lease_ends) if lease_ends else until
+
+    def outcome_budget(self, until: float | None = None) -> float:
+        """The deadline of the next RPC after the handler, its retries included: what is left
+        until `until` (default: `outcome_deadline`), 0.1 s at least; the store cuts it to its
+        RPC timeout."""
+        end = self.outcome_deadline() if until is None else until
+        return max(0.1, end - time.monotonic())
 
     @property
     def path(self) -> str:
@@ -207,8 +211,7 @@ class Run:
         self.retry_age = retry_age(record, read_time)
 
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
-        """Refused (`ConfigError`): notes are written by a lease (`dedup.lease.Lease.note`),
-        and only in lease mode."""
+        """Refused (`ConfigError`): notes are written by a lease (`dedup.lease.Lease.note`)."""
         if self.mode is not Mode.LEASE:
             raise ConfigError(
                 f"delivery.note serves lease mode only ({self.path} runs in {self.mode.value} "

@@ -222,12 +222,15 @@ class RecordStore(StoreBase[firestore.Client]):
         budget: float | None = None,
     ) -> Any:
         """Fill a `WriteBatch`, add the marker (`add_marker`) and commit it once (no retry: a
-        lost response is resolved by reading), within the RPC timeout (or `budget`); what
-        `fill` returned first."""
+        lost response is resolved by reading), within the RPC timeout (or what is left of
+        `budget`, counted from this call: `fill` runs the handler); what `fill` returned
+        first."""
+        ends = None if budget is None else time.monotonic() + budget
         batch = self.client.batch()
         result, fields = fill(batch)
         add_marker(batch, self.ref(key), fields, guard, "write_only")
-        batch.commit(retry=None, timeout=self.timeout_within(budget))
+        left = None if ends is None else ends - time.monotonic()
+        batch.commit(retry=None, timeout=self.timeout_within(left))
         return result
 
     def run_transaction(

@@ -347,14 +347,21 @@ def revived() -> Fields:
 
 
 async def mark_dead(
-    io: RecordIO, key: str, snapshot: Snapshot, owner: str, expire_at: datetime
+    io: RecordIO,
+    key: str,
+    snapshot: Snapshot,
+    owner: str,
+    expire_at: datetime,
+    budget: float | None = None,
 ) -> bool:
     """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, guarded
-    by the update time of that read; False if it changed meanwhile."""
+    by the update time of that read (its RPC bounded by `budget`); False if it changed."""
     record = snapshot.record
     error = record.last_error if record is not None else None
     fields = finished(State.DEAD, owner=owner, expire_at=expire_at, error=error)
-    result = await io.update_if_unchanged(key, fields, precondition(snapshot), action="mark dead")
+    result = await io.update_if_unchanged(
+        key, fields, precondition(snapshot), action="mark dead", budget=budget
+    )
     return isinstance(result, datetime)
 
 

@@ -1,8 +1,9 @@
 """`python -m soak [--seconds N] [--out soak/results.json] ...`: run the chaos soak.
 
 Writes the results JSON (integer keys events, deliveries, kills, restarts, injected_faults,
-effects, violations; violation_examples; wall_s; details), prints a summary and exits 1 on
-any violation, 2 when the emulator cannot be started.
+effects, violations, deaths_in_drain; violation_examples; wall_s, drain_s, longest_delivery_s,
+function_timeout_s; details), prints a summary and exits 1 on any violation, 2 when the
+emulator cannot be started.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def summary(results: dict[str, object]) -> str:
     lines = [
         "soak: {events} events, {deliveries} deliveries, {kills} kills, {restarts} emulator "
         "restarts, {injected_faults} injected faults, {effects} effects, {wall_s} s".format(
+            **results
+        ),
+        "soak: drain {drain_s} s with {deaths_in_drain} deaths in it; longest delivery "
+        "{longest_delivery_s} s against a function timeout of {function_timeout_s} s".format(
             **results
         ),
         f"soak: {results['violations']} violations",

@@ -14,75 +14,39 @@
   outages into the receiver every `receiver_fault_interval` seconds.
 
 Then it drains (no more kills, restarts or receiver faults; the processes keep their
-in-process faults) until every copy is acknowledged or `drain_seconds` pass, and hands what it
-observed to `soak.checks`.
+in-process faults, their own SIGKILLs included) until the rule of `soak.drain` ends it, and
+hands what it observed to `soak.checks`; `soak.report` reads the effects and builds the
+results.
 """
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import http.client
 import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.cloud import firestore
 
-from dedup import Record, State
 from demo.receiver import Receiver
-from soak.checks import Observed, RecordView, Violation, check, effects, unanswered_posts
-from soak.emulator import ROOT, SoakEmulator, free_port
-from soak.functions import (
-    BATCH_COLLECTION,
-    COUNT_COLLECTION,
-    FUNCTIONS,
-    NOTIFY_PATH,
-    POST_ID_HEADER,
-)
-from soak.worker import POSTS_FILE, UNANSWERED_FILE, WorkerSettings
+from soak.checks import Observed, check
+from soak.drain import Drain, wait_for
+from soak.emulator import SoakEmulator
+from soak.functions import FUNCTIONS, NOTIFY_PATH
+from soak.processes import Processes
+from soak.report import Stats, observe, results
+from soak.settings import SoakSettings
+from soak.worker import POSTS_FILE, UNANSWERED_FILE
 
 WORDS = ("order", "post", "user", "invoice", "launch", "ticket")
 DELIVERY_TIMEOUT_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class SoakSettings:
-    """Every knob of a soak run (`python -m soak --help` lists them)."""
-
-    seconds: float = 600.0
-    workers: int = 4
-    copies: int = 3
-    inflight_events: int = 30
-    senders: int = 48
-    kill_interval: float = 8.0
-    crash_rate: float = 0.01
-    restart_interval: float = 60.0
-    lost_response_rate: float = 0.03
-    refused_commit_rate: float = 0.01
-    read_fault_rate: float = 0.01
-    handler_failure_rate: float = 0.03
-    receiver_fault_interval: float = 2.0
-    collision_rate: float = 0.03
-    lease_seconds: int = 15
-    max_attempts: int = 10
-    rpc_timeout_seconds: int = 5
-    function_timeout_seconds: int = 10
-    """The timeout the soak's functions declare (`DedupConfig.function_timeout_seconds`, their
-    time budget): the longest the lease covers, `lease_seconds` - `rpc_timeout_seconds`. The
-    results report the longest delivery beside it (`longest_delivery_s`)."""
-    drain_seconds: float = 90.0
-    seed: int = 1
-    project: str = "demo-soak"
-    workdir: str = str(ROOT / ".cache" / "soak")
 
 
 @dataclass(order=True)
@@ -104,23 +68,6 @@ class _Chain:
     """The last answer it got, for the report."""
 
 
-@dataclass
-class _Stats:
-    deliveries: int = 0
-    refused: int = 0
-    dropped: int = 0
-    kills: int = 0
-    receiver_faults: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    error_samples: dict[str, list[str]] = field(default_factory=dict)
-    restart_outages: list[float] = field(default_factory=list)
-    longest_delivery: float = 0.0
-    """The longest delivery a worker answered (seconds from the request to the answer)."""
-    longest_delivery_of: tuple[str, str, str] = ("", "", "")
-    """(event id, function, answer) of that delivery."""
-    longest_by_function: dict[str, float] = field(default_factory=dict)
-
-
 class Soak:
     """One soak run; `run()` returns the results dictionary (also written by `__main__`)."""
 
@@ -129,7 +76,8 @@ class Soak:
         self.s = settings
         self.rng = random.Random(settings.seed)
         self.workdir = Path(settings.workdir)
-        self.stats = _Stats()
+        self.stats = Stats()
+        self.drain = Drain(settings.drain_seconds, settings.drain_cap_seconds)
         self._lock = threading.Lock()
         self._heap: list[_Due] = []
         self._seq = 0
@@ -145,11 +93,9 @@ class Soak:
         self._restarting_since: float | None = None
         self._stop_senders = False
         self._calm = threading.Event()
-        self._workers: dict[int, subprocess.Popen[bytes]] = {}
         self._refused_until: dict[int, float] = {}
         """Port -> until when deliveries avoid it (it refused a connection: restarting)."""
         self._worker_exits: list[str] = []
-        self._stopping = False
 
     # --- run ---------------------------------------------------------------------------------
 
@@ -170,42 +116,61 @@ class Soak:
         self.emulator.start()
         self.receiver.up()
         threads: list[threading.Thread] = []
+        self.processes = Processes(
+            self.s,
+            self.workdir,
+            emulator_host=self.emulator.host,
+            receiver_url=self.receiver.base_url,
+            faults_file=self.faults_file,
+            rng=self.rng,
+            on_exit=self._exited,
+        )
+        self.ports = self.processes.ports
         try:
-            self.ports = [free_port() for _ in range(self.s.workers)]
-            for port in self.ports:
-                self._spawn(port)
+            self.processes.start()
             for i in range(self.s.senders):
                 threads.append(self._thread(self._sender, f"sender-{i}"))
             chaos = [
-                self._thread(self._monitor, "monitor"),
                 self._thread(self._killer, "killer"),
                 self._thread(self._restarter, "restarter"),
                 self._thread(self._receiver_chaos, "receiver-chaos"),
             ]
             self._generate(time.monotonic() + self.s.seconds)  # from when all is up
             self._calm.set()
+            for thread in chaos:
+                thread.join()  # the driver's last kill, restart and receiver fault are over
             self._timeline("drain")
-            for thread in chaos[1:]:
-                thread.join()
-            deadline = time.monotonic() + self.s.drain_seconds
-            while time.monotonic() < deadline and any(self._pending.values()):
-                time.sleep(0.2)
+            drained = wait_for(self.drain, self._unacknowledged)
+            self._timeline(f"drain ends: {drained[0].value}, {drained[1]:.1f} s")
             with self._wake:
                 self._stop_senders = True
                 self._wake.notify_all()
             for thread in threads:
                 thread.join(timeout=DELIVERY_TIMEOUT_SECONDS + 5)
-            self._stopping = True
-            chaos[0].join()
-            self._stop_workers()
+            self.processes.stop()
             seen = self._observe()
         finally:
-            self._stopping = True
-            self._stop_workers()
+            self.processes.stop()
             self.receiver.down()
             self.emulator.stop()
-        violations = check(seen)
-        return self._results(seen, violations, time.monotonic() - began)
+        return results(
+            seen,
+            check(seen),
+            stats=self.stats,
+            settings=self.s,
+            restarts=self.emulator.restarts,
+            receiver=self.receiver,
+            faults_log=self.faults_file.read_text(),
+            drain=self.drain,
+            drain_ended=drained,
+            driver_stalls=self.processes.stalls,
+            wall=time.monotonic() - began,
+        )
+
+    def _unacknowledged(self) -> int:
+        """Copies not acknowledged yet."""
+        with self._lock:
+            return sum(self._pending.values())
 
     def _thread(self, target: object, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
@@ -311,11 +276,7 @@ class Soak:
         outcome, message = _outcome(response.status, body)
         with self._lock:
             chain.last = f"{outcome}: {message}" if message else outcome
-            took = self.stats.longest_by_function.get(chain.function, 0.0)
-            self.stats.longest_by_function[chain.function] = max(took, ended - started)
-            if ended - started > self.stats.longest_delivery:
-                self.stats.longest_delivery = ended - started
-                self.stats.longest_delivery_of = (chain.event_id, chain.function, chain.last)
+            self.stats.answered(chain.event_id, chain.function, chain.last, ended - started)
             self.stats.outcomes[outcome] += 1
             samples = self.stats.error_samples.setdefault(outcome, [])
             if message and len(samples) < 3:
@@ -336,54 +297,20 @@ class Soak:
             return True
         return any(a <= ended and started <= b for a, b in self._restart_windows)
 
-    # --- processes ---------------------------------------------------------------------------
+    # --- processes and chaos -------------------------------------------------------------------
 
-    def _spawn(self, port: int) -> None:
-        settings = WorkerSettings(
-            port=port,
-            project=self.s.project,
-            receiver_url=self.receiver.base_url,
-            faults_file=str(self.faults_file),
-            lease_seconds=self.s.lease_seconds,
-            max_attempts=self.s.max_attempts,
-            rpc_timeout_seconds=self.s.rpc_timeout_seconds,
-            function_timeout_seconds=self.s.function_timeout_seconds,
-            lost_response_rate=self.s.lost_response_rate,
-            refused_commit_rate=self.s.refused_commit_rate,
-            read_fault_rate=self.s.read_fault_rate,
-            handler_failure_rate=self.s.handler_failure_rate,
-            crash_rate=self.s.crash_rate,
-            seed=self.rng.randrange(2**31),
-        )
-        env = {
-            **os.environ,
-            "SOAK_WORKER": json.dumps(asdict(settings)),
-            "FIRESTORE_EMULATOR_HOST": self.emulator.host,
-            "GOOGLE_CLOUD_PROJECT": self.s.project,
-            "PYTHONPATH": str(ROOT),
-        }
-        log = (self.workdir / f"worker-{port}.log").open("ab")
-        self._workers[port] = subprocess.Popen(
-            [sys.executable, "-m", "soak.worker"], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
-
-    def _monitor(self) -> None:
-        while not self._stopping:
-            for port, process in list(self._workers.items()):
-                code = process.poll()
-                if code is None or self._stopping:
-                    continue
-                with self._lock:
-                    if code == -signal.SIGKILL:
-                        self.stats.kills += 1
-                    else:
-                        self._worker_exits.append(
-                            f"process on port {port} exited with {code}; see "
-                            f"{self.workdir / f'worker-{port}.log'}"
-                        )
-                self._spawn(port)
-            time.sleep(0.05)
+    def _exited(self, port: int, code: int) -> None:
+        """A function process died (`soak.processes`): the drain counts it."""
+        self.drain.death(time.monotonic())
+        self._timeline(f"exit {port} {code}")
+        with self._lock:
+            if code == -signal.SIGKILL:
+                self.stats.kills += 1
+            else:
+                self._worker_exits.append(
+                    f"process on port {port} exited with {code}; see "
+                    f"{self.workdir / f'worker-{port}.log'}"
+                )
 
     def _timeline(self, what: str) -> None:
         """Append `<wall-clock time> <what>` to the workdir's timeline.log (kills, the drain's
@@ -394,9 +321,7 @@ class Soak:
     def _killer(self) -> None:
         while not self._calm.wait(self.rng.expovariate(1 / self.s.kill_interval)):
             port = self.rng.choice(self.ports)
-            process = self._workers[port]
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGKILL)
+            if self.processes.kill(port):
                 self._timeline(f"kill {port}")
 
     def _restarter(self) -> None:
@@ -438,116 +363,24 @@ class Soak:
             with self._lock:
                 self.stats.receiver_faults += k
 
-    def _stop_workers(self) -> None:
-        self._stopping = True
-        for process in self._workers.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-
     # --- observation -------------------------------------------------------------------------
 
     def _observe(self) -> Observed:
         os.environ["FIRESTORE_EMULATOR_HOST"] = self.emulator.direct_host
-        client = firestore.Client(project=self.s.project)
-
-        def counters(collection: str) -> dict[str, int]:
-            return {
-                str(d.get("event")): int(d.get("n")) for d in client.collection(collection).stream()
-            }
-
-        records: list[RecordView] = []
-        for snapshot in client.collection("triggerEvents").stream():
-            record = Record.from_snapshot(snapshot)
-            assert record is not None
-            records.append(
-                RecordView(
-                    key=record.key,
-                    event_id=record.event_id,
-                    suffix=record.suffix,
-                    state=record.state.value,
-                    attempts=record.attempts,
-                    lease_expired=record.state is State.IN_PROGRESS
-                    and record.has_lease
-                    and not record.lease_live(snapshot.read_time),
-                    retried_seconds=_retried_seconds(record),
-                )
-            )
-        applied = [
-            (a.idempotency_key or "", a.body.decode(), a.arrived)
-            for a in self.receiver.applied(NOTIFY_PATH)
-        ]
-        unanswered_ids = unanswered_posts(
-            self.posts_file.read_text(), self.unanswered_file.read_text()
-        )
-        unanswered = [
-            (a.body.decode(), a.arrived)
-            for a in self.receiver.applied(NOTIFY_PATH)
-            if _header(a.headers, POST_ID_HEADER) in unanswered_ids
-        ]
-        self._states = Counter(r.state for r in records)
-        return Observed(
-            events=list(self._events),
-            counts=counters(COUNT_COLLECTION),
-            batches=counters(BATCH_COLLECTION),
-            notify_applied=applied,
-            records=records,
-            excused=list(self._excused),
-            unanswered=unanswered,
+        return observe(
+            firestore.Client(project=self.s.project),
+            self.receiver,
+            self.workdir,
+            events=self._events,
+            excused=self._excused,
             unacknowledged=[
                 (c.event_id, c.function, f"{c.tries} tries, last answer {c.last}")
                 for c in self._chains
                 if not c.acked
             ],
-            worker_exits=list(self._worker_exits),
-            max_attempts=self.s.max_attempts,
-            copies=self.s.copies,
+            worker_exits=self._worker_exits,
+            settings=self.s,
         )
-
-    def _results(
-        self, seen: Observed, violations: list[Violation], wall: float
-    ) -> dict[str, object]:
-        injected = Counter(
-            line for line in self.faults_file.read_text().splitlines() if line.strip()
-        )
-        receiver_attempts = self.receiver.attempts_to(NOTIFY_PATH)
-        by_check = Counter(v.check for v in violations)
-        return {
-            "events": len(seen.events),
-            "deliveries": self.stats.deliveries,
-            "kills": self.stats.kills,
-            "restarts": self.emulator.restarts,
-            "injected_faults": sum(injected.values()) + self.stats.receiver_faults,
-            "effects": effects(seen),
-            "violations": len(violations),
-            "violation_examples": _examples(violations),
-            "wall_s": round(wall, 1),
-            "longest_delivery_s": round(self.stats.longest_delivery, 2),
-            "function_timeout_s": self.s.function_timeout_seconds,
-            "details": {
-                "settings": asdict(self.s),
-                "violations_by_check": dict(by_check),
-                "injected_by_kind": {**dict(injected), "receiver": self.stats.receiver_faults},
-                "outcomes": dict(self.stats.outcomes),
-                "error_samples": self.stats.error_samples,
-                "refused_connections": self.stats.refused,
-                "record_states": dict(self._states),
-                "receiver_attempts": len(receiver_attempts),
-                "receiver_applied": len(seen.notify_applied),
-                "receiver_applied_unanswered": len(seen.unanswered),
-                "receiver_distinct_keys": len({k for k, _, _ in seen.notify_applied}),
-                "restart_outage_s": [round(x, 1) for x in self.stats.restart_outages],
-                "longest_delivery_by_function_s": {
-                    name: round(took, 2) for name, took in self.stats.longest_by_function.items()
-                },
-            },
-        }
-
-
-def _retried_seconds(record: Record) -> float:
-    """From a record's first attempt to its last (0 when either is missing)."""
-    first, last = record.first_attempt_at, record.last_attempt_at
-    return (last - first).total_seconds() if first and last else 0.0
 
 
 def _outcome(status: int, body: bytes) -> tuple[str, str]:
@@ -559,19 +392,3 @@ def _outcome(status: int, body: bytes) -> tuple[str, str]:
     if status == 200:
         return str(answer.get("outcome")), ""
     return str(answer.get("error", f"http-{status}")), str(answer.get("message", ""))
-
-
-def _examples(violations: list[Violation], per_check: int = 5) -> list[str]:
-    """Up to `per_check` examples of each broken invariant."""
-    shown: Counter[str] = Counter()
-    examples = []
-    for v in violations:
-        if shown[v.check] < per_check:
-            shown[v.check] += 1
-            examples.append(v.example())
-    return examples
-
-
-def _header(headers: dict[str, str], name: str) -> str | None:
-    """A request header by name, whatever its case."""
-    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)

@@ -116,6 +116,17 @@ class SoakEmulator:
         self.restarts += 1
         return time.monotonic() - began
 
+    def cut(self) -> None:
+        """An outage without a restart: drop every client connection and hold new ones (their
+        calls wait, unanswered) until `resume`."""
+        assert self._proxy is not None
+        self._proxy.cut()
+
+    def resume(self) -> None:
+        """End an outage begun by `cut`: serve the held connections and new ones."""
+        assert self._proxy is not None
+        self._proxy.resume(("127.0.0.1", self._port))
+
     def stop(self) -> None:
         """Stop the proxy and the emulator."""
         if self._proxy is not None:

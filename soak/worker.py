@@ -82,8 +82,28 @@ def _timeline(
     sys.stdout.flush()
 
 
+STALL_SECONDS = 1.0
+"""A heartbeat of the process that comes this much later than due is logged as a stall."""
+
+
+def _heartbeat(every: float = 0.1) -> None:
+    """Log `{"soak": "stall"}` when this process was not run for `STALL_SECONDS` or more (the
+    machine's other jobs, or a thread holding the GIL): a delivery that outlasted its
+    deadline during a stall was held by the machine, not by its own waits."""
+    last = time.monotonic()
+    while True:
+        time.sleep(every)
+        now = time.monotonic()
+        if now - last - every >= STALL_SECONDS:
+            line = {"soak": "stall", "at": round(time.time(), 3), "s": round(now - last, 3)}
+            sys.stdout.write(json.dumps(line) + "\n")
+            sys.stdout.flush()
+        last = now
+
+
 def serve(settings: WorkerSettings) -> None:
     """Serve the soak functions on 127.0.0.1:`port` until killed."""
+    threading.Thread(target=_heartbeat, name="heartbeat", daemon=True).start()
     log = FaultLog(settings.faults_file)
     unanswered = FaultLog(str(Path(settings.faults_file).with_name(UNANSWERED_FILE)))
     posts = FaultLog(str(Path(settings.faults_file).with_name(POSTS_FILE)))

@@ -11,6 +11,7 @@ way (`ConditionalTries`, `transient_retry`, and `BoundedAsyncTransaction` from
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -122,10 +123,12 @@ class AsyncRecordStore(StoreBase[AsyncClient]):
     ) -> Any:
         """Fill an `AsyncWriteBatch`, add the marker (`dedup.store.add_marker`) and commit it
         once; see `RecordStore.commit_batch`."""
+        ends = None if budget is None else time.monotonic() + budget
         batch = self.client.batch()
         result, fields = await fill(batch)
         add_marker(batch, self.ref(key), fields, guard, "write_only")
-        await batch.commit(retry=None, timeout=self.timeout_within(budget))
+        left = None if ends is None else ends - time.monotonic()
+        await batch.commit(retry=None, timeout=self.timeout_within(left))
         return result
 
     async def run_transaction(

@@ -36,6 +36,7 @@ from dedup import (
     State,
     StoreUnavailable,
 )
+from dedup.store import ROLLBACK_FLOOR_SECONDS
 from soak.emulator import SoakEmulator
 from tests.dedup.conftest import MakeDedup
 
@@ -221,3 +222,90 @@ def test_a_handler_that_fails_every_time_still_ends_dead(
     assert record.state is State.DEAD
     assert record.attempts > 3
     assert dedup.run(event_id, "poison", fail, mode=mode).kind is OutcomeKind.DUPLICATE
+
+
+TIMED_PROJECT = "demo-budget-last-write"
+TIMEOUT = 4
+"""The function timeout of the last-write tests; each RPC may take `RPC_TIMEOUT`, most of it."""
+RPC_TIMEOUT = 3
+
+
+@pytest.fixture(scope="module")
+def outage_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SoakEmulator]:
+    """A Firestore emulator of this module's own, behind the soak's proxy, so that a test can
+    make the store stop answering (`cut`: calls wait, unanswered, until their deadline)."""
+    emulator = SoakEmulator(TIMED_PROJECT, tmp_path_factory.mktemp("outage"))
+    emulator.start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["returns", "raises"])
+@pytest.mark.parametrize(
+    ("mode", "reads"),
+    [
+        (Mode.LEASE, False),
+        (Mode.TRANSACTION, False),
+        (Mode.TRANSACTION, True),
+        (Mode.WRITE_ONLY, False),
+    ],
+    ids=["lease", "transaction", "transaction-reads-first", "write_only"],
+)
+def test_the_last_write_ends_within_the_function_timeout(
+    mode: Mode,
+    fails: bool,
+    reads: bool,
+    outage_emulator: SoakEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It is impossible for a delivery to outlast its function's timeout through the writes
+    that follow its handler. The handler uses its whole budget (reading its document first,
+    which begins a transaction-mode delivery's transaction, or not), then the store stops
+    answering: the outcome write ("sent", a release, a failed attempt, the commit of the
+    handler's writes with the marker, a transaction's rollback) is tried only within what is
+    left, so the delivery answers a retryable `StoreUnavailable` within the 4 s timeout,
+    although each RPC may take 3 s (`rpc_timeout_seconds`). A transaction that had begun is
+    rolled back, with at least `ROLLBACK_FLOOR_SECONDS` (0.5 s, so as not to leave its locks
+    for 60 s): more than the budget's margin of a 4 s timeout (10 %), so that case may end up
+    to that floor later. Before, the outcome write ran up to one RPC timeout past the
+    timeout, and a rollback was retried for 60 s."""
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", outage_emulator.host)
+    client = firestore.Client(project=TIMED_PROJECT)
+    config = DedupConfig(
+        function_timeout_seconds=TIMEOUT,
+        lease_seconds=TIMEOUT + RPC_TIMEOUT,
+        rpc_timeout_seconds=RPC_TIMEOUT,
+        cache_size=0,
+    )
+    dedup = Deduplicator(config, client=client)
+    event_id = f"last-{uuid.uuid4().hex[:8]}"
+    effect = client.document(f"budget/{event_id}")
+    effect.get(timeout=60)  # the client's connection is up, the emulator warm
+    called: list[float] = []
+
+    def handler(delivery: Delivery) -> None:
+        called.append(time.monotonic() - started)
+        left = delivery.time_left()
+        assert left is not None
+        if reads:
+            effect.get(transaction=delivery.transaction, timeout=left)
+        time.sleep(max(0.0, left - 0.05))  # the whole budget
+        writer = delivery.transaction or delivery.batch
+        if writer is not None:
+            writer.set(effect, {"n": 1})
+        outage_emulator.cut()
+        if fails:
+            raise RuntimeError("the handler failed")
+
+    started = time.monotonic()
+    try:
+        with pytest.raises((StoreUnavailable, RuntimeError)):
+            dedup.run(event_id, "last", handler, mode=mode)
+        took = time.monotonic() - started
+    finally:
+        outage_emulator.resume()
+    assert called, "the handler never ran: nothing after it was measured"
+    floor = ROLLBACK_FLOOR_SECONDS if reads else 0.0
+    assert took <= TIMEOUT + floor, f"{took:.2f} s"

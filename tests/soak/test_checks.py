@@ -1,9 +1,11 @@
-"""The soak's verdict catches every kind of broken effect (pure checks, no emulator)."""
+"""The soak's verdict catches every kind of broken effect, and its drain waits out the last
+death (pure checks and a pure drain rule on a made-up clock, no emulator)."""
 
 from __future__ import annotations
 
 from dedup import dedup_key
 from soak.checks import Observed, RecordView, check, effects, unanswered_posts
+from soak.drain import POLL_SECONDS, Drain, Ended, wait_for
 from soak.functions import FUNCTIONS
 
 EVENTS = ["order-1", "post-2"]
@@ -130,3 +132,93 @@ def test_many_attempts_young_are_fine_and_dead_too_soon_is_a_violation() -> None
     assert checks_of(clean(records=records)) == ["dead too soon"]
     records[1] = RecordView(records[1].key, "order-1", "count", "dead", 12, False, 600.0)
     assert checks_of(clean(records=records)) == []
+
+
+START = 1000.0
+
+
+class Platform:
+    """A made-up clock for `soak.drain.wait_for`: process deaths at given seconds after the
+    drain's start, and one copy of `order-1` (count) acknowledged at `acknowledged_at` (None:
+    never)."""
+
+    def __init__(self, drain: Drain, deaths: list[float], acknowledged_at: float | None) -> None:
+        self.drain = drain
+        self.now = START
+        self.deaths = sorted(deaths)
+        self.acknowledged_at = acknowledged_at
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        before, self.now = self.now, self.now + seconds
+        for death in self.deaths:
+            if before < START + death <= self.now:
+                self.drain.death(START + death)
+
+    def unacknowledged(self) -> int:
+        done = self.acknowledged_at is not None and self.now >= START + self.acknowledged_at
+        return 0 if done else 1
+
+    def observed(self) -> Observed:
+        """What the checks see once the drain ended: the copy, if still unacknowledged."""
+        left = [("order-1", "count", "LeaseHeld")] if self.unacknowledged() else []
+        return clean(unacknowledged=left)
+
+
+def drained(deaths: list[float], acknowledged_at: float | None) -> tuple[Ended, float, Platform]:
+    """Run the drain rule (90 s, cap 600 s) on the made-up platform."""
+    platform = Platform(Drain(90, 600), deaths, acknowledged_at)
+    why, took = wait_for(
+        platform.drain, platform.unacknowledged, clock=platform.clock, sleep=platform.sleep
+    )
+    return why, took, platform
+
+
+def test_the_drain_ends_when_every_copy_is_acknowledged() -> None:
+    """A drain whose copies are all acknowledged ends then, well before 90 s, with no death."""
+    why, took, platform = drained([], acknowledged_at=12)
+    assert (why, platform.drain.deaths) == (Ended.ACKNOWLEDGED, 0)
+    assert 12 <= took < 12 + 2 * POLL_SECONDS
+    assert check(platform.observed()) == []
+
+
+def test_a_death_in_the_drain_extends_it() -> None:
+    """A copy that waits out a lock left by a process death 38 s into the drain (acknowledged
+    at 120 s) is acknowledged: the drain ends 90 s after the last death (128 s), not 90 s
+    after its start. Without that death the same copy is `not acknowledged` at 90 s."""
+    why, took, platform = drained([38.0], acknowledged_at=120)
+    assert (why, platform.drain.deaths, platform.drain.ends_at()) == (
+        Ended.ACKNOWLEDGED,
+        1,
+        START + 128,
+    )
+    assert 120 <= took < 120 + 2 * POLL_SECONDS
+    assert check(platform.observed()) == []
+
+    why, took, platform = drained([], acknowledged_at=120)
+    assert why is Ended.QUIET
+    assert 90 <= took < 90 + 2 * POLL_SECONDS
+    assert checks_of(platform.observed()) == ["not acknowledged"]
+
+
+def test_a_death_before_the_drain_does_not_extend_it() -> None:
+    """Only deaths after the drain's start count: one reported before it moves nothing."""
+    drain = Drain(90, 600)
+    drain.death(START - 5)
+    drain.start(START)
+    drain.death(START - 1)
+    assert (drain.deaths, drain.ends_at()) == (0, START + 90)
+    drain.death(START + 30)
+    assert (drain.deaths, drain.ends_at()) == (1, START + 120)
+
+
+def test_the_cap_ends_the_drain_with_not_acknowledged() -> None:
+    """Deaths every 60 s renew the wait forever: the cap (600 s) ends the drain anyway, and
+    the copy still waiting is `not acknowledged`."""
+    why, took, platform = drained([60.0 * i for i in range(1, 20)], acknowledged_at=None)
+    assert why is Ended.CAP
+    assert 600 <= took < 600 + 2 * POLL_SECONDS
+    assert platform.drain.deaths == 10  # at 60, 120, ... 600 s: the last one at the cap
+    assert checks_of(platform.observed()) == ["not acknowledged"]
