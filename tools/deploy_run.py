@@ -90,6 +90,8 @@ RUN_APIS = (
 )
 """The APIs this path needs (`make bootstrap` enables them)."""
 RUN_PLANS = ("deploy-run", "bootstrap-run")
+SIGNATURE_VARIABLE = "FUNCTION_SIGNATURE_TYPE"
+"""Reserved on Cloud Run: the plan never sets it."""
 
 
 def base_image(target: Target) -> str:
@@ -443,15 +445,15 @@ def firebase_config(target: Target, env: Mapping[str, str]) -> str:
 
 
 def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """The env files of `tools.deploy.env_files`, each with its `FUNCTION_SIGNATURE_TYPE`
-    (`gcloud run deploy --function` sets none, and the buildpack's default is `http`),
-    `FIREBASE_CONFIG`, and, when the project number is known (the plan always passes it),
-    `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which the enqueuers give their
-    tasks (`functions.region.task_function_url`)."""
+    """The env files of `tools.deploy.env_files` without `FUNCTION_SIGNATURE_TYPE` (Cloud Run
+    reserves it and sets it itself; each function is served as its trigger says whatever it
+    holds, `functions.signature`), with `FIREBASE_CONFIG`, and, when the project number is known
+    (the plan always passes it), `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which
+    the enqueuers give their tasks (`functions.region.task_function_url`)."""
     files = env_files(target, env)
     config = firebase_config(target, env)
-    for kind, values in files.items():
-        values["FUNCTION_SIGNATURE_TYPE"] = kind.removeprefix("asgi-")
+    for values in files.values():
+        values.pop(SIGNATURE_VARIABLE, None)
         values["FIREBASE_CONFIG"] = config
         if target.project_number:
             values[RUN_URL_VARIABLE] = service_url("{service}", "{region}", target.project_number)
