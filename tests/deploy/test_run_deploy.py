@@ -28,6 +28,7 @@ from dedup.config import DedupConfig
 from tests.deploy.conftest import copy_project
 from tests.deploy.fake_google import (
     BUCKET_LOCATION,
+    COMPUTE_BUILD_ACCOUNT,
     FIRESTORE_LOCATION,
     PROJECT_NUMBER,
     FakeGoogle,
@@ -52,7 +53,7 @@ pytestmark = [
 ]
 
 REGION = "europe-west1"
-BUILD_ACCOUNT = f"projects/-/serviceAccounts/{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+BUILD_ACCOUNT = f"projects/-/serviceAccounts/{COMPUTE_BUILD_ACCOUNT}"
 RUN_REPOSITORY = f"projects/{PROJECT}/locations/{REGION}/repositories/cloud-run-source-deploy"
 EVENT_FUNCTIONS = sorted(n for n, e in MANIFEST.items() if e.get("eventTrigger") is not None)
 RUN_ACCOUNT = f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
@@ -119,7 +120,7 @@ def run_deploy(tmp_path_factory: pytest.TempPathFactory) -> RunDeploy:
     (project / f".env.{PROJECT}").write_text("".join(f"{k}={v}\n" for k, v in ENV_FILE.items()))
     with RunningFake() as fake:
         fake.add_secret(PROJECT, "LINE_CHANNEL_SECRET", SECRET_VERSION)
-        fake.resources[BUILD_ACCOUNT] = {"name": BUILD_ACCOUNT}  # make bootstrap's business
+        fake.resources[BUILD_ACCOUNT] = {"name": BUILD_ACCOUNT}  # gcloud run deploy describes it
         fake.resources[RUN_REPOSITORY] = {"name": RUN_REPOSITORY, "format": "DOCKER"}
         env = tool_env(fake, work / "home")
         env[gcloud_variable("api_endpoint_overrides/run")] = f"http://fake-google:{fake.port}/"
@@ -159,6 +160,14 @@ def test_a_second_make_deploy_run_updates_what_exists(run_deploy: RunDeploy) -> 
     assert len([r for r in triggers if r.method == "PATCH"]) == len(EVENT_FUNCTIONS)
     assert len(run_deploy.fake.calls("POST", "/jobs")) == 1
     assert len(run_deploy.fake.calls("PATCH", "/jobs/")) == 1
+
+
+def test_the_account_cloud_build_names_may_build(run_deploy: RunDeploy) -> None:
+    """Before building, the deploy grants `roles/run.builder` to the account Cloud Build said it
+    builds as (the fake answers as a newer project: the compute account), and to no other."""
+    assert run_deploy.members(f"projects/{PROJECT}", "roles/run.builder") == [
+        f"serviceAccount:{COMPUTE_BUILD_ACCOUNT}"
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
