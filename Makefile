@@ -52,7 +52,8 @@ planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --mak
   $(filter-out 0,$(.SHELLSTATUS)),$(error make $(1): the plan was refused (the error above)))
 
 .PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
-        deploy-gcloud deploy-run bootstrap rules ttl topics queues monitoring guard-project clean
+        deploy-gcloud deploy-run run-names bootstrap rules ttl topics queues monitoring \
+        guard-project clean
 
 help: ## List the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -115,7 +116,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/deploy_run.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy.py tools/deploy_run.py tools/run_build.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 # Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
@@ -157,8 +158,13 @@ deploy-gcloud: $(STAMP_PY) guard-project topics queues ## Deploy with gcloud (2n
 # Cloud Run functions (tools/deploy_run.py): one `gcloud run deploy --function` per function of
 # the manifest, then each event function's Eventarc trigger, its subscription's retry and
 # dead-letter policy, the schedules' jobs and the queues' routing to the run.app URLs.
-deploy-run: $(STAMP_PY) guard-project topics queues ## Deploy as Cloud Run functions: make deploy-run PROJECT=... REGION=...
+deploy-run: $(STAMP_PY) guard-project run-names topics queues ## Deploy as Cloud Run functions: make deploy-run PROJECT=... REGION=...
 	$(call planned,deploy-run)
+
+# Before anything of deploy-run runs: every service's run.app URL must be able to exist
+# (<service>-<project number> within 63 characters), checked with the number read if not given.
+run-names: $(STAMP_PY) guard-project
+	$(call planned,run-names)
 
 rules: install guard-project ## Deploy firestore.rules and firestore.indexes.json (gcloud users too).
 	$(EMULATORS) firebase deploy --only firestore --project $(PROJECT)

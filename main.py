@@ -1,12 +1,13 @@
 """Entry point of the functions, for `firebase deploy`, `gcloud functions deploy` and the emulator.
 
 Each name below is a deployed function (its entry point for gcloud). The event functions are
-firebase-functions handlers that take the raw CloudEvent, so gcloud serves them with
-`FUNCTION_SIGNATURE_TYPE=cloudevent` (the Makefile sets it); requests that are not well-formed
+firebase-functions handlers that take the raw CloudEvent; requests that are not well-formed
 events for the function are refused with a 4xx before any work (`functions.boundary`). The
-HTTP functions (`create_order`, `create_order_callable`, `receive_line_webhook`) take the Flask
-request (`FUNCTION_SIGNATURE_TYPE=http`) and refuse malformed requests themselves, with
-problem+json (`dedup.http`, docs/http.md).
+HTTP functions (`create_order`, `create_order_callable`, `receive_line_webhook`, and the task
+and schedule functions) take the Flask request and refuse malformed requests themselves, with
+problem+json (`dedup.http`, docs/http.md). Which of the two functions-framework serves is
+registered with it when a function is first accessed (`functions.signature`), so neither
+`--signature-type` nor `FUNCTION_SIGNATURE_TYPE` can change it.
 
 The functions' runtime shape (memory, CPU, concurrency, instances, timeout) is declared once,
 by `set_global_options` in `functions/__init__.py`: both deploy paths read it from the manifest
@@ -35,6 +36,7 @@ from dedup.logs import configure_logging
 from functions.boundary import install_boundary
 from functions.observability import configure_telemetry
 from functions.runtime import check_function_settings, refuse_unsafe_settings
+from functions.signature import register as register_signature
 
 FUNCTIONS: dict[str, str] = {
     "alert_new_fatal_issue": "functions.alert_new_fatal_issue",
@@ -64,6 +66,7 @@ def __getattr__(name: str) -> Any:
     if exported not in FUNCTIONS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     function = getattr(importlib.import_module(FUNCTIONS[exported]), exported)
+    register_signature(name, function)  # served as its trigger says, whatever the variable
     globals()[name] = function
     return function
 

@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 
 from dedup.errors import ConfigError
+from dedup.run_names import service_of
 from functions.runtime import on_the_platform
 
 REGION_VARIABLE = "FUNCTION_REGION"
@@ -62,12 +63,6 @@ def task_function_resource(function_name: str, environ: Mapping[str, str] | None
     if "/" in function_name:
         return function_name
     return f"locations/{function_region(environ)}/functions/{function_name}"
-
-
-def service_of(entry_point: str) -> str:
-    """The Cloud Run service `make deploy-run` deploys a function as: its entry point
-    lowercased, `_` -> `-` (docs/deploy.md)."""
-    return entry_point.lower().replace("_", "-")
 
 
 _LOCATION = re.compile(r"(?:projects/[^/]+/)?locations/([a-z0-9-]+)/functions/([^/]+)")

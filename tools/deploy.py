@@ -4,7 +4,7 @@
     venv/bin/python -m tools.deploy env-files OPTIONS          # gcloud's --env-vars-file files
     venv/bin/python -m tools.deploy plan WHAT OPTIONS [--make] # shell commands, one per line
         WHAT: deploy-gcloud | bootstrap | topics | queues | monitoring
-              | deploy-run | bootstrap-run (tools.deploy_run: the Cloud Run functions path)
+              | deploy-run | bootstrap-run | run-names (tools.deploy_run: the Cloud Run path)
     venv/bin/python -m tools.deploy read KIND OPTIONS [--out=FILE] # one deploy-time value
         KIND: firestore-location [--database=D] | bucket-location --bucket=B
               | secret-version --secret=S | project-number
@@ -1078,7 +1078,7 @@ def monitoring_plan(target: Target) -> list[str]:
 
 def plan(what: str, target: Target) -> list[str]:
     """The shell commands of `make WHAT`, in order."""
-    if what in ("deploy-run", "bootstrap-run"):
+    if what in ("deploy-run", "bootstrap-run", "run-names"):
         from tools import deploy_run  # it builds on this module
 
         return deploy_run.plan(what, target)
@@ -1186,4 +1186,6 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from tools import deploy  # the module tools.deploy_run imports: one DeployError class
+
+    sys.exit(deploy.main(sys.argv[1:]))

@@ -3,6 +3,7 @@
     venv/bin/python -m tools.deploy plan deploy-run OPTIONS [--make]    # the plan (Makefile)
     venv/bin/python -m tools.deploy plan bootstrap-run OPTIONS [--make] # what bootstrap adds
     venv/bin/python -m tools.deploy_run env-files --project=P --region=R  # the env files
+    venv/bin/python -m tools.deploy_run check-names --project=P --region=R --project-number=N
 
 Every function `main.py` exports becomes one Cloud Run service (`gcloud run deploy SERVICE
 --source=. --function=ENTRY --base-image=RUNTIME`), built by the same buildpack as a
@@ -18,6 +19,9 @@ Functions wired for us is wired here, in order after the deploys:
 * a task-queue function: its queue routed to the service's `run.app` URL (`--http-uri-override`
   with an OIDC override), so the tasks the template enqueues reach it;
 * an HTTP or callable function: public, as on the other paths; its URL is printed.
+
+Before the deploys, the account Cloud Build builds with is asked of Cloud Build and granted
+`roles/run.builder` (`tools.run_build`; `make bootstrap` does the same).
 
 The values only the project knows are read when the plan runs, as on the other paths
 (`tools.deploy.DeployTimeReads`): `make -n deploy-run` prints the whole plan with no account.
@@ -38,7 +42,8 @@ import yaml
 
 from dedup.config import DedupConfig
 from dedup.errors import ConfigError
-from functions.region import RUN_URL_VARIABLE, service_of
+from dedup.run_names import run_app_problem, run_app_url, service_of
+from functions.region import RUN_URL_VARIABLE
 from tools.deploy import (
     BUCKET_PARAM,
     DeployError,
@@ -62,6 +67,7 @@ from tools.deploy import (
     shell_join,
     trigger_topic,
 )
+from tools.run_build import builder_grant
 
 SERVICE_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
 """Cloud Run's rule for a service name: lowercase letters, digits and '-', starting with a
@@ -78,9 +84,6 @@ PROTOBUF = "application/protobuf"
 """The data content type of Firestore's events, as firebase-functions reads them."""
 PUBSUB_AGENT = "service-{number}@gcp-sa-pubsub.iam.gserviceaccount.com"
 """The Pub/Sub service agent: it publishes to the dead-letter topic and acks the source."""
-BUILD_ACCOUNT = "{number}-compute@developer.gserviceaccount.com"
-"""The account Cloud Build builds a `gcloud run deploy --source` with (the default compute
-account)."""
 RUN_APIS = (
     "run.googleapis.com",
     "eventarc.googleapis.com",
@@ -89,7 +92,9 @@ RUN_APIS = (
     "pubsub.googleapis.com",
 )
 """The APIs this path needs (`make bootstrap` enables them)."""
-RUN_PLANS = ("deploy-run", "bootstrap-run")
+RUN_PLANS = ("deploy-run", "bootstrap-run", "run-names")
+SIGNATURE_VARIABLE = "FUNCTION_SIGNATURE_TYPE"
+"""Reserved on Cloud Run: the plan never sets it."""
 
 
 def base_image(target: Target) -> str:
@@ -112,6 +117,14 @@ def service_name(function: str, entry_point: str) -> str:
     return name
 
 
+def refuse_unreachable_services(services: Mapping[str, str], number: str) -> None:
+    """`DeployError`, one line per function, when a service's `run.app` URL cannot exist in the
+    project numbered `number` (`dedup.run_names.run_app_problem`)."""
+    problems = [p for f, s in services.items() if (p := run_app_problem(f, s, number))]
+    if problems:
+        raise DeployError("\n".join(problems))
+
+
 def service_names(manifest: Mapping[str, Any]) -> dict[str, str]:
     """Function -> its service name; `DeployError` when two functions would share one."""
     names: dict[str, str] = {}
@@ -124,11 +137,6 @@ def service_names(manifest: Mapping[str, Any]) -> dict[str, str]:
             )
         names[function] = name
     return names
-
-
-def service_url(service: str, region: str, number: str) -> str:
-    """The service's deterministic `run.app` URL (known before the deploy)."""
-    return f"https://{service}-{number}.{region}.run.app"
 
 
 def ack_deadline(function: str, timeout: int) -> int:
@@ -375,6 +383,8 @@ def deploy_plan(target: Target) -> list[str]:
     services = service_names(manifest)
     versions = secret_versions_of(manifest, target, reads)
     number = project_number(target, reads)
+    if target.project_number:  # else `names_plan` checked it with the number it read
+        refuse_unreachable_services(services, target.project_number)
     env_files_command = shell_join(
         [_python(), "-m", "tools.deploy_run", "env-files", f"--project={target.project}",
          f"--region={target.region}", f"--project-number={number}"]
@@ -384,7 +394,7 @@ def deploy_plan(target: Target) -> list[str]:
     for function, endpoint in endpoints(manifest):
         service = services[function]
         deploys.append(shell_join(deploy_command(function, endpoint, service, target, versions)))
-        url = service_url(service, target.region, number)
+        url = run_app_url(service, target.region, number)
         if is_public(endpoint):
             urls.append(shell_join(["echo", f"{function}: {url}"]))
             continue
@@ -395,27 +405,32 @@ def deploy_plan(target: Target) -> list[str]:
             after.append(schedule_command(function, endpoint, url, target))
         elif "taskQueueTrigger" in endpoint:
             after.append(queue_command(function, endpoint, service, url, target))
-    return [*reads.plan(), env_files_command, *deploys, *after, *urls]
+    return [*reads.plan(), *builder_grant(target), env_files_command, *deploys, *after, *urls]
 
 
 def bootstrap_plan(target: Target) -> list[str]:
-    """What `make bootstrap` adds for this path: its APIs, and the default compute account's
-    `roles/run.builder` (it builds `gcloud run deploy --source`). The runtime account's
-    `run.invoker` (as trigger, scheduler and task identity) is granted per service by the
-    deploy, on the services it calls only."""
+    """What `make bootstrap` adds for this path: its APIs, then `roles/run.builder` for the
+    account Cloud Build says it builds with (`tools.run_build`: asked once the APIs are on). The
+    runtime account's `run.invoker` (as trigger, scheduler and task identity) is granted per
+    service by the deploy, on the services it calls only."""
+    enable = ["gcloud", "services", "enable", *RUN_APIS, f"--project={target.project}"]
+    return [shell_join(enable), *builder_grant(target)]
+
+
+def names_plan(target: Target) -> list[str]:
+    """What `make deploy-run` runs first: nothing when the project's number is given and every
+    service's `run.app` URL can exist (`DeployError` when one cannot, so nothing runs); else the
+    read of the number and the same check with it (`check-names`), before any other command."""
+    services = service_names(sdk_manifest(target.source))
+    if target.project_number:
+        refuse_unreachable_services(services, target.project_number)
+        return []
     reads = DeployTimeReads(target)
-    number = project_number(target, reads)
-    project = f"--project={target.project}"
-    builder = [
-        "gcloud", "projects", "add-iam-policy-binding", target.project,
-        f"--member=serviceAccount:{BUILD_ACCOUNT.format(number=number)}",
-        "--role=roles/run.builder", "--condition=None", "--quiet",
+    check = [
+        _python(), "-m", "tools.deploy_run", "check-names", f"--project={target.project}",
+        f"--region={target.region}", f"--project-number={reads.project_number()}",
     ]  # fmt: skip
-    return [
-        *reads.plan(),
-        shell_join(["gcloud", "services", "enable", *RUN_APIS, project]),
-        _quiet(builder),
-    ]
+    return [*reads.plan(), shell_join(check)]
 
 
 def plan(what: str, target: Target) -> list[str]:
@@ -424,6 +439,8 @@ def plan(what: str, target: Target) -> list[str]:
         return deploy_plan(target)
     if what == "bootstrap-run":
         return bootstrap_plan(target)
+    if what == "run-names":
+        return names_plan(target)
     raise DeployError(f"unknown plan {what!r}: {' or '.join(RUN_PLANS)}")
 
 
@@ -443,18 +460,18 @@ def firebase_config(target: Target, env: Mapping[str, str]) -> str:
 
 
 def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """The env files of `tools.deploy.env_files`, each with its `FUNCTION_SIGNATURE_TYPE`
-    (`gcloud run deploy --function` sets none, and the buildpack's default is `http`),
-    `FIREBASE_CONFIG`, and, when the project number is known (the plan always passes it),
-    `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which the enqueuers give their
-    tasks (`functions.region.task_function_url`)."""
+    """The env files of `tools.deploy.env_files` without `FUNCTION_SIGNATURE_TYPE` (Cloud Run
+    reserves it and sets it itself; each function is served as its trigger says whatever it
+    holds, `functions.signature`), with `FIREBASE_CONFIG`, and, when the project number is known
+    (the plan always passes it), `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which
+    the enqueuers give their tasks (`functions.region.task_function_url`)."""
     files = env_files(target, env)
     config = firebase_config(target, env)
-    for kind, values in files.items():
-        values["FUNCTION_SIGNATURE_TYPE"] = kind.removeprefix("asgi-")
+    for values in files.values():
+        values.pop(SIGNATURE_VARIABLE, None)
         values["FIREBASE_CONFIG"] = config
         if target.project_number:
-            values[RUN_URL_VARIABLE] = service_url("{service}", "{region}", target.project_number)
+            values[RUN_URL_VARIABLE] = run_app_url("{service}", "{region}", target.project_number)
     return files
 
 
@@ -485,19 +502,26 @@ def service_environment(function: str, target: Target) -> dict[str, str]:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`env-files`: write this path's env files; errors are one line on stderr, status 2."""
+    """`env-files`: write this path's env files; `check-names`: refuse a service whose `run.app`
+    URL cannot exist in the project numbered `--project-number`. Errors are lines on stderr,
+    status 2."""
     parser = argparse.ArgumentParser(prog="python -m tools.deploy_run")
-    parser.add_argument("command", choices=["env-files"])
+    parser.add_argument("command", choices=["env-files", "check-names"])
     parser.add_argument("--project", required=True)
     parser.add_argument("--region", required=True)
     parser.add_argument("--project-number", default=None)
     args = parser.parse_args(argv)
     target = Target(project=args.project, region=args.region, project_number=args.project_number)
     try:
+        if args.command == "check-names":
+            services = service_names(sdk_manifest(target.source))
+            refuse_unreachable_services(services, args.project_number or "")
+            return 0
         for path in write_run_env_files(target):
             print(f"wrote {path}")
     except DeployError as problem:
-        print(f"error: {problem}", file=sys.stderr)
+        for line in str(problem).splitlines():
+            print(f"error: {line}", file=sys.stderr)
         return 2
     return 0
 

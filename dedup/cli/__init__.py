@@ -8,6 +8,7 @@ or `dedup`).
     dedup purge --older-than 7d [--dry-run] [--force]  delete old records (no TTL policy)
     dedup stats [--json]                           counts, oldest live lease, stuck records
     dedup manifest [--check] SOURCE_DIR            functions.yaml with retries on
+                   [--project-number=N]            (--check: warn of run.app URLs too long)
     dedup setup --project P [--dry-run]            TTL, index exemptions, roles; the rules block
     dedup dead-letters list SUBSCRIPTION [--json]  dead-lettered events (Cloud Run path), kept
     dedup dead-letters redrive SUBSCRIPTION --to URL  deliver them again, ack after a 2xx

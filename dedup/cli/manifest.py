@@ -45,6 +45,7 @@ import yaml
 from dedup.cli.settings import deploy_env, settings_problems
 from dedup.cli.target import Target
 from dedup.kinds import USES_DEDUP
+from dedup.run_names import run_app_problem, service_of
 
 MANIFEST_NAME = "functions.yaml"
 """The file the Firebase CLI reads instead of asking the SDK."""
@@ -196,14 +197,38 @@ def write_manifest(source: Path, project: str | None = None) -> Path:
     return path
 
 
-def check_manifest(source: Path, project: str | None = None) -> list[str]:
-    """What would keep a deploy of `source` from running every dedup function with retries,
-    one line each: `source_problems`, `declaration_problems`, and the `retry_gaps` of its
-    functions.yaml if present, else of the SDK's own manifest."""
+class Readiness(NamedTuple):
+    """What `check_manifest` found, one line each."""
+
+    problems: list[str]
+    """What would keep the deploy from running every dedup function with retries."""
+    warnings: list[str]
+    """What would deploy but not work as meant (`run_app_warnings`)."""
+
+
+def run_app_warnings(manifest: Mapping[str, Any], project_number: str) -> list[str]:
+    """One line per function of `manifest` whose Cloud Run service would get no deterministic
+    `run.app` URL in the project numbered `project_number` (`dedup.run_names`)."""
+    found = []
+    for name, endpoint in sorted((manifest.get("endpoints") or {}).items()):
+        service = service_of(str(endpoint.get("entryPoint") or name))
+        if (problem := run_app_problem(name, service, project_number)) is not None:
+            found.append(problem)
+    return found
+
+
+def check_manifest(
+    source: Path, project: str | None = None, project_number: str | None = None
+) -> Readiness:
+    """What would keep a deploy of `source` from running every dedup function with retries:
+    `source_problems`, `declaration_problems`, and the `retry_gaps` of its functions.yaml if
+    present, else of the SDK's own manifest; and, given the project's number, the warnings of
+    `run_app_warnings` about the SDK's manifest."""
     problems = source_problems(source, project)
     if problems:
-        return problems
+        return Readiness(problems, [])
     found = sdk_manifest(source, project)
+    warnings = run_app_warnings(found.manifest, project_number) if project_number else []
     manifest = found.manifest
     static = source / MANIFEST_NAME
     if static.is_file():
@@ -211,7 +236,7 @@ def check_manifest(source: Path, project: str | None = None) -> list[str]:
     problems = declaration_problems(found, source)
     if not (manifest.get("endpoints") or {}) and static.is_file():
         problems.append(f"{static} lists no function: a deploy would ship nothing")
-    return problems + retry_gaps(manifest, found.dedup_functions)
+    return Readiness(problems + retry_gaps(manifest, found.dedup_functions), warnings)
 
 
 @click.command(name="manifest")
@@ -219,8 +244,15 @@ def check_manifest(source: Path, project: str | None = None) -> list[str]:
     "source", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="SOURCE_DIR"
 )
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 naming what would not deploy.")
+@click.option(
+    "--project-number",
+    default=None,
+    help="With --check: warn about each function whose run.app URL could not exist there.",
+)
 @click.pass_context
-def manifest_command(ctx: click.Context, source: Path, check: bool) -> None:
+def manifest_command(
+    ctx: click.Context, source: Path, check: bool, project_number: str | None
+) -> None:
     """Write SOURCE_DIR/functions.yaml: the SDK's manifest of main.py, with retries on.
 
     Every event trigger gets retry: true, every schedule of a dedup function a retryCount of at
@@ -230,12 +262,16 @@ def manifest_command(ctx: click.Context, source: Path, check: bool) -> None:
     function, or a trigger_once function no firebase-functions decorator wraps is refused.
     With --check, write nothing and exit 1 naming each of those, and each dedup function whose
     trigger would deploy without retries (from the functions.yaml present, else from the SDK's
-    own manifest).
+    own manifest). Given --project-number, --check also warns (on stderr, without failing)
+    about each function whose Cloud Run service name and the project's number do not fit the
+    63 characters of a run.app URL.
     """
     source = source.resolve()
     project = _project_of(ctx)
     if check:
-        problems = check_manifest(source, project)
+        problems, warnings = check_manifest(source, project, project_number)
+        for warning in warnings:
+            click.echo(f"warning: {warning}", err=True)
         if problems:
             where = source / MANIFEST_NAME
             origin = str(where) if where.is_file() else "the SDK's manifest (no functions.yaml)"

@@ -8,10 +8,12 @@ about them.
   topic read from the event's `source`. The payload is the message data and its sorted
   attributes, trace context left out (`dedup.propagation`): a message published again from
   another trace is the same message.
-* **Boundary** (`check_request`): `application/json` (batch mode too), the trigger's topic,
-  a `message` with only the fields Pub/Sub sends, base64 `data`, a non-empty `message_id`, an
-  RFC 3339 `publish_time`, string attributes, a non-empty `subscription`; then
-  firebase-functions' own parse.
+* **Boundary** (`check_request`): `application/json` (batch mode too), the trigger's topic in
+  the function's project (`GOOGLE_CLOUD_PROJECT` or `GCLOUD_PROJECT`, when set), a `message`
+  with only the fields Pub/Sub sends, base64 `data`, a non-empty message id and an RFC 3339
+  publish time in either spelling (`messageId`/`message_id`, `publishTime`/`publish_time`: the
+  same value when both are sent), string attributes, a non-empty `subscription`; then
+  firebase-functions' own parse (which reads the snake_case spelling: the boundary adds it).
 * **Deploy.** `--trigger-topic` (gcloud), the topic filter (firebase-tools), in the region.
 * **Retry.** Pub/Sub push redelivers any non-2xx for the retry window.
 """
@@ -20,8 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from dedup.kinds.base import (
@@ -150,12 +153,15 @@ def check_request(raw: Any, declared: Declared) -> Any:
     topic = declared.filters.get("topic")
     if media_type(raw) != "application/json":
         raise Malformed("Pub/Sub events are read as application/json only", 415)
+    project = os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("GCLOUD_PROJECT")
     source = SOURCE.fullmatch(str(raw.get("source")))
-    if source is None or source.group(2) != topic:
-        raise Malformed(f"the event's source is not this function's topic {topic}")
+    other_project = source is not None and project is not None and source.group(1) != project
+    if source is None or source.group(2) != topic or other_project:
+        where = f" in project {project}" if project else ""
+        raise Malformed(f"the event's source is not this function's topic {topic}{where}")
     data = raw.get_data()
     message = data.get("message") if isinstance(data, Mapping) else None
-    if not isinstance(message, Mapping):
+    if not isinstance(message, MutableMapping):
         raise Malformed("the Pub/Sub event has no `message` object")
     assert isinstance(data, Mapping)
     subscription = data.get("subscription")
@@ -163,14 +169,12 @@ def check_request(raw: Any, declared: Declared) -> Any:
         raise Malformed("the Pub/Sub event's subscription is not a non-empty string")
     if not set(message) <= MESSAGE_FIELDS:
         raise Malformed("the Pub/Sub message has a field Pub/Sub does not send")
-    message_id = message.get("message_id")
+    message_id = one_spelling(message, "messageId", "message_id")
     if not isinstance(message_id, str) or not message_id:
-        raise Malformed("the Pub/Sub message_id is not a non-empty string")
-    if message.get("messageId", message_id) != message_id:
-        raise Malformed("the Pub/Sub messageId and message_id differ")
-    publish_time = message.get("publish_time")
+        raise Malformed("the Pub/Sub message id is not a non-empty string")
+    publish_time = one_spelling(message, "publishTime", "publish_time")
     if not isinstance(publish_time, str) or not RFC3339.fullmatch(publish_time):
-        raise Malformed("the Pub/Sub publish_time is missing or not an RFC 3339 timestamp")
+        raise Malformed("the Pub/Sub publish time is missing or not an RFC 3339 timestamp")
     if not isinstance(message.get("orderingKey", ""), str):
         raise Malformed("the Pub/Sub orderingKey is not a string")
     attributes = message.get("attributes", {})
@@ -185,6 +189,17 @@ def check_request(raw: Any, declared: Declared) -> Any:
     except (binascii.Error, ValueError):
         raise Malformed("the Pub/Sub message data is not base64") from None
     return parsed_by_sdk(lambda: parse_pubsub_event(raw))
+
+
+def one_spelling(message: MutableMapping[str, Any], camel: str, snake: str) -> Any:
+    """The value a push message gives under `camel`, `snake` or both (`Malformed` when both are
+    sent and differ), also set under `snake`, the spelling firebase-functions reads."""
+    value = message.get(snake, message.get(camel))
+    if camel in message and snake in message and message[camel] != message[snake]:
+        raise Malformed(f"the Pub/Sub {camel} and {snake} differ")
+    if value is not None:
+        message[snake] = value
+    return value
 
 
 def topic_flags(trigger: Mapping[str, Any]) -> list[str]:

@@ -10,7 +10,8 @@ Registry, billing, rules, the OAuth token endpoint), as a generic resource store
   mutation answers with a finished long-running operation whose `response` is the resource.
 * `:getIamPolicy`, `:setIamPolicy`, `:testIamPermissions`, `:generateUploadUrl` and a few
   read-only facts (enabled services, billing, the project and its number, the Firestore
-  database's location) have fixed answers.
+  database's location) have fixed answers; Cloud Build's default service account is
+  `build_account` (the compute account, or the legacy Cloud Build one).
 * A new Eventarc trigger gets, as Eventarc gives it, a Pub/Sub transport: the topic it was given,
   or one of its own, and a push subscription stored under `transport.pubsub.subscription`;
   an update keeps that transport (gcloud sends an empty one). A Pub/Sub `PATCH` merges the
@@ -48,6 +49,10 @@ DIRECT = {
 }
 """Collections whose create/update answers with the resource itself, not an operation."""
 BUILD_TYPE = "type.googleapis.com/google.devtools.cloudbuild.v1.Build"
+COMPUTE_BUILD_ACCOUNT = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+LEGACY_BUILD_ACCOUNT = f"{PROJECT_NUMBER}@cloudbuild.gserviceaccount.com"
+"""The two accounts Cloud Build says it builds with: a newer project's (the Compute Engine
+default account) and an older one's (the legacy Cloud Build account)."""
 
 
 @dataclass
@@ -71,6 +76,9 @@ class FakeGoogle:
     unknown: list[str] = field(default_factory=list)
     port: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    build_account: str = COMPUTE_BUILD_ACCOUNT
+    """What Cloud Build's `defaultServiceAccount` names (`LEGACY_BUILD_ACCOUNT` for an older
+    project)."""
 
     @property
     def url(self) -> str:
@@ -275,9 +283,8 @@ class FakeGoogle:
             ]
             return 200, {"runtimes": runtimes}
         if resource.endswith("/defaultServiceAccount"):  # Cloud Build's
-            email = f"{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
-            return 200, {"name": resource,
-                         "serviceAccountEmail": f"projects/-/serviceAccounts/{email}"}  # fmt: skip
+            email = f"projects/-/serviceAccounts/{self.build_account}"
+            return 200, {"name": resource, "serviceAccountEmail": email}
         if resource.endswith("/billingInfo"):
             return 200, {"name": resource, "billingEnabled": True}
         if len(parts) == 2 and parts[0] == "projects":

@@ -39,7 +39,9 @@ from tests.conftest import FUNCTION_ENV, PROJECT
 from tests.deploy.test_run_served import serving
 
 PUBSUB_PROJECT = "demo-dead-letters"
-"""The Pub/Sub resources' project: apart from the Functions emulator's own topics."""
+"""The Pub/Sub resources' project: apart from the Functions emulator's own topics. The
+forward_webhook served here runs in it too (its boundary refuses a topic of another project),
+so its records are in that project's Firestore."""
 TOPIC = "webhooks"
 """forward_webhook's trigger topic (its boundary checks the event's source names it)."""
 MAX_ATTEMPTS = 5
@@ -176,7 +178,8 @@ def test_a_dead_lettered_message_is_redriven_to_one_effect(
     holds the lease (each copy answered 500); once the run fails and releases the lease,
     `redrive` delivers it and the receiver gets exactly one request; a second dead letter of the
     same message, redriven, changes nothing. The dead letter has a message id of its own (as in
-    production), and forward_webhook's key is the `eventKey` attribute, which it keeps."""
+    production), and forward_webhook's key is the `eventKey` attribute, which it keeps. The
+    function runs in the topic's project, as in production."""
     event_key = f"order-{uuid.uuid4().hex[:8]}"
     key = dedup_key(event_key, "forward_webhook")
     receiver.script(ROUTE, (503, FIRST_RUN_SECONDS))
@@ -184,7 +187,11 @@ def test_a_dead_lettered_message_is_redriven_to_one_effect(
         rest("PUT", names["topic"])
     rest("PUT", names["dead_topic"])
     rest("PUT", names["dead"], {"topic": names["dead_topic"], "ackDeadlineSeconds": 60})
-    with serving(tmp_path / "server.log", "forward_webhook", FUNCTION_ENV) as service:
+    in_project = {"GOOGLE_CLOUD_PROJECT": PUBSUB_PROJECT, "GCLOUD_PROJECT": PUBSUB_PROJECT}
+    records = firestore.Client(project=PUBSUB_PROJECT)
+    with serving(
+        tmp_path / "server.log", "forward_webhook", {**FUNCTION_ENV, **in_project}
+    ) as service:
         eventarc = Eventarc(service, TOPIC)
         with eventarc_endpoint(eventarc) as push_url:
             rest("PUT", names["push"], {
@@ -212,7 +219,7 @@ def test_a_dead_lettered_message_is_redriven_to_one_effect(
 
             def released() -> bool:
                 record = Record.from_snapshot(
-                    firestore_client.collection("triggerEvents").document(key).get()
+                    records.collection("triggerEvents").document(key).get()
                 )
                 return record is not None and not record.has_lease and record.attempts == 1
 

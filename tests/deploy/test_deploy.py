@@ -501,8 +501,9 @@ def test_a_task_function_name_cloud_tasks_would_refuse_is_refused_by_every_plan(
 def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
     """The runtime account gets Firestore, Pub/Sub publish, the trigger roles, secret access
     for the functions that declare secrets, and FCM only while NOTIFY_URL is unset; the
-    Pub/Sub agent gets the token creator role firebase grants; the default compute account
-    gets what `gcloud run deploy --source` builds with (the Cloud Run functions path)."""
+    Pub/Sub agent gets the token creator role firebase grants; the account Cloud Build says it
+    builds as (read when the plan runs) gets what `gcloud run deploy --source` builds with (the
+    Cloud Run functions path)."""
     commands = make_commands(ROOT, "bootstrap")
     account = f"serviceAccount:exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
     grants = {
@@ -531,8 +532,8 @@ def test_bootstrap_grants_exactly_what_the_functions_use() -> None:
          "roles/iam.serviceAccountTokenCreator"),
         ("serviceAccount:service-123456789012@gs-project-accounts.iam.gserviceaccount.com",
          "roles/pubsub.publisher"),  # register_upload: the Storage agent publishes its events
-        ("serviceAccount:123456789012-compute@developer.gserviceaccount.com",
-         "roles/run.builder"),  # the Cloud Run path: it builds `gcloud run deploy --source`
+        (f"serviceAccount:$(cat .cache/deploy/{PROJECT}/at-deploy/build-account-{PROJECT})",
+         "roles/run.builder"),  # the Cloud Run path: the account Cloud Build says it builds as
     }  # fmt: skip
     enable = next(c for c in commands if c[1:3] == ["services", "enable"])
     for api in ("cloudfunctions", "run", "cloudbuild", "artifactregistry", "eventarc", "pubsub",

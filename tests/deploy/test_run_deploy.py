@@ -28,6 +28,7 @@ from dedup.config import DedupConfig
 from tests.deploy.conftest import copy_project
 from tests.deploy.fake_google import (
     BUCKET_LOCATION,
+    COMPUTE_BUILD_ACCOUNT,
     FIRESTORE_LOCATION,
     PROJECT_NUMBER,
     FakeGoogle,
@@ -52,7 +53,7 @@ pytestmark = [
 ]
 
 REGION = "europe-west1"
-BUILD_ACCOUNT = f"projects/-/serviceAccounts/{PROJECT_NUMBER}-compute@developer.gserviceaccount.com"
+BUILD_ACCOUNT = f"projects/-/serviceAccounts/{COMPUTE_BUILD_ACCOUNT}"
 RUN_REPOSITORY = f"projects/{PROJECT}/locations/{REGION}/repositories/cloud-run-source-deploy"
 EVENT_FUNCTIONS = sorted(n for n, e in MANIFEST.items() if e.get("eventTrigger") is not None)
 RUN_ACCOUNT = f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
@@ -119,7 +120,7 @@ def run_deploy(tmp_path_factory: pytest.TempPathFactory) -> RunDeploy:
     (project / f".env.{PROJECT}").write_text("".join(f"{k}={v}\n" for k, v in ENV_FILE.items()))
     with RunningFake() as fake:
         fake.add_secret(PROJECT, "LINE_CHANNEL_SECRET", SECRET_VERSION)
-        fake.resources[BUILD_ACCOUNT] = {"name": BUILD_ACCOUNT}  # make bootstrap's business
+        fake.resources[BUILD_ACCOUNT] = {"name": BUILD_ACCOUNT}  # gcloud run deploy describes it
         fake.resources[RUN_REPOSITORY] = {"name": RUN_REPOSITORY, "format": "DOCKER"}
         env = tool_env(fake, work / "home")
         env[gcloud_variable("api_endpoint_overrides/run")] = f"http://fake-google:{fake.port}/"
@@ -161,10 +162,19 @@ def test_a_second_make_deploy_run_updates_what_exists(run_deploy: RunDeploy) -> 
     assert len(run_deploy.fake.calls("PATCH", "/jobs/")) == 1
 
 
+def test_the_account_cloud_build_names_may_build(run_deploy: RunDeploy) -> None:
+    """Before building, the deploy grants `roles/run.builder` to the account Cloud Build said it
+    builds as (the fake answers as a newer project: the compute account), and to no other."""
+    assert run_deploy.members(f"projects/{PROJECT}", "roles/run.builder") == [
+        f"serviceAccount:{COMPUTE_BUILD_ACCOUNT}"
+    ]
+
+
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_each_function_is_built_for_its_entry_point(run_deploy: RunDeploy, name: str) -> None:
     """The build names the entry point and the base image; the service runs as the runtime
-    account with its signature type and region in its environment."""
+    account with its region in its environment, and no signature type (Cloud Run reserves
+    `FUNCTION_SIGNATURE_TYPE`; the plan leaves it to the platform)."""
     service = run_deploy.service(name)
     annotations = service["metadata"].get("annotations", {})
     assert (
@@ -177,8 +187,7 @@ def test_each_function_is_built_for_its_entry_point(run_deploy: RunDeploy, name:
     spec = service["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
     variables = {e["name"]: e.get("value") for e in spec["containers"][0].get("env", [])}
-    kind = "cloudevent" if MANIFEST[name].get("eventTrigger") is not None else "http"
-    assert variables["FUNCTION_SIGNATURE_TYPE"] == kind
+    assert "FUNCTION_SIGNATURE_TYPE" not in variables
     assert variables["FUNCTION_REGION"] == REGION
     for key, value in ENV_FILE.items():
         assert variables.get(key) == value, (name, key)

@@ -144,12 +144,14 @@ def test_delivery_attempts_outlast_the_lease_and_the_timeout() -> None:
     assert delivery_attempts(3600, 540, 100) == MAX_DELIVERY_ATTEMPTS
 
 
-def test_env_files_name_the_signature_type_and_the_firebase_config() -> None:
-    """http or cloudevent, GCLOUD_PROJECT, FUNCTION_REGION and FIREBASE_CONFIG."""
+def test_env_files_name_the_firebase_config_and_no_signature_type() -> None:
+    """GCLOUD_PROJECT, FUNCTION_REGION and FIREBASE_CONFIG; no FUNCTION_SIGNATURE_TYPE, which
+    Cloud Run reserves (functions-framework reads each function's from its registration)."""
     target = Target(project="demo-x", region="europe-west1")
     files = run_env_files(target, {"UPLOAD_BUCKET": ""})
-    for kind, values in files.items():
-        assert values["FUNCTION_SIGNATURE_TYPE"] == kind.removeprefix("asgi-")
+    assert set(files) == {"cloudevent", "http", "asgi-cloudevent", "asgi-http"}
+    for values in files.values():
+        assert "FUNCTION_SIGNATURE_TYPE" not in values
         assert values["GCLOUD_PROJECT"] == "demo-x"
         assert values["FUNCTION_REGION"] == "europe-west1"
         assert json.loads(values["FIREBASE_CONFIG"]) == {
@@ -161,4 +163,4 @@ def test_service_environment_is_the_env_file_and_the_target(tmp_path: Path) -> N
     """What the served-as-the-buildpack test gives functions-framework."""
     env = service_environment("sync_published_count", Target(project="p", region="europe-west1"))
     assert env["FUNCTION_TARGET"] == "sync_published_count"
-    assert env["FUNCTION_SIGNATURE_TYPE"] == "cloudevent"
+    assert "FUNCTION_SIGNATURE_TYPE" not in env

@@ -6,8 +6,10 @@ The buildpack of `gcloud run deploy --function=ENTRY` starts functions-framework
 service's `--env-vars-file` (`tools.deploy_run.service_environment` gives both) and from Cloud
 Run itself (`PORT`, `K_SERVICE`, `K_REVISION`, `K_CONFIGURATION`). Here the server runs with
 those variables and the emulator's host only: nothing of this process's environment leaks in
-(not even `PATH`), so a plan that forgot `FUNCTION_SIGNATURE_TYPE=cloudevent` would be served as
-an HTTP function and refuse the CloudEvents. Eventarc delivers a Firestore event in binary
+(not even `PATH`). The plan sets no `FUNCTION_SIGNATURE_TYPE` (Cloud Run reserves it): the
+function is a CloudEvent function by its registration with functions-framework
+(`functions.signature`); without it, it would be served as an HTTP function and refuse the
+CloudEvents. Eventarc delivers a Firestore event in binary
 content mode with the protobuf `DocumentEventData` as its body (`dedup.testing.firestore_event`
 builds it with Google's own `google-events` types).
 """

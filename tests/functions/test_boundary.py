@@ -102,6 +102,8 @@ PUBSUB_ONLY: dict[str, tuple[Mutation, int]] = {
     "attributes null": (with_message(attributes=None), 400),
     "message_id a number": (with_message(message_id=5, messageId=5), 400),
     "messageId and message_id differ": (with_message(messageId="other"), 400),
+    "publishTime and publish_time differ": (with_message(publishTime="2026-01-02T00:00:00Z"), 400),
+    "no publish time in either spelling": (with_message(publishTime=DROP, publish_time=DROP), 400),
     "no subscription": (with_envelope(subscription=DROP), 400),
     "subscription null": (with_envelope(subscription=None), 400),
     "route a map": (with_message(attributes={"route": {"a": "b"}}), 400),
@@ -110,6 +112,9 @@ PUBSUB_ONLY: dict[str, tuple[Mutation, int]] = {
     "orderingKey a map": (with_message(orderingKey={}), 400),
     "another topic": (
         with_header("ce-source", f"//pubsub.googleapis.com/projects/{PROJECT}/topics/other"), 400),
+    "its topic's name in another project": (
+        with_header("ce-source", "//pubsub.googleapis.com/projects/elsewhere/topics/webhooks"),
+        400),
     "batch content type in binary mode": (
         with_header("Content-Type", "application/cloudevents-batch+json"), 415),
     "envelope nested 5,000 levels": (with_body(b'{"message": ' + DEEP + b"}"), 400),
@@ -213,6 +218,32 @@ def test_bad_input_is_refused_without_trace(
 
     assert served.deliver(good) == 200
     assert case.effects(firestore_client, receiver) == 1
+
+
+@pytest.mark.parametrize(
+    "dropped",
+    [("message_id", "publish_time"), ("messageId", "publishTime")],
+    ids=["camelCase only", "snake_case only"],
+)
+def test_either_spelling_of_the_message_id_and_publish_time_is_read(
+    dropped: tuple[str, str],
+    serve: Callable[[str], InProcessFunction],
+    firestore_client: firestore.Client,
+    receiver: Receiver,
+    unique: str,
+) -> None:
+    """A push whose message has only `messageId`/`publishTime` (Eventarc's documented example),
+    or only `message_id`/`publish_time`, is read and forwarded once, keyed by the message id;
+    the same message with both spellings is then a duplicate."""
+    served = serve("forward_webhook")
+    both = webhook_event(firestore_client, unique)
+    one = with_message(**dict.fromkeys(dropped, DROP))(both)
+    assert not set(dropped) & set(json.loads(one.body)["message"])
+    assert served.deliver(one) == 200
+    assert served.deliver(both) == 200
+    assert len(receiver.applied()) == 1
+    [record] = [d.to_dict() or {} for d in firestore_client.collection("triggerEvents").stream()]
+    assert (record["eventId"], record["state"]) == (f"m-{unique}", "sent")
 
 
 @pytest.mark.parametrize(
