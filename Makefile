@@ -13,7 +13,7 @@ STAMP_NODE  := $(FIREBASE_DIR)/node_modules/.installed
 
 # Deployment settings (bootstrap, deploy-*, rules, ttl, topics, queues), e.g.
 #   make deploy-gcloud PROJECT=my-project REGION=europe-west1
-# Every function, its trigger and its runtime shape come from main.py (tools/deploy.py builds
+# Every function, its trigger and its runtime shape come from main.py (tools/deploy builds
 # the manifest); these only say where. See docs/deploy.md.
 PROJECT ?=
 REGION  ?= us-central1
@@ -44,7 +44,7 @@ define newline
 
 
 endef
-# $(call planned,WHAT): the commands tools/deploy.py plans for WHAT, each its own recipe line, so
+# $(call planned,WHAT): the commands tools/deploy plans for WHAT, each its own recipe line, so
 # `make -n WHAT` prints them; a plan that cannot be made (its error is printed) fails the target,
 # under -n too. Planning asks the cloud nothing: a value only it knows (a secret's latest version,
 # a location, the project's number) is read by a command of the plan, when it runs.
@@ -116,7 +116,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy.py tools/deploy_run.py tools/run_build.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy tools/deploy_run.py tools/run_build.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
 
 # Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.

@@ -11,7 +11,7 @@ registered with it when a function is first accessed (`functions.signature`), so
 
 The functions' runtime shape (memory, CPU, concurrency, instances, timeout) is declared once,
 by `set_global_options` in `functions/__init__.py`: both deploy paths read it from the manifest
-the SDK builds from this file (`tools/deploy.py`, docs/deploy.md). The package runs it before
+the SDK builds from this file (`tools/deploy`, docs/deploy.md). The package runs it before
 any function module is declared, whichever is imported first (their decorators copy it).
 
 `index_post` is a task-queue function (an HTTP function Cloud Tasks calls, signature `http`),

@@ -23,7 +23,7 @@ database's clock. Two consequences:
   timeout + `rpc_timeout_seconds` outlives that last write, and the platform's retry (which
   comes after the timeout plus a backoff) finds the event `sent` instead of taking the lease
   over and running the effect again. `DedupConfig(function_timeout_seconds=...)` enforces it:
-  the deploy tooling (`tools/deploy.py`) checks every function, and an instance on the
+  the deploy tooling (`tools/deploy`) checks every function, and an instance on the
   platform checks its own function at start-up (`functions.runtime`).
 * A run whose process crashed (out of memory, instance killed) holds its lease until it
   expires: redeliveries before that raise `LeaseHeld`, and the first one after it runs

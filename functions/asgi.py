@@ -13,7 +13,7 @@ decorator, handed to `asgi_function`:
 The SDK builds the endpoint (trigger, document pattern, database, topic, and the runtime shape
 of `set_global_options` or the decorator's own options) exactly as for a sync function, on a
 stand-in; the async function only carries it (`ASGI_ENDPOINT`), so neither firebase-tools nor
-the Functions emulator ever sees it as theirs. `tools/deploy.py` deploys it like any other
+the Functions emulator ever sees it as theirs. `tools/deploy` deploys it like any other
 function, plus `FUNCTION_USE_ASGI=true` in its environment (docs/async.md).
 
 Triggers: Firestore and Pub/Sub events (`firestore_fn.on_document_*`,

@@ -3,7 +3,7 @@
 Both deploy paths deploy every function of `main.py` into one region (`REGION`), and put it in
 the function's environment as `FUNCTION_REGION`: firebase-tools sets it itself on every 2nd gen
 function it deploys; `make deploy-gcloud` writes it into the `--env-vars-file` files
-(`tools/deploy.py`), because Cloud Run functions set no region variable of their own (only
+(`tools/deploy`), because Cloud Run functions set no region variable of their own (only
 `FUNCTION_TARGET`, `FUNCTION_SIGNATURE_TYPE`, `K_SERVICE`, `K_REVISION`, `K_CONFIGURATION` and
 `PORT`).
 

@@ -27,7 +27,7 @@ SUFFIX = "register_upload"
 PREFIX = "uploads/"
 BUCKET_VARIABLE = "UPLOAD_BUCKET"
 """Names the watched bucket at deploy time; empty (the default): the project's default bucket,
-`<project>.firebasestorage.app` (`tools/deploy.py` fills it in, docs/deploy.md)."""
+`<project>.firebasestorage.app` (`tools/deploy` fills it in, docs/deploy.md)."""
 logger = logging.getLogger(__name__)
 
 UploadEvent = storage_fn.CloudEvent[storage_fn.StorageObjectData]

@@ -13,7 +13,7 @@ is not the platform), the instance serving `FUNCTION_TARGET` checks the process'
 function's declared timeout, so a misspelled DEDUP_* variable or a lease
 shorter than timeout + DEDUP_RPC_TIMEOUT_SECONDS stops the instance at start-up with the
 `ConfigError` that says what to set, instead of failing every event. The deploy tooling
-(`tools/deploy.py`) makes the same check before anything is deployed.
+(`tools/deploy`) makes the same check before anything is deployed.
 
 Nothing happens elsewhere: tests and local servers deliberately run with short leases.
 """

@@ -1,2 +1,2 @@
-"""Developer tools run from the Makefile (`tools/emulators.py`, `tools/deploy.py`,
+"""Developer tools run from the Makefile (`tools/emulators.py`, `tools/deploy`,
 `tools/docs.py`); a package so that tests import them as `tools.emulators`."""

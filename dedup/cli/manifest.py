@@ -19,10 +19,10 @@ with SOURCE_DIR as its working directory and first on `sys.path`, and the variab
 env files a deploy to the project loads (`--project`, else GOOGLE_CLOUD_PROJECT or
 GCLOUD_PROJECT, which the Firebase CLI sets for a predeploy hook). A child, so nothing main.py
 declares (its suffixes, its apps, its modules) stays in the caller's process, and the command
-can run twice in one process (tests, `tools/deploy.py`).
+can run twice in one process (tests, `tools/deploy`).
 
 Private attributes of firebase-functions (checked with 0.5.0 and 0.6.0), used only here and in
-the template's `tools/deploy.py`: `firebase_functions.private.serving.functions_as_yaml` (its
+the template's `tools/deploy`: `firebase_functions.private.serving.functions_as_yaml` (its
 manifest), and the `__firebase_endpoint__` each decorated function carries, by which the child
 finds main.py's functions as the SDK's own discovery (`get_functions`) does.
 """

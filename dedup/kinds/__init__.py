@@ -22,7 +22,7 @@ how both deploy paths deploy its trigger, and how the platform retries it. The f
 |  | Test Lab, Data Connect, any other type |
 
 `describe` (below), the template's boundary (`functions/boundary.py`) and the deploy tool
-(`tools/deploy.py`) look a kind up here: by its CloudEvent `type` (`kind_of`), or by the class
+(`tools/deploy`) look a kind up here: by its CloudEvent `type` (`kind_of`), or by the class
 of an event that is not a CloudEvent (`kind_of_class`); a type no kind names is `CUSTOM`, still
 deduplicated by its CloudEvent `id`. docs/usage.md ("Adding a kind of event") shows how to
 add one: a row, and its test in `tests/dedup/test_kinds.py`.

@@ -9,7 +9,7 @@
 * **Declaration.** A schedule in the App Engine form ("every 5 minutes") is refused before
   deploy with its unix-cron equivalent (`cron_equivalent`): Cloud Scheduler sets the header
   only for unix-cron schedules.
-* **Deploy.** A Cloud Scheduler job per function (`tools/deploy.py`, firebase-tools), with a
+* **Deploy.** A Cloud Scheduler job per function (`tools/deploy`, firebase-tools), with a
   `retry_count` of at least 1 (`dedup manifest`).
 * **Retry.** Cloud Scheduler retries any non-2xx up to the job's `retryCount`.
 """

@@ -21,7 +21,7 @@ from tools.deploy import endpoints, sdk_manifest
 pytestmark = pytest.mark.subprocesses
 
 FUNCTIONS = [name for name, _ in endpoints(sdk_manifest(ROOT))]
-"""Every function main.py exports, by its deployed name, as tools/deploy.py's manifest has it."""
+"""Every function main.py exports, by its deployed name, as tools/deploy's manifest has it."""
 
 
 def dry_run(tmp_path: Path, *command: str, spy: bool = False) -> subprocess.CompletedProcess[str]:

@@ -54,7 +54,6 @@ timeout + DEDUP_RPC_TIMEOUT_SECONDS, and a misspelled DEDUP_* variable.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import subprocess
@@ -75,7 +74,7 @@ from tools.emulators import GENERATED_MANIFEST_MARK
 from tools.exports import DeclarationError, Exported, exported_functions
 from tools.runtime import RuntimeMismatch, runtime_of_venv
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 GENERATED = f"{GENERATED_MANIFEST_MARK} for `make deploy-firebase`, which deletes it after.\n"
 """First line of the manifest it writes; `tools/emulators.py` removes a leftover with it."""
@@ -1077,11 +1076,8 @@ def monitoring_plan(target: Target) -> list[str]:
 
 
 def plan(what: str, target: Target) -> list[str]:
-    """The shell commands of `make WHAT`, in order."""
-    if what in ("deploy-run", "bootstrap-run", "run-names"):
-        from tools import deploy_run  # it builds on this module
-
-        return deploy_run.plan(what, target)
+    """The shell commands of `make WHAT`, in order, for the firebase and gcloud paths (the Cloud
+    Run path's: `tools.deploy_run.plan`; `python -m tools.deploy plan` chooses)."""
     if what == "monitoring":
         return monitoring_plan(target)
     env = deploy_env(target)
@@ -1104,88 +1100,3 @@ def plan(what: str, target: Target) -> list[str]:
         f"unknown plan {what!r}: deploy-gcloud, deploy-run, bootstrap, bootstrap-run, topics, "
         "queues or monitoring"
     )
-
-
-# --- command line -------------------------------------------------------------------------------
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m tools.deploy", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("command", choices=["manifest", "env-files", "plan", "read"])
-    parser.add_argument(
-        "what", nargs="?", help="manifest: output file; plan: what to plan; read: what to read"
-    )
-    parser.add_argument("--project", required=True)
-    parser.add_argument("--region", required=True)
-    parser.add_argument("--firestore-location", default="")
-    parser.add_argument("--service-account", default=DEFAULT_SERVICE_ACCOUNT)
-    parser.add_argument("--project-number", default="")
-    parser.add_argument("--topics", default="", help="extra topics, space-separated")
-    parser.add_argument(
-        "--alert-channels", default="", help="monitoring: notification channels, space-separated"
-    )
-    parser.add_argument(
-        "--secret-versions", default="", help="deploy-gcloud: pinned secret versions, 'S=3 T=1'"
-    )
-    parser.add_argument("--bucket-location", default="", help="the Storage bucket's location")
-    parser.add_argument("--make", action="store_true", help="plan as one line, ' ;; '-separated")
-    parser.add_argument("--database", default="", help="read firestore-location: the database")
-    parser.add_argument("--bucket", default="", help="read bucket-location: the bucket")
-    parser.add_argument("--secret", default="", help="read secret-version: the secret")
-    parser.add_argument("--out", default="", help="read: the file to write the value to")
-    return parser
-
-
-def main(argv: Sequence[str]) -> int:
-    """Entry point; see the module docstring. Errors are one line on stderr, exit status 2."""
-    args = _parser().parse_args(argv)
-    target = Target(
-        project=args.project,
-        region=args.region,
-        firestore_location=args.firestore_location or None,
-        service_account=args.service_account or DEFAULT_SERVICE_ACCOUNT,
-        project_number=args.project_number or None,
-        bucket_location=args.bucket_location or None,
-        extra_topics=tuple(args.topics.split()),
-        alert_channels=tuple(args.alert_channels.split()),
-        secret_versions=tuple(
-            (pair.partition("=")[0], pair.partition("=")[2])
-            for pair in args.secret_versions.split()
-        ),
-    )
-    try:
-        if args.command == "manifest":
-            text = GENERATED + yaml.safe_dump(firebase_manifest(target), sort_keys=False)
-            if args.what:
-                Path(args.what).write_text(text)
-            else:
-                sys.stdout.write(text)
-        elif args.command == "read":
-            value = read_now(
-                args.what or "", target, database=args.database, bucket=args.bucket,
-                secret=args.secret,
-            )  # fmt: skip
-            if args.out:
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.out).write_text(value + "\n")
-            else:
-                print(value)
-        elif args.command == "env-files":
-            for path in write_env_files(target):
-                print(f"wrote {path.relative_to(target.source)}")
-        else:
-            commands = plan(args.what or "", target)
-            print(" ;; ".join(commands) if args.make else "\n".join(commands))
-    except DeployError as problem:
-        for line in str(problem).splitlines():
-            print(f"error: {line}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    from tools import deploy  # the module tools.deploy_run imports: one DeployError class
-
-    sys.exit(deploy.main(sys.argv[1:]))
