@@ -20,6 +20,7 @@ from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, LeaseLost, PayloadMismatch, TerminalError
 from dedup.logs import LOGGER_NAME, CloudLoggingFormatter
+from dedup.telemetry import SEVERITY
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_deploy import make_commands, needs_gcloud
 from tools.deploy import (
@@ -78,6 +79,8 @@ def test_one_metric_per_monitored_outcome_and_one_alert_on_dead() -> None:
         assert f"--project={PROJECT}" in describe
         assert f"--project={PROJECT}" in create
     assert list(MONITORED_OUTCOMES) == monitored
+    errors = {kind.value for kind, level in SEVERITY.items() if level >= logging.ERROR}
+    assert set(MONITORED_OUTCOMES) == errors  # dedup's one outcome table decides
     listing, create = gcloud_commands(lines[-1])
     assert listing[:5] == ["gcloud", "alpha", "monitoring", "policies", "list"]
     assert flag(listing, "filter") == f'displayName="{ALERT_POLICY_NAME}"'

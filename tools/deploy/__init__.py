@@ -54,6 +54,7 @@ timeout + DEDUP_RPC_TIMEOUT_SECONDS, and a misspelled DEDUP_* variable.
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 import subprocess
@@ -69,6 +70,8 @@ from dedup import kinds
 from dedup.cli.project import RECORDS_ROLES, with_retries
 from dedup.config import DedupConfig, telemetry_enabled
 from dedup.errors import ConfigError
+from dedup.record import OutcomeKind
+from dedup.telemetry import SEVERITY
 from tools import firebase_dotenv
 from tools.emulators import GENERATED_MANIFEST_MARK
 from tools.exports import DeclarationError, Exported, exported_functions
@@ -134,13 +137,19 @@ TELEMETRY_ROLES = {
 TELEMETRY_APIS = ("cloudtrace.googleapis.com", "monitoring.googleapis.com")
 """Enabled by `make bootstrap` only when the env files set DEDUP_OTEL=1."""
 MONITORED_OUTCOMES = {
-    "dead": "gave up after max_attempts, the effect never happened",
-    "lease_lost": "a delivery outlived its lease and another took it over",
-    "payload_mismatch": "an event id was reused for a different payload",
-    "failed": "the handler raised TerminalError (or Firestore refused its data)",
+    kind.value: why
+    for kind, why in {
+        OutcomeKind.DEAD: "gave up after max_attempts, the effect never happened",
+        OutcomeKind.LEASE_LOST: "a delivery outlived its lease and another took it over",
+        OutcomeKind.PAYLOAD_MISMATCH: "an event id was reused for a different payload",
+        OutcomeKind.FAILED: "the handler raised TerminalError (or Firestore refused its data)",
+    }.items()
+    if SEVERITY[kind] >= logging.ERROR
 }
 """Outcomes (the `outcome` field of dedup's log line) `make monitoring` counts, one log-based
-metric each, named `dedup_<outcome>`."""
+metric each, named `dedup_<outcome>`, with why each matters: the outcomes whose log line is an
+ERROR in dedup's one outcome table, `dedup.telemetry.SEVERITY` (tests/deploy/test_monitoring.py
+holds the two together)."""
 ALERTED_OUTCOME = "dead"
 ALERT_POLICY_NAME = "dedup: dead events"
 """The alert policy's display name: how `make monitoring` finds an existing one."""
