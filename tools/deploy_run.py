@@ -261,7 +261,8 @@ def event_plan(
     timeout = int(endpoint["timeoutSeconds"])
     deadline = ack_deadline(function, timeout)
     try:
-        config = DedupConfig.from_env(env, function_timeout_seconds=timeout)
+        config = DedupConfig.from_env(env)
+        config.check_lease_covers(timeout)
     except ConfigError as exc:
         raise DeployError(f"{function} (timeout {timeout} s): {exc}") from None
     attempts = delivery_attempts(config.lease_seconds, timeout, config.max_attempts)

@@ -395,7 +395,7 @@ def check_timeouts(manifest: Mapping[str, Any], env: Mapping[str, str]) -> None:
                 "options.set_global_options(...) or in the function's decorator."
             )
         try:
-            DedupConfig.from_env(env, function_timeout_seconds=timeout)
+            DedupConfig.from_env(env).check_lease_covers(timeout)
         except ConfigError as exc:
             raise DeployError(f"{name} (timeout {timeout} s): {exc}") from None
 
