@@ -44,7 +44,7 @@ from tests.deploy.test_real_deploy import (
 )
 from tests.deploy.test_upload import check_only_code
 from tools.deploy import Target, deploy_env, trigger_topic
-from tools.deploy_run import delivery_attempts
+from tools.run_service import delivery_attempts
 
 pytestmark = [
     pytest.mark.deploy_harness,

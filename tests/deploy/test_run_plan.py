@@ -16,13 +16,13 @@ import pytest
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_dry_run import dry_run
 from tools.deploy import DeployError, Target, endpoints, sdk_manifest
-from tools.deploy_run import (
+from tools.deploy_run import service_environment
+from tools.run_service import (
     MAX_DELIVERY_ATTEMPTS,
     ack_deadline,
     backoff_gaps,
     delivery_attempts,
     run_env_files,
-    service_environment,
     service_name,
 )
 

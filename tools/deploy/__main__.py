@@ -22,13 +22,10 @@ from tools.deploy import (
     write_env_files,
 )
 
-RUN_PLANS = ("deploy-run", "bootstrap-run", "run-names")
-"""The plans of the Cloud Run path (`tools.deploy_run.plan`)."""
-
 
 def plan(what: str, target: Target) -> list[str]:
     """The shell commands of `make WHAT`, in order, on whichever path WHAT belongs to."""
-    if what in RUN_PLANS:
+    if what in deploy_run.RUN_PLANS:
         return deploy_run.plan(what, target)
     return deploy.plan(what, target)
 

@@ -1,0 +1,153 @@
+"""A function's Cloud Run service as the Cloud Run path (`tools.deploy_run`) makes it: its name,
+its trigger subscription's settings (ack deadline, backoff, dead-letter attempts) and its env
+files."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dedup.run_names import run_app_problem, run_app_url, service_of
+from functions.region import RUN_URL_VARIABLE
+from tools.deploy import (
+    BUCKET_PARAM,
+    DeployError,
+    Target,
+    default_bucket,
+    deploy_env,
+    endpoints,
+    env_files,
+)
+
+SERVICE_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
+"""Cloud Run's rule for a service name: lowercase letters, digits and '-', starting with a
+letter, not ending with '-', at most 63 characters."""
+MAX_ACK_DEADLINE = 600
+"""Pub/Sub's longest ack deadline: a push subscription waits at most this for an answer, so a
+function with a longer timeout would be redelivered while it still runs."""
+MIN_RETRY_DELAY, MAX_RETRY_DELAY = 10, 600
+"""The subscription's retry backoff (seconds): Eventarc's own, doubling from the first to the
+second (docs/platform.md)."""
+MIN_DELIVERY_ATTEMPTS, MAX_DELIVERY_ATTEMPTS = 5, 100
+"""What Pub/Sub accepts as a dead-letter policy's `maxDeliveryAttempts`."""
+SIGNATURE_VARIABLE = "FUNCTION_SIGNATURE_TYPE"
+"""Reserved on Cloud Run: the plan never sets it."""
+
+
+def service_name(function: str, entry_point: str) -> str:
+    """The Cloud Run service of a function: its entry point lowercased, `_` -> `-`;
+    `DeployError` when Cloud Run would refuse the name (`SERVICE_NAME`)."""
+    name = service_of(entry_point)
+    if not SERVICE_NAME.fullmatch(name):
+        raise DeployError(
+            f"{function}: its Cloud Run service would be named {name!r}, which Cloud Run refuses "
+            "(lowercase letters, digits and '-', starting with a letter, not ending with '-', "
+            "at most 63 characters): export it from main.py under a shorter or plainer name"
+        )
+    return name
+
+
+def refuse_unreachable_services(services: Mapping[str, str], number: str) -> None:
+    """`DeployError`, one line per function, when a service's `run.app` URL cannot exist in the
+    project numbered `number` (`dedup.run_names.run_app_problem`)."""
+    problems = [p for f, s in services.items() if (p := run_app_problem(f, s, number))]
+    if problems:
+        raise DeployError("\n".join(problems))
+
+
+def service_names(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Function -> its service name; `DeployError` when two functions would share one."""
+    names: dict[str, str] = {}
+    for function, endpoint in endpoints(manifest):
+        name = service_name(function, str(endpoint.get("entryPoint") or function))
+        twin = next((f for f, n in names.items() if n == name), None)
+        if twin is not None:
+            raise DeployError(
+                f"{twin} and {function} would both be the Cloud Run service {name}: rename one"
+            )
+        names[function] = name
+    return names
+
+
+def ack_deadline(function: str, timeout: int) -> int:
+    """The subscription's ack deadline: the function's timeout (at least Pub/Sub's 10 s);
+    `DeployError` naming the function when it exceeds `MAX_ACK_DEADLINE`."""
+    if timeout > MAX_ACK_DEADLINE:
+        raise DeployError(
+            f"{function} has a timeout of {timeout} s, but an event function on Cloud Run "
+            f"functions is pushed by Pub/Sub, which waits at most {MAX_ACK_DEADLINE} s for an "
+            f"answer and would redeliver while it runs: declare timeout_sec <= {MAX_ACK_DEADLINE}"
+        )
+    return max(timeout, 10)
+
+
+def backoff_gaps(window: float) -> int:
+    """How many consecutive backoff delays (`MIN_RETRY_DELAY` doubling up to
+    `MAX_RETRY_DELAY`) it takes to span `window` seconds."""
+    gaps, spanned, delay = 0, 0.0, MIN_RETRY_DELAY
+    while spanned < window:
+        spanned += delay
+        delay = min(delay * 2, MAX_RETRY_DELAY)
+        gaps += 1
+    return gaps
+
+
+def delivery_attempts(lease_seconds: int, timeout: int, max_attempts: int) -> int:
+    """The dead-letter policy's `maxDeliveryAttempts` (docs/deploy.md, "Dead letters"): the
+    first attempt, the attempts whose backoff delays span `lease_seconds + timeout` (copies that
+    meet a live lease answer 500, and each spends an attempt), then one per handler start dedup
+    allows (`max_attempts`: a run that fails releases its lease and needs the next attempt),
+    within what Pub/Sub accepts."""
+    wanted = 1 + backoff_gaps(lease_seconds + timeout) + max_attempts
+    return min(max(wanted, MIN_DELIVERY_ATTEMPTS), MAX_DELIVERY_ATTEMPTS)
+
+
+def dead_letter_topic(service: str) -> str:
+    """The dead-letter topic (and the id of its subscription) of a service's trigger."""
+    return f"{service}-dead-letter"
+
+
+def run_env_dir(target: Target) -> Path:
+    """Where this path's --env-vars-file files live (beside deploy-gcloud's)."""
+    return target.env_dir / "run"
+
+
+def firebase_config(target: Target, env: Mapping[str, str]) -> str:
+    """FIREBASE_CONFIG as firebase-tools sets it (the project and its bucket): Storage
+    functions and the Admin SDK read it at import."""
+    bucket = env.get(BUCKET_PARAM, "").strip() or default_bucket(target.project)
+    return json.dumps({"projectId": target.project, "storageBucket": bucket})
+
+
+def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The env files of `tools.deploy.env_files` without `FUNCTION_SIGNATURE_TYPE` (Cloud Run
+    reserves it and sets it itself; each function is served as its trigger says whatever it
+    holds, `functions.signature`), with `FIREBASE_CONFIG`, and, when the project number is known
+    (the plan always passes it), `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which
+    the enqueuers give their tasks (`functions.region.task_function_url`)."""
+    files = env_files(target, env)
+    config = firebase_config(target, env)
+    for values in files.values():
+        values.pop(SIGNATURE_VARIABLE, None)
+        values["FIREBASE_CONFIG"] = config
+        if target.project_number:
+            values[RUN_URL_VARIABLE] = run_app_url("{service}", "{region}", target.project_number)
+    return files
+
+
+def write_run_env_files(target: Target) -> list[Path]:
+    """Write `run_env_files` under `run_env_dir`; their paths."""
+    folder = run_env_dir(target)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for kind, values in run_env_files(target, deploy_env(target)).items():
+        path = folder / f"{kind}.env.yaml"
+        path.write_text(yaml.safe_dump(values, default_flow_style=False))
+        path.chmod(0o600)
+        written.append(path)
+    return written
