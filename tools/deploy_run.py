@@ -55,6 +55,7 @@ from tools.deploy import (
     shell_join,
     trigger_topic,
 )
+from tools.deploy.target import refused
 from tools.run_build import builder_grant
 from tools.run_service import (
     MAX_RETRY_DELAY,
@@ -390,9 +391,7 @@ def main(argv: Sequence[str]) -> int:
         for path in write_run_env_files(target):
             print(f"wrote {path}")
     except DeployError as problem:
-        for line in str(problem).splitlines():
-            print(f"error: {line}", file=sys.stderr)
-        return 2
+        return refused(problem)
     return 0
 
 

@@ -21,6 +21,7 @@ from tools.deploy import (
     read_now,
     write_env_files,
 )
+from tools.deploy.target import refused
 
 
 def plan(what: str, target: Target) -> list[str]:
@@ -100,9 +101,7 @@ def main(argv: Sequence[str]) -> int:
             commands = plan(args.what or "", target)
             print(" ;; ".join(commands) if args.make else "\n".join(commands))
     except DeployError as problem:
-        for line in str(problem).splitlines():
-            print(f"error: {line}", file=sys.stderr)
-        return 2
+        return refused(problem)
     return 0
 
 

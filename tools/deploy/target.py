@@ -48,6 +48,14 @@ class DeployError(Exception):
     """A deploy that must not start; the message says what to change."""
 
 
+def refused(problem: DeployError) -> int:
+    """Print `problem` as the deploy tools' command lines answer it, one `error:` line on
+    stderr per line of its message, and return their exit status for it, 2."""
+    for line in str(problem).splitlines():
+        print(f"error: {line}", file=sys.stderr)
+    return 2
+
+
 @dataclass(frozen=True)
 class Target:
     """Where and how to deploy: the project, its region, database location and account."""
