@@ -36,8 +36,8 @@ from dedup.transitions import finished, precondition
 
 if TYPE_CHECKING:
     from dedup.flow_io import Ambiguity, FencedLease
+    from dedup.record import Snapshot
     from dedup.runs import Run
-    from dedup.store import Snapshot
 
 
 def check_ambiguity(where: str, reconcile: object, on_ambiguous: object) -> None:

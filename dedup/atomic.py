@@ -57,9 +57,9 @@ from dedup.claims import (
 from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.errors import BudgetSpent
 from dedup.flow_io import Fill, FlowIO, Invoke
-from dedup.record import Fields, Record, State, error_text
+from dedup.record import Fields, Record, Snapshot, State, error_text
 from dedup.runs import Run
-from dedup.store import Snapshot, backoff, commit_failure
+from dedup.store import backoff, commit_failure
 from dedup.transitions import (
     attempt_finished,
     mark_dead,

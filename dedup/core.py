@@ -114,9 +114,15 @@ class DeduplicatorBase:
         the project and credentials of the client `like`, else of the config."""
         raise NotImplementedError
 
-    def new_store(self, client: Any) -> Any:
-        """The record store of this front door's side over `client`."""
-        raise NotImplementedError
+    def new_store(self, client: Any) -> RecordStore:
+        """The record store over `client` (of this front door's side), its deliveries taking
+        turns per key in this instance's table."""
+        return RecordStore(
+            client,
+            self.config.collection,
+            turns=self._turns,
+            rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+        )
 
     def store_table(self) -> dict[str | None, Any]:
         """The stores made so far, by database (None: the first client's), that a delivery
@@ -279,9 +285,9 @@ class Deduplicator(DeduplicatorBase):
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
         global OpenTelemetry providers). `records`: keep the records in this store instead of
         Firestore (any `dedup.flow_io.Records`, such as the tests' in-memory store)."""
-        super().__init__(
-            config, telemetry, client=client, client_factory=client_factory, records=records
-        )
+        super().__init__(config, telemetry, client=client, client_factory=client_factory)
+        if records is not None:  # a sync store's calls, awaited without suspending
+            self._records = BlockingIO(records, self._turns)
         self._stores: dict[str | None, RecordStore] = {}
 
     def new_client(self, database: str, *, like: Any = None) -> firestore.Client:
@@ -290,12 +296,6 @@ class Deduplicator(DeduplicatorBase):
             return firestore.Client(project=self.config.project, database=database)
         return firestore.Client(
             project=like.project, credentials=credentials_of(like), database=database
-        )
-
-    def new_store(self, client: firestore.Client) -> RecordStore:
-        """A `RecordStore` over `client`."""
-        return RecordStore(
-            client, self.config.collection, rpc_timeout_seconds=self.config.rpc_timeout_seconds
         )
 
     def store_table(self) -> dict[str | None, RecordStore]:
@@ -309,11 +309,12 @@ class Deduplicator(DeduplicatorBase):
         return store
 
     @property
-    def records(self) -> Records:
-        """Where this instance keeps its records: the `records` it was given, else the
-        Firestore record store where the flows write an event without a database of its own
-        (`records_for`). Read a record through this, never `store`."""
-        records: Records = self.records_for()[0]
+    def records(self) -> FlowIO:
+        """Where this instance keeps its records (awaitable, never suspending: read one with
+        `drive(records.read(key))`): the `records` it was given, else the Firestore record
+        store where the flows write an event without a database of its own (`records_for`).
+        Read a record through this, never `store`."""
+        records: FlowIO = self.records_for()[0]
         return records
 
     def records_database(self, event_database: str | None = None) -> str:
@@ -369,14 +370,13 @@ class Deduplicator(DeduplicatorBase):
         handler are taken as checked (`dedup.entrance.gate` checks a function's at import,
         `run` its own arguments). Returns and raises as `run`."""
         with self.telemetry.delivery(suffix, options.mode) as observed:
-            store, same_database = self.records_for(options.database)
-            io = BlockingIO(store, self._turns)
+            io, same_database = self.records_for(options.database)
             started = self.begin(
                 io, event_id, suffix, options, observed=observed, same_database=same_database
             )
             if isinstance(started, Outcome):
                 return started
-            invoke = invoker(started, store.client, observed.timed(handler))
+            invoke = invoker(started, io.client, observed.timed(handler))
             return drive(run_flow(started, invoke))
 
 

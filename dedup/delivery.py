@@ -268,7 +268,8 @@ SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelive
 
 # How a flow runs on the caller's thread: `drive`, `BlockingIO`, the per-key turns (`KeyTurns`).
 def drive[T](flow: Coroutine[Any, Any, T]) -> T:
-    """Run a flow over `BlockingIO` to its end on this thread (it never suspends)."""
+    """Run a flow that never suspends (over a sync client's `RecordStore`, or `BlockingIO`) to
+    its end on this thread."""
     try:
         flow.send(None)
     except StopIteration as done:
@@ -276,12 +277,11 @@ def drive[T](flow: Coroutine[Any, Any, T]) -> T:
     flow.close()
     raise RuntimeError(
         "a dedup flow suspended under the blocking driver: it awaited something that is not "
-        "BlockingIO; run async handlers through dedup.aio.AsyncDeduplicator"
+        "a sync store's; run async handlers through dedup.aio.AsyncDeduplicator"
     )
 
 
-# The sync path's I/O: each method blocks on the sync store (or lock, or `time.sleep`) and
-# returns without suspending, so `drive` runs a flow on the caller's thread as plain sync code.
+# A sync store's I/O: each method blocks (store, lock, `time.sleep`) and never suspends.
 
 
 def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -294,8 +294,8 @@ def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R
 
 
 class BlockingIO:
-    """The sync path's I/O: a `Records` store's operations (awaitable, never suspending),
-    `KeyTurns`, `time.sleep`."""
+    """The I/O of a sync store given as `Deduplicator(records=...)`: its `Records` operations
+    (awaitable, never suspending), `KeyTurns`, `time.sleep`."""
 
     def __init__(self, store: Records, turns: KeyTurns) -> None:
         """Do the flows' I/O through `store`, taking per-key turns in `turns`."""
@@ -355,7 +355,7 @@ class KeyTurns:
     """Mutual exclusion per key within one process; holds no memory for idle keys.
 
     `turn` serves threads; `lock_of` gives the per-key lock of another kind to wait on (the
-    async path's `asyncio.Lock`, `dedup.aio.store`)."""
+    async path's `asyncio.Lock`, `dedup.store.RecordStore.turn`)."""
 
     def __init__(self) -> None:
         """No key is busy."""

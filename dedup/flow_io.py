@@ -14,21 +14,18 @@ below, beside three helpers (the `client` a handler gets, a record's `path`, and
 | `commit_batch`        | a batch the caller fills, committed with a marker write, once    |
 | `run_transaction`     | a transaction the caller fills, committed with a marker write    |
 
-The sync and async implementations are a pair, method for method:
+Firestore's records are one `FlowIO`, `dedup.store.RecordStore`, over either client: over a
+`firestore.Client` its coroutines block inside and never suspend, so `dedup.delivery.drive`
+runs a flow to its end in one `send`, on the caller's thread, without an event loop; over an
+`AsyncClient` they await it. The sync path gains no thread and no loop, and the claim
+decisions, record transitions and retry rules exist once for both.
 
-| sync (`Records`)                  | async (`RecordIO`)                       | records      |
-|-----------------------------------|------------------------------------------|--------------|
-| `dedup.store.RecordStore`         | `dedup.aio.store.AsyncRecordStore`       | Firestore    |
-| `tests.memory_store.MemoryStore`  | `tests.memory_store.AsyncMemoryStore`    | in memory    |
-
-The in-memory pair is test-only: it serves the conformance matrix (`tests/matrix/`), which
-runs the same cases on it and on the Firestore emulator; it is trusted as far as they agree.
-
-A sync store is awaited through `dedup.delivery.BlockingIO`, whose methods are `async def` but
-block inside and never suspend, so `dedup.delivery.drive` runs a flow to its end in one `send`,
-on the caller's thread, without an event loop: the sync path gains no thread and no loop, and
-the claim decisions, record transitions and retry rules exist once for both. This module holds
-the protocols only: no code of it runs on a delivery.
+`Records` is the same operations as plain methods: a sync store given as
+`Deduplicator(records=...)`, awaited through `dedup.delivery.BlockingIO`. The tests' in-memory
+stores (`tests.memory_store.MemoryStore`, a `Records`, and `AsyncMemoryStore`, a `FlowIO`)
+serve the conformance matrix (`tests/matrix/`), which runs the same cases on them and on the
+Firestore emulator; they are trusted as far as they agree. This module holds the protocols
+only: no code of it runs on a delivery.
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from dedup.errors import StoreUnavailable
-    from dedup.record import Fields
-    from dedup.store import Conflict, Snapshot
+    from dedup.record import Conflict, Fields, Snapshot
 
 type Invoke = Callable[[Any], Coroutine[Any, Any, object]]
 """`await invoke(writer)`: call the handler with its delivery at the run's current attempt and
@@ -56,7 +52,7 @@ type SyncFill = Callable[[Any], tuple[Any, Fields]]
 
 
 class Records(Protocol):
-    """The record operations of a sync store (`dedup.store.RecordStore`): bounded in time,
+    """The record operations of a sync store (`Deduplicator(records=...)`): bounded in time,
     a failed precondition returned as `Conflict`, other failures `StoreUnavailable` chaining
     the cause. Safe to use from many threads."""
 
@@ -119,11 +115,11 @@ class Records(Protocol):
 
 
 class RecordIO(Protocol):
-    """`Records`, awaited: what the flows call (`BlockingIO` over a sync store, or an async
-    store such as `dedup.aio.store.AsyncRecordStore`)."""
+    """`Records`, awaited: what the flows call (`dedup.store.RecordStore`, or `BlockingIO` over
+    a sync store)."""
 
     client: Any
-    """The client a handler gets in its delivery (an `AsyncClient` for Firestore)."""
+    """The client a handler gets in its delivery (the store's Firestore client)."""
 
     def path(self, key: str) -> str:
         """The record's document path, `<collection>/<key>`."""

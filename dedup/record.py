@@ -65,7 +65,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 Fields = dict[str, Any]
 """The fields of one record write, by `Field` name (`dedup.transitions` builds them)."""
@@ -326,3 +326,22 @@ class OutcomeKind(StrEnum):
     RECONCILED = "reconciled"
     """Lease mode: `reconcile` found that an earlier attempt produced the effect; recorded as
     sent (`reconciled: true`) without running the handler, returned normally."""
+
+
+class Snapshot(NamedTuple):
+    """A record as read, with the database times that make decisions clock-safe."""
+
+    record: Record | None
+    """The record, or None if absent."""
+    read_time: datetime
+    """When the database served the read (database clock): leases are judged against it."""
+    update_time: datetime | None
+    """The document's last update time: the precondition for changing what was read."""
+
+
+class Conflict(NamedTuple):
+    """A conditional write found the record not as expected; this try wrote nothing."""
+
+    maybe_applied: bool
+    """An earlier try of the same call failed in a way that may have applied it (its response
+    was lost): read the record and look for your own owner token before concluding."""

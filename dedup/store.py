@@ -1,9 +1,11 @@
-"""Firestore operations on dedup records; no decisions (those live in `dedup.claims` and the
-flows).
+"""Firestore operations on dedup records, through either client; no decisions (those live in
+`dedup.claims` and the flows).
 
-Every call is google-cloud-firestore's public API (`DocumentReference.get`, `create` and
-`update` with `option=`, `retry=` and `timeout=`, `WriteBatch.commit`, transactions); the one
-thing it lacks, a timeout on a transaction's own RPCs, is `dedup.firestore_internals`.
+One `RecordStore` serves both front doors: over a `firestore.Client` its coroutines block and
+never suspend (`dedup.delivery.drive` runs them on the caller's thread), over an `AsyncClient`
+they await it. Every call is google-cloud-firestore's public API (`get`, `create` and `update`
+with `option=`, `retry=` and `timeout=`, batches, transactions); the one thing it lacks, a
+timeout on a transaction's own RPCs, is `dedup.firestore_internals`.
 
 Every operation is bounded in time and either succeeds, reports the one expected conflict as a
 value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error. Conditional
@@ -14,26 +16,28 @@ reads the record and recognises its own write by its owner token.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
+from google.cloud.firestore import AsyncClient
 
 from dedup.claims import CommitFailed
-from dedup.errors import DatabaseMismatch, StoreUnavailable
-from dedup.firestore_internals import (
-    BoundedTransaction,
-    buffered_write_names,
-    database_of,
-    document_name,
-)
-from dedup.record import Fields, Record
+from dedup.delivery import KeyTurns, TurnTimeout, drive
+from dedup.errors import StoreUnavailable
+from dedup.firestore_internals import BoundedAsyncTransaction, BoundedTransaction, database_of
+from dedup.marker import add_marker
+from dedup.record import Conflict, Fields, Record, Snapshot
+
+if TYPE_CHECKING:
+    from dedup.flow_io import Fill
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
@@ -66,25 +70,6 @@ BACKOFF_CAP_SECONDS = 1.0
 def backoff(round_: int) -> float:
     """Full-jitter exponential backoff for retry `round_` (0-based), in seconds."""
     return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**round_))
-
-
-class Snapshot(NamedTuple):
-    """A record as read, with the database times that make decisions clock-safe."""
-
-    record: Record | None
-    """The record, or None if absent."""
-    read_time: datetime
-    """When the database served the read (database clock): leases are judged against it."""
-    update_time: datetime | None
-    """The document's last update time: the precondition for changing what was read."""
-
-
-class Conflict(NamedTuple):
-    """A conditional write found the record not as expected; this try wrote nothing."""
-
-    maybe_applied: bool
-    """An earlier try of the same call failed in a way that may have applied it (its response
-    was lost): read the record and look for your own owner token before concluding."""
 
 
 def commit_failure(exc: BaseException) -> CommitFailed | None:
@@ -149,27 +134,62 @@ class StoreBase[C]:
             raise self.unavailable(action, key, exc) from exc
 
 
-class RecordStore(StoreBase[firestore.Client]):
-    """The dedup collection of one Firestore client; safe to use from many threads."""
+class RecordStore(StoreBase[Any]):
+    """The dedup collection of one Firestore client, sync or async, and the pacing of the
+    deliveries using it: the flows' `FlowIO`. Over a `firestore.Client` its coroutines block
+    and never suspend (`dedup.delivery.drive`), from any thread; over an `AsyncClient` they
+    await it, on the event loop that made the client."""
 
-    def ref(self, key: str) -> firestore.DocumentReference:
-        """Reference to the record's document."""
+    def __init__(
+        self,
+        client: firestore.Client | AsyncClient,
+        collection: str,
+        *,
+        turns: KeyTurns | None = None,
+        rpc_timeout_seconds: float = 10,
+    ) -> None:
+        """Operate on `collection` through `client`, deliveries of one key taking turns in
+        `turns` (default: a table of this store's own); each call gives up after
+        `rpc_timeout_seconds`, its retries of transient errors included."""
+        super().__init__(client, collection, rpc_timeout_seconds=rpc_timeout_seconds)
+        self.turns = turns if turns is not None else KeyTurns()
+        self.awaits = isinstance(client, AsyncClient)  # its calls return awaitables
+
+    def ref(self, key: str) -> Any:
+        """Reference to the record's document (of the client's kind)."""
         return self.client.collection(self.collection).document(key)
 
-    def transaction(self, *, max_attempts: int, budget: float | None = None) -> BoundedTransaction:
-        """A new transaction whose RPCs are bounded like every other call of this store
-        (`budget`: the time left of the delivery's budget, which every RPC's bound then
-        shrinks with)."""
-        timeout = self.timeout_within(budget)
-        return BoundedTransaction(
+    def transaction(self, *, max_attempts: int, budget: float | None = None) -> Any:
+        """A new `BoundedTransaction` (`BoundedAsyncTransaction` over an `AsyncClient`) whose
+        RPCs are bounded like every other call of this store (`budget`: the time left of the
+        delivery's budget, which every RPC's bound then shrinks with)."""
+        kind: Any = BoundedAsyncTransaction if self.awaits else BoundedTransaction
+        return kind(
             self.client,
             max_attempts=max_attempts,
             timeout=self.shrinking(budget),
-            begin_retry=sync_retry(timeout),
+            begin_retry=self.retry(self.timeout_within(budget)),
             rollback_timeout=self.shrinking(budget, floor=ROLLBACK_FLOOR_SECONDS),
         )
 
-    def create(
+    def retry(self, timeout: float) -> Any:
+        """`transient_retry` of the client's kind (`AsyncRetry` or `Retry`), within `timeout`."""
+        return (
+            transient_retry(timeout, AsyncRetry) if self.awaits else transient_retry(timeout, Retry)
+        )
+
+    async def read(
+        self, key: str, *, action: str = "claim", budget: float | None = None
+    ) -> Snapshot:
+        """Read the record, retrying transient errors within the RPC timeout (or `budget`)."""
+        timeout = self.timeout_within(budget)
+        with self.wrapped(action, key):
+            document = self.ref(key).get(retry=self.retry(timeout), timeout=timeout)
+            if self.awaits:
+                document = await document
+        return snapshot_of(document)
+
+    async def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
     ) -> datetime | Conflict:
         """Create the record if absent (exists=false precondition).
@@ -179,11 +199,11 @@ class RecordStore(StoreBase[firestore.Client]):
         RPC timeout), then `StoreUnavailable`.
         """
         ref = self.ref(key)
-        return self._conditional(
+        return await self._conditional(
             action, key, lambda timeout: ref.create(fields, retry=None, timeout=timeout), budget
         )
 
-    def update_if_unchanged(
+    async def update_if_unchanged(
         self,
         key: str,
         fields: Fields,
@@ -199,89 +219,93 @@ class RecordStore(StoreBase[firestore.Client]):
         """
         ref = self.ref(key)
         option = self.client.write_option(last_update_time=update_time)
-        return self._conditional(
+        return await self._conditional(
             action,
             key,
             lambda timeout: ref.update(fields, option=option, retry=None, timeout=timeout),
             budget,
         )
 
-    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
-        """Read the record, retrying transient errors within the RPC timeout (or `budget`)."""
-        timeout = self.timeout_within(budget)
-        with self.wrapped(action, key):
-            snapshot = self.ref(key).get(retry=sync_retry(timeout), timeout=timeout)
-        return snapshot_of(snapshot)
-
-    def commit_batch(
-        self,
-        key: str,
-        fill: Callable[[Any], tuple[Any, Fields]],
-        guard: datetime | None,
-        *,
-        budget: float | None = None,
+    async def commit_batch(
+        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
     ) -> Any:
-        """Fill a `WriteBatch`, add the marker (`add_marker`) and commit it once (no retry: a
-        lost response is resolved by reading), within the RPC timeout (or what is left of
-        `budget`, counted from this call: `fill` runs the handler); what `fill` returned
-        first."""
+        """Fill a batch, add the marker (`add_marker`) and commit it once (no retry: a lost
+        response is resolved by reading), within the RPC timeout (or what is left of `budget`,
+        counted from this call: `fill` runs the handler); what `fill` returned first."""
         ends = None if budget is None else time.monotonic() + budget
         batch = self.client.batch()
-        result, fields = fill(batch)
+        result, fields = await fill(batch)
         add_marker(batch, self.ref(key), fields, guard, "write_only")
         left = None if ends is None else ends - time.monotonic()
-        batch.commit(retry=None, timeout=self.timeout_within(left))
+        committed = batch.commit(retry=None, timeout=self.timeout_within(left))
+        if self.awaits:
+            await committed
         return result
 
-    def run_transaction(
+    async def run_transaction(
         self,
         key: str,
-        fill: Callable[[Any], tuple[Any, Fields]],
+        fill: Fill,
         guard: datetime | None,
         *,
         attempts: int,
         budget: float | None = None,
     ) -> Any:
-        """Fill a `BoundedTransaction`, add the marker and commit it, run by
-        `firestore.transactional` (`fill` called again on each of `attempts` on Aborted); each
-        RPC within the RPC timeout (or `budget`)."""
+        """Fill a bounded transaction (`transaction`), add the marker and commit it, run by
+        the library's `transactional` or `async_transactional` (`fill` called again on each
+        of `attempts` on Aborted); each RPC within the RPC timeout (or `budget`)."""
         ref = self.ref(key)
 
-        def body(transaction: firestore.Transaction) -> Any:
-            result, fields = fill(transaction)
+        async def body(transaction: Any) -> Any:
+            result, fields = await fill(transaction)
             add_marker(transaction, ref, fields, guard, "transaction")
             return result
 
         transaction = self.transaction(max_attempts=attempts, budget=budget)
-        return firestore.transactional(body)(transaction)
+        if self.awaits:
+            return await firestore.async_transactional(body)(transaction)
+        return firestore.transactional(lambda each: drive(body(each)))(transaction)
 
-    def _conditional(
-        self,
-        action: str,
-        key: str,
-        write: Callable[[float], Any],
-        budget: float | None,
+    async def sleep(self, seconds: float) -> None:
+        """Pause this delivery: block this thread, or (async) let the event loop run."""
+        if self.awaits:
+            await asyncio.sleep(seconds)
+        else:
+            time.sleep(seconds)
+
+    @asynccontextmanager
+    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
+        """This delivery's turn for `key` among the instance's threads (or tasks, on an
+        `asyncio.Lock` of the same table); `TurnTimeout` after `timeout` s (None: no limit)."""
+        if not self.awaits:
+            with self.turns.turn(key, timeout):
+                yield
+            return
+        with self.turns.lock_of(key, asyncio.Lock) as lock:
+            try:
+                await asyncio.wait_for(lock.acquire(), timeout)
+            except TimeoutError:
+                raise TurnTimeout(f"no turn on {key} within {timeout:.1f} s") from None
+            try:
+                yield
+            finally:
+                lock.release()
+
+    async def _conditional(
+        self, action: str, key: str, write: Callable[[float], Any], budget: float | None
     ) -> datetime | Conflict:
         tries = ConditionalTries(self, action, key, budget)
         while True:
             try:
-                return written_time(write(tries.timeout()))
+                written = write(tries.timeout())
+                if self.awaits:
+                    written = await written
+                return written_time(written)
             except Exception as exc:
                 pause = tries.after(exc)
             if isinstance(pause, Conflict):
                 return pause
-            time.sleep(pause)
-
-
-def add_marker(writer: Any, ref: Any, fields: Fields, guard: datetime | None, mode: str) -> None:
-    """Add the marker write to a transaction or batch of either client (their create and
-    update only buffer): a create if `guard` is None, else an update guarded by that update
-    time. Refuses (`DatabaseMismatch`) a writer holding writes outside the records' database."""
-    require_one_database(writer, ref, mode)  # the handler's writes, same database
-    if guard is None:
-        writer.create(ref, fields)
-        return
-    writer.update(ref, fields, option=firestore.Client.write_option(last_update_time=guard))
+            await self.sleep(pause)
 
 
 class ConditionalTries:
@@ -348,41 +372,6 @@ def transient_retry[R: (Retry, AsyncRetry)](timeout: float, kind: type[R]) -> R:
         multiplier=2.0,
         timeout=timeout,
     )
-
-
-def sync_retry(timeout: float) -> Retry:
-    """`transient_retry` for the sync client."""
-    return transient_retry(timeout, Retry)
-
-
-# The one-database rule of the atomic modes: a Firestore transaction (or batch) commits in a
-# single database, so the handler's writes and the sent marker must share the records'
-# database. A write to another database is refused before anything is committed, instead of a
-# commit the server rejects or a partial effect. Lease mode has no such rule: its handler
-# writes where it likes, and the record lives in the records' database.
-
-
-def database_of_name(name: str) -> str:
-    """The database id in a document resource name `projects/p/databases/d/documents/...`."""
-    return name.split("/databases/", 1)[1].split("/", 1)[0] if "/databases/" in name else ""
-
-
-def require_one_database(writer: Any, marker: Any, mode: str) -> None:
-    """Raise `DatabaseMismatch` if `writer` (a transaction or batch of either client) holds a
-    write outside the database of `marker` (the record's document reference)."""
-    records = database_of_name(document_name(marker))
-    for name in buffered_write_names(writer):
-        database = database_of_name(name)
-        if database != records:
-            document = name.split("/documents/", 1)[-1]
-            raise DatabaseMismatch(
-                f"{mode} mode: the handler wrote {document} in Firestore database {database!r}, "
-                f"but the dedup records (and the marker that must commit with its writes) live "
-                f"in database {records!r}: one transaction cannot write to two databases. Keep "
-                f"the records in the handler's database (unset DEDUP_DATABASE so they follow the "
-                f"triggering event's database, or set DEDUP_DATABASE={database}), or use lease "
-                "mode; nothing was committed"
-            )
 
 
 def _required_time(value: datetime | None) -> datetime:

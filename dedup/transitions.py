@@ -38,7 +38,7 @@ from dedup.record import Field, Fields, Mode, State
 
 if TYPE_CHECKING:
     from dedup.flow_io import RecordIO
-    from dedup.store import Snapshot
+    from dedup.record import Snapshot
 
 MAX_KEY_BYTES = 1500
 """Firestore's limit on a document id, in bytes of UTF-8."""

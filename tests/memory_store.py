@@ -37,8 +37,8 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
 from dedup.delivery import KeyTurns, TurnTimeout
-from dedup.record import Fields
-from dedup.store import ConditionalTries, Conflict, Snapshot, StoreBase, snapshot_of
+from dedup.record import Conflict, Fields, Snapshot
+from dedup.store import ConditionalTries, StoreBase, snapshot_of
 from tests.dedup.grpc_faults import Fault, Plan
 
 DATABASE = "(default)"
@@ -407,7 +407,7 @@ class MemoryStore(StoreBase[MemoryClient]):
 
 class AsyncMemoryStore:
     """`MemoryStore`, awaited, with the pacing of an event loop: the async twin
-    (`dedup.flow_io.FlowIO`), as `dedup.aio.store.AsyncRecordStore` is `RecordStore`'s."""
+    (`dedup.flow_io.FlowIO`), as `dedup.store.RecordStore` is over an `AsyncClient`."""
 
     def __init__(self, store: MemoryStore, turns: KeyTurns | None = None) -> None:
         """Serve `store`'s documents; deliveries of one key take turns in `turns`."""
@@ -486,7 +486,7 @@ class AsyncMemoryStore:
 
     @asynccontextmanager
     async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
-        """This task's turn for `key` (`timeout` as `AsyncRecordStore.turn`)."""
+        """This task's turn for `key` (`timeout` as `RecordStore.turn`)."""
         with self.turns.lock_of(key, asyncio.Lock) as lock:
             try:
                 await asyncio.wait_for(lock.acquire(), timeout)

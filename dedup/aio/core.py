@@ -3,7 +3,8 @@
 Everything but the I/O is the sync path's: the checks before any claim and the caches
 (`dedup.core.DeduplicatorBase`), the flows (`dedup.core.run_flow`, `dedup.lease`,
 `dedup.atomic`), the claim decision (`dedup.claims`) and the record transitions
-(`dedup.transitions`). Only `AsyncRecordStore` differs: it awaits the async client.
+(`dedup.transitions`) and the record store (`dedup.store.RecordStore`, which awaits an
+`AsyncClient`). Only the client, and where its stores are kept, differ.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
-from dedup.aio.store import AsyncRecordStore
 from dedup.config import DedupConfig
 from dedup.core import DeduplicatorBase, default_instance, run_flow
 from dedup.delivery import EventOptions, HandlerResult, Outcome, Reconcile
 from dedup.firestore_internals import credentials_of
 from dedup.record import RERUN, Mode
+from dedup.store import RecordStore
 
 if TYPE_CHECKING:
     from dedup.flow_io import FlowIO, Invoke
@@ -58,7 +59,7 @@ class AsyncDeduplicator(DeduplicatorBase):
             config, telemetry, client=client, client_factory=client_factory, records=records
         )
         self._stores: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str | None, AsyncRecordStore]
+            asyncio.AbstractEventLoop, dict[str | None, RecordStore]
         ] = weakref.WeakKeyDictionary()
 
     def new_client(self, database: str, *, like: Any = None) -> AsyncClient:
@@ -69,24 +70,15 @@ class AsyncDeduplicator(DeduplicatorBase):
             project=like.project, credentials=credentials_of(like), database=database
         )
 
-    def new_store(self, client: AsyncClient) -> AsyncRecordStore:
-        """An `AsyncRecordStore` over `client`."""
-        return AsyncRecordStore(
-            client,
-            self.config.collection,
-            turns=self._turns,
-            rpc_timeout_seconds=self.config.rpc_timeout_seconds,
-        )
-
-    def store_table(self) -> dict[str | None, AsyncRecordStore]:
+    def store_table(self) -> dict[str | None, RecordStore]:
         """The running event loop's table: a gRPC asyncio channel belongs to the loop that made
         it, so each loop gets clients of its own."""
         return self._stores.setdefault(asyncio.get_running_loop(), {})
 
     @property
-    def store(self) -> AsyncRecordStore:
+    def store(self) -> RecordStore:
         """The record store of the running event loop, creating its client on first use."""
-        store: AsyncRecordStore = self.store_for(None)
+        store: RecordStore = self.store_for(None)
         return store
 
     async def run(

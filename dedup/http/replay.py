@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import flask
 
-from dedup.delivery import Delivery, HandlerResult, OutcomeKind
+from dedup.delivery import Delivery, HandlerResult, OutcomeKind, drive
 from dedup.entrance import HTTP, record_key, shared_deduplicator
 from dedup.errors import LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
 from dedup.http.idempotency import REPLAYED_HEADER, NotStored, StoredResponse
@@ -181,7 +181,7 @@ _READ_BACK = (OutcomeKind.DUPLICATE, OutcomeKind.DUPLICATE_CACHED)
 def _recorded(runner: Deduplicator, event_id: str, suffix: str, *, replayed: bool) -> Settlement:
     """How the record of (event_id, suffix), in the deduplicator's key layout, ended."""
     try:
-        record = runner.records.read(record_key(runner, event_id, suffix)).record
+        record = drive(runner.records.read(record_key(runner, event_id, suffix))).record
     except StoreUnavailable:
         return Settlement(Settled.UNAVAILABLE)
     if record is not None and record.state is State.FAILED:

@@ -200,7 +200,7 @@ LAYERS: dict[str, int] = {
     "dedup.steps": 1,
     # 2, the store and telemetry
     "dedup.store": 2,
-    "dedup.aio.store": 2,
+    "dedup.marker": 2,
     "dedup.telemetry": 2,
     "dedup.logs": 2,
     # 3, the run of one delivery
