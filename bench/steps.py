@@ -80,13 +80,13 @@ def _replay(dedup: Deduplicator, counter: RpcCounter, run: str, *, steps: int) -
         if step is Step.AFTER_EFFECT:
             raise _Died
 
-    dedup.step_hook = die
+    stop = dedup.on_step(die)
     try:
         dedup.run(event, "benchSteps", handler)
     except _Died:
         pass
     finally:
-        dedup.step_hook = None
+        stop()
     time.sleep(LEASE_SECONDS + 0.5)
     with counter.scope() as tally:
         dedup.run(event, "benchSteps", handler)

@@ -62,8 +62,8 @@ from dedup.runs import Run
 from dedup.store import backoff, commit_failure
 from dedup.transitions import (
     attempt_finished,
+    first_write,
     mark_dead,
-    new_record,
     precondition,
     storable_result,
 )
@@ -258,20 +258,8 @@ def _marker(run: Run, record: Record | None, token: str, result: HandlerResult) 
     """The sent marker's fields (with the handler's result): a new record, or the update of
     `record`."""
     if record is None:
-        return new_record(
-            event_id=run.event_id,
-            suffix=run.suffix,
-            mode=run.mode,
-            state=State.SENT,
-            owner=token,
-            leased=False,
-            lease_seconds=0,
-            payload_hash=run.payload_hash,
-            expire_at=run.expire_at(),
-            attempts=run.attempt,
-            subject=run.subject,
-            source=run.source,
-            result=storable_result(result),
+        return first_write(
+            run, State.SENT, token, attempts=run.attempt, result=storable_result(result)
         )
     return attempt_finished(
         State.SENT,
@@ -328,21 +316,7 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
         action = "record a failed attempt on"
         written: datetime | object
         if record is None:
-            fields = new_record(
-                event_id=run.event_id,
-                suffix=run.suffix,
-                mode=run.mode,
-                state=state,
-                owner=token,
-                leased=False,
-                lease_seconds=0,
-                payload_hash=run.payload_hash,
-                expire_at=run.expire_at(),
-                attempts=attempts,
-                last_error=error,
-                subject=run.subject,
-                source=run.source,
-            )
+            fields = first_write(run, state, token, attempts=attempts, last_error=error)
             written = await store.create(run.key, fields, action=action, budget=budget)
         else:
             fields = attempt_finished(

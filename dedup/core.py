@@ -11,13 +11,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from google.cloud import firestore
 
 from dedup.ambiguity import AmbiguityChoice, check_ambiguity, check_sync_reconcile
 from dedup.atomic import run_transaction, run_write_only
 from dedup.config import DEFAULT_DATABASE, DedupConfig
+from dedup.defaults import default_instance
 from dedup.delivery import (
     SYNC_DELIVERIES,
     BlockingIO,
@@ -106,8 +107,7 @@ class DeduplicatorBase:
         """The LRU of keys known sent (exposed for inspection)."""
         self.live_leases = LiveLeases()
         """Keys whose lease this instance knows to be live (`dedup.runs.LiveLeases`)."""
-        self.step_hook: StepHook | None = None
-        """Called with each `Step` a delivery reaches (crash tests, tracing); None: nothing."""
+        self._step_hooks: tuple[StepHook, ...] = ()
 
     def new_client(self, database: str, *, like: Any = None) -> Any:
         """A Firestore client of this front door's side (sync or async) on `database`: with
@@ -188,10 +188,21 @@ class DeduplicatorBase:
         return store, same
 
     def record_key(self, event_id: str | None, suffix: str) -> str:
-        """The document id of the record of (event_id, suffix) in this config's key layout:
-        the one place it is computed, for every mode and trigger kind. Raises
-        `MissingEventId`/`InvalidSuffix` for a bad key."""
+        """The record's id of (event_id, suffix) in the config's key layout, for every mode and
+        kind; `MissingEventId`/`InvalidSuffix` for a bad key."""
         return dedup_key(event_id, suffix, self.config.key_layout)
+
+    def on_step(self, hook: StepHook) -> Callable[[], None]:
+        """Call `hook(step, key)` at each `Step` the deliveries of this instance reach, from the
+        next delivery on (crash tests, tracing); returns the function that stops it."""
+        with self._lock:
+            self._step_hooks = (*self._step_hooks, hook)
+
+        def remove() -> None:
+            with self._lock:
+                self._step_hooks = tuple(h for h in self._step_hooks if h is not hook)
+
+        return remove
 
     def begin(
         self,
@@ -205,11 +216,10 @@ class DeduplicatorBase:
         kinds: DeliveryKinds = SYNC_DELIVERIES,
     ) -> Run | Outcome:
         """The delivery's `Run` (watched by `observed`), or its outcome when it ends before
-        any claim (self-trigger, too old, a duplicate known from the cache). Raises
-        `MissingEventId`/`InvalidSuffix` for a bad key, `PayloadMismatch` for a cached key
-        under that policy. `same_database`: the event came from the records' database (the
-        self-trigger guard applies only then). `kinds`: the delivery types of the handler's
-        side, which a `reconcile` gets too."""
+        any claim (self-trigger, too old, a duplicate known from the cache); raises as
+        `record_key`, and `PayloadMismatch` for a cached key under that policy.
+        `same_database`: the event came from the records' database (the self-trigger guard
+        applies only then). `kinds`: the handler's side's delivery types (`reconcile` too)."""
         key = self.record_key(event_id, suffix)
         assert event_id is not None  # record_key rejects a missing id
         fingerprint = None
@@ -229,7 +239,7 @@ class DeduplicatorBase:
             payload_hash=fingerprint,
             subject=options.subject if options.subject is not None else document_path,
             source=options.source,
-            step_hook=self.step_hook,
+            step_hooks=self._step_hooks,
             ambiguity=None
             if not options.chooses_ambiguity
             else AmbiguityChoice(options.on_ambiguous, options.reconcile, io.client, kinds),
@@ -378,21 +388,6 @@ class Deduplicator(DeduplicatorBase):
                 return started
             invoke = invoker(started, io.client, observed.timed(handler))
             return drive(run_flow(started, invoke))
-
-
-_default_lock = threading.Lock()
-_defaults: dict[tuple[type, DedupConfig | None], Any] = {}
-
-
-def default_instance[D: DeduplicatorBase](kind: type[D], config: DedupConfig | None = None) -> D:
-    """The process's shared front door of class `kind` for `config` (None: from the
-    environment): created on first request without touching the network; later calls with an
-    equal config return the same instance, so every function shares one Firestore client."""
-    with _default_lock:
-        found = _defaults.get((kind, config))
-        if found is None:
-            found = _defaults[(kind, config)] = kind(config)
-        return cast(D, found)
 
 
 def default_deduplicator(config: DedupConfig | None = None) -> Deduplicator:

@@ -44,7 +44,7 @@ class Outcome:
 
 
 class Step(StrEnum):
-    """Named points of a delivery, in the order it reaches them (see `Deduplicator.step_hook`).
+    """Named points of a delivery, in the order it reaches them (see `Deduplicator.on_step`).
 
     Crash tests stop a process at a step and kill it; nothing else depends on them.
     """
@@ -309,24 +309,17 @@ class BlockingIO:
         self.update_if_unchanged = _blocking(store.update_if_unchanged)
 
     async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
     ) -> Any:
-        """The store's `commit_batch`, `fill` driven on this thread."""
-        return self.store.commit_batch(key, _driven(fill), guard, budget=budget)
+        """The store's `commit_batch` (`budget` in `bounds`), `fill` driven on this thread."""
+        return self.store.commit_batch(key, _driven(fill), guard, **bounds)
 
     async def run_transaction(
-        self,
-        key: str,
-        fill: Fill,
-        guard: datetime | None,
-        *,
-        attempts: int,
-        budget: float | None = None,
+        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
     ) -> Any:
-        """The store's `run_transaction`, `fill` driven on this thread."""
-        return self.store.run_transaction(
-            key, _driven(fill), guard, attempts=attempts, budget=budget
-        )
+        """The store's `run_transaction` (`attempts`, `budget` in `bounds`), `fill` driven on
+        this thread."""
+        return self.store.run_transaction(key, _driven(fill), guard, **bounds)
 
     async def sleep(self, seconds: float) -> None:
         """Block this thread for `seconds`."""

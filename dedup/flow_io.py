@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from dedup.errors import StoreUnavailable
-    from dedup.record import Conflict, Fields, Snapshot
+    from dedup.record import Conflict, Fields, Mode, Snapshot
 
 type Invoke = Callable[[Any], Coroutine[Any, Any, object]]
 """`await invoke(writer)`: call the handler with its delivery at the run's current attempt and
@@ -226,4 +226,19 @@ class FencedLease(Protocol):
         self, fields: Fields, state: Any, action: str, until: float | None, *, notes: bool = False
     ) -> None:
         """A write fenced by `token`, which it moves on (`dedup.lease.Lease.write`)."""
+        ...
+
+
+class EventFacts(Protocol):
+    """What a first write records of its delivery (a `dedup.runs.Run` has it)."""
+
+    event_id: str
+    suffix: str
+    mode: Mode
+    payload_hash: str | None
+    subject: str | None
+    source: str | None
+
+    def expire_at(self) -> datetime:
+        """When the record may be deleted (its TTL field)."""
         ...

@@ -57,16 +57,16 @@ from dedup.claims import (
 )
 from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
-from dedup.record import Fields, Mode, State, error_text
+from dedup.record import Fields, State, error_text
 from dedup.runs import Run
 from dedup.step_writes import run_step
 from dedup.steps import StepLog, at_most_once, step_call
 from dedup.store import backoff
 from dedup.transitions import (
     finished,
+    first_write,
     lease_taken,
     mark_dead,
-    new_record,
     noted,
     precondition,
     released,
@@ -236,19 +236,7 @@ async def _claim(run: Run) -> Outcome | Lease:
         if try_create:
             ambiguous, notes, steps = False, NO_NOTES, None
             sent_at = time.monotonic()
-            fields = new_record(
-                event_id=run.event_id,
-                suffix=run.suffix,
-                mode=Mode.LEASE,
-                state=State.IN_PROGRESS,
-                owner=owner,
-                leased=True,
-                lease_seconds=config.lease_seconds,
-                payload_hash=run.payload_hash,
-                expire_at=run.expire_at(),
-                subject=run.subject,
-                source=run.source,
-            )
+            fields = first_write(run, State.IN_PROGRESS, owner, lease_seconds=config.lease_seconds)
             created = await store.create(run.key, fields, budget=run.rpc_budget())
             if isinstance(created, datetime):
                 run.counted(1)

@@ -68,7 +68,7 @@ class Run:
     subject: str | None = None
     source: str | None = None
     """Where the event came from (the CloudEvent `source`), written on a new record."""
-    step_hook: StepHook | None = None
+    step_hooks: tuple[StepHook, ...] = ()
     started: float = field(default_factory=time.monotonic)
     attempt: int = 0
     mismatch: bool = False
@@ -167,9 +167,9 @@ class Run:
         return self.io.path(self.key)
 
     def step(self, step: Step) -> None:
-        """Report reaching `step` to the hook, if any."""
-        if self.step_hook is not None:
-            self.step_hook(step, self.key)
+        """Report reaching `step` to the hooks (`DeduplicatorBase.on_step`), if any."""
+        for hook in self.step_hooks:
+            hook(step, self.key)
 
     def identity(self) -> tuple[str, str, str, int, str]:
         """(key, event id, suffix, attempt, path): the fields every delivery type starts with."""

@@ -37,7 +37,7 @@ from dedup.propagation import current_trace_id
 from dedup.record import Field, Fields, Mode, State
 
 if TYPE_CHECKING:
-    from dedup.flow_io import RecordIO
+    from dedup.flow_io import EventFacts, RecordIO
     from dedup.record import Snapshot
 
 MAX_KEY_BYTES = 1500
@@ -62,8 +62,7 @@ SPREAD_SEPARATOR = "."
 """Between the spread layout's prefix and the plain key."""
 
 SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_]{1,100}")
-"""What a suffix may be: it names one function, and ends every one of its keys after the
-last "-" (so a suffix holds none)."""
+"""What a suffix may be: it names one function and ends its keys, after their last "-"."""
 
 _RESERVED_ID = re.compile(r"__.*__", re.DOTALL)
 _UNREADABLE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -71,10 +70,7 @@ _PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 
 def validate_suffix(suffix: str) -> str:
-    """Return `suffix` unchanged if it is 1-100 characters of `[A-Za-z0-9_]`.
-
-    Raises `InvalidSuffix` (with the rule and a fix) otherwise.
-    """
+    """`suffix` unchanged if it is 1-100 characters of `[A-Za-z0-9_]`, else `InvalidSuffix`."""
     if not isinstance(suffix, str) or not SUFFIX_PATTERN.fullmatch(suffix):
         raise InvalidSuffix(
             f"suffix {suffix!r} is invalid: use 1 to 100 characters of letters, digits and "
@@ -236,6 +232,36 @@ def new_record(
         Field.RESULT: result,
         Field.TRACE_ID: current_trace_id(),
     }
+
+
+def first_write(
+    run: EventFacts,
+    state: State,
+    owner: str,
+    *,
+    lease_seconds: int = 0,
+    attempts: int = 1,
+    last_error: str | None = None,
+    result: dict[str, Any] | None = None,
+) -> Fields:
+    """`new_record` for the event of `run`, written by `owner`: leased for `lease_seconds`
+    from now when that is above 0 (lease mode's claim), else unleased (the atomic modes)."""
+    return new_record(
+        event_id=run.event_id,
+        suffix=run.suffix,
+        mode=run.mode,
+        state=state,
+        owner=owner,
+        leased=lease_seconds > 0,
+        lease_seconds=lease_seconds,
+        payload_hash=run.payload_hash,
+        expire_at=run.expire_at(),
+        attempts=attempts,
+        last_error=last_error,
+        subject=run.subject,
+        source=run.source,
+        result=result,
+    )
 
 
 def lease_taken(*, owner: str, lease_seconds: int, attempts: int, expire_at: datetime) -> Fields:

@@ -19,7 +19,8 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.config import DedupConfig
-from dedup.core import DeduplicatorBase, default_instance, run_flow
+from dedup.core import DeduplicatorBase, run_flow
+from dedup.defaults import default_instance
 from dedup.delivery import EventOptions, HandlerResult, Outcome, Reconcile
 from dedup.firestore_internals import credentials_of
 from dedup.record import RERUN, Mode
@@ -153,5 +154,5 @@ def _timed(observed: DeliveryTrace, handler: AsyncHandler) -> AsyncHandler:
 
 
 def default_async_deduplicator(config: DedupConfig | None = None) -> AsyncDeduplicator:
-    """The process's shared AsyncDeduplicator for `config` (`dedup.core.default_instance`)."""
+    """The process's shared AsyncDeduplicator for `config` (`dedup.defaults.default_instance`)."""
     return default_instance(AsyncDeduplicator, config)

@@ -47,7 +47,6 @@ def crash_at_step(
     if at not in STEP_BOUNDARIES or step < 1:
         raise ValueError(f"at must be one of {[s.value for s in STEP_BOUNDARIES]}, step >= 1")
     started = [0]
-    earlier = deduplicator.step_hook
 
     def die(reached: Step, key: str) -> None:
         if reached is Step.BEFORE_STEP:
@@ -55,13 +54,13 @@ def crash_at_step(
         if reached is at and started[0] == step:
             raise SimulatedCrash(f"died at {at.value} of step {step} of {key}")
 
-    deduplicator.step_hook = die
+    stop = deduplicator.on_step(die)
     try:
         deduplicator.run(event_id, suffix, handler, **options)
     except SimulatedCrash:
         return
     finally:
-        deduplicator.step_hook = earlier
+        stop()
     raise AssertionError(f"the delivery ended before {at.value} of its step {step}")
 
 

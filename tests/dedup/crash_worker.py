@@ -99,13 +99,13 @@ def main() -> int:
             client_factory=lambda: firestore.AsyncClient(project="demo-exactly-once"),
         )
         if args.die_after_effect:
-            dedup.step_hook = stop_after_effect
+            dedup.on_step(stop_after_effect)
         await dedup.store.client.collection(EFFECTS).document("warmup").get()  # connect
         await asyncio.sleep(max(0.0, args.start_at - time.time()))
         return await dedup.run(args.event_id, args.suffix, async_handler, mode=Mode(args.mode))
 
     if args.die_after_effect:
-        deduplicator.step_hook = stop_after_effect
+        deduplicator.on_step(stop_after_effect)
     try:
         if args.use_async:
             outcome = asyncio.run(deliver_async())

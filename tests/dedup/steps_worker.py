@@ -86,7 +86,7 @@ def main() -> int:
             if reached[0] == args.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    dedup.step_hook = die_at
+    dedup.on_step(die_at)
     dedup.run(args.event_id, SUFFIX, order_handler(client))
     return 0
 

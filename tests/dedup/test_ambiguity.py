@@ -76,7 +76,7 @@ class World:
             if step is Step.AFTER_EFFECT:
                 raise Crash
 
-        dying.step_hook = die
+        dying.on_step(die)
         with pytest.raises(Crash):
             dying.run(EVENT, SUFFIX, self.handler)
         self.store.clock.advance(LEASE + 1)
@@ -329,8 +329,8 @@ def test_notes_reach_the_next_attempt_and_its_reconcile() -> None:
         world.effects.append(delivery.notes["message_id"])
 
     dying = world.instance()
-    dying.step_hook = lambda step, key: (
-        (_ for _ in ()).throw(Crash) if step is Step.AFTER_EFFECT else None
+    dying.on_step(
+        lambda step, key: (_ for _ in ()).throw(Crash) if step is Step.AFTER_EFFECT else None
     )
     with pytest.raises(Crash):
         dying.run(EVENT, SUFFIX, handler)
@@ -412,7 +412,7 @@ def test_the_async_path_reconciles_with_an_async_reconcile_and_notes() -> None:
             if step is Step.AFTER_EFFECT:
                 raise Crash
 
-        dying.step_hook = die
+        dying.on_step(die)
         with pytest.raises(Crash):
             await dying.run(EVENT, SUFFIX, handler)
         world.store.clock.advance(LEASE + 1)

@@ -388,7 +388,7 @@ def test_every_step_is_reported_to_the_hook() -> None:
     store = Store()
     deduplicator = dedup(store)
     steps: list[str] = []
-    deduplicator.step_hook = lambda step, key: steps.append(step.value)
+    deduplicator.on_step(lambda step, key: steps.append(step.value))
 
     def one_step(delivery: Delivery) -> None:
         delivery.step("one", lambda: 1)

@@ -212,6 +212,7 @@ LAYERS: dict[str, int] = {
     "dedup.step_writes": 4,
     # 5, the front doors
     "dedup.core": 5,
+    "dedup.defaults": 5,
     "dedup.aio.core": 5,
     "dedup.aio": 5,
     # 6, the entrances

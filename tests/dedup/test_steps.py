@@ -58,7 +58,7 @@ class World:
                 if (step, seen[step]) == crash_at:
                     raise Crash
 
-            dedup.step_hook = die
+            dedup.on_step(die)
         return dedup
 
     def record(self) -> Record:
@@ -251,7 +251,7 @@ def test_async_steps_replay_as_sync_ones() -> None:
                 if step is Step.AFTER_STEP_RECORD:
                     raise Crash
 
-            dedup.step_hook = die
+            dedup.on_step(die)
         return await dedup.run(EVENT, SUFFIX, handler)
 
     with pytest.raises(Crash):

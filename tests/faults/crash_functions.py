@@ -6,7 +6,7 @@ With `CRASH_AT=<point>` in the environment, the first delivery that reaches `<po
 the point's name to the file `CRASH_FILE` and stops there (sleeps), so the test can SIGKILL the
 process group at exactly that step. Without `CRASH_AT` the functions behave as in main.py.
 
-The dedup steps come from `Deduplicator.step_hook` (`dedup.Step`), named, not matched on
+The dedup steps come from `Deduplicator.on_step` (`dedup.Step`), named, not matched on
 messages; `in_handler` wraps the business code (lease mode: forward_webhook,
 send_post_notification, daily_digest before its POST; transaction mode: sync_published_count,
 register_upload between its two buffered writes):
@@ -66,7 +66,7 @@ def _before(owner: Any, attribute: str, point: str) -> None:
 
 
 def _install() -> None:
-    default_deduplicator().step_hook = lambda step, key: crash_point(step.value)
+    default_deduplicator().on_step(lambda step, key: crash_point(step.value))
     for module in (functions.forward_webhook, functions.notifier):
         _before(module, "post_once", "in_handler")
     _before(functions.sync_published_count, "count_deltas", "in_handler")

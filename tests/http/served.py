@@ -33,7 +33,7 @@ def _before(owner: Any, attribute: str, point: str) -> None:
 
 
 if os.environ.get("CRASH_AT"):
-    http_deduplicator().step_hook = lambda step, key: crash_point(step.value)
+    http_deduplicator().on_step(lambda step, key: crash_point(step.value))
     _before(functions.create_order, "place_order", "in_handler")
     _before(tests.http.endpoints, "count_run", "in_handler")
 
