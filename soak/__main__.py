@@ -2,8 +2,9 @@
 
 Writes the results JSON (integer keys events, deliveries, kills, restarts, injected_faults,
 effects, violations, deaths_in_drain; violation_examples; wall_s, drain_s, longest_delivery_s,
-function_timeout_s; details), prints a summary and exits 1 on any violation, 2 when the
-emulator cannot be started.
+function_timeout_s; details, with the violations of every check and the effects of every
+function), prints a summary and exits 1 on any violation, 2 when the emulator cannot be
+started.
 """
 
 from __future__ import annotations
@@ -48,8 +49,19 @@ def summary(results: dict[str, object]) -> str:
         "{longest_delivery_s} s against a function timeout of {function_timeout_s} s".format(
             **results
         ),
-        f"soak: {results['violations']} violations",
     ]
+    details = results.get("details")
+    if isinstance(details, dict) and "effects_by_function" in details:
+        by_function = ", ".join(f"{k} {v}" for k, v in details["effects_by_function"].items())
+        lines.append(f"soak: effects by function: {by_function}")
+        steps = details["steps"]
+        lines.append(
+            "soak: steps: {post_applied} keyed POSTs applied for {post_keys} keys; "
+            "{receipts_applied} receipts applied, {receipts_interrupted} interrupted "
+            "({receipts_interrupted_after_effect} after the receipt), skipped by "
+            "{receipts_skipped} events' handlers".format(**steps)
+        )
+    lines.append(f"soak: {results['violations']} violations")
     examples = results.get("violation_examples")
     if isinstance(examples, list):
         lines += [f"  - {example}" for example in examples]

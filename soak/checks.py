@@ -11,6 +11,13 @@ Each check names an invariant; `check` returns every broken one as a `Violation`
   was killed (or whose connection dropped), which overlapped an emulator restart or which
   outlasted its lease (the documented windows): a repeat caused by something else (a store
   error after the effect), which the design forbids.
+* `step transaction effect`: the `steps` function's transactional step moved
+  `soakStepCount/<event>` exactly once (n is 1).
+* `step keyed effect`: the receiver applied every event's keyed step at least once, under
+  exactly one key, `<dedup_key(event, "steps")>/post`: once at an idempotent receiver.
+* `at-most-once effect`: the receiver applied no event's at-most-once step twice; and it
+  agrees with the record: a step applied was started first (the record holds it), a step
+  recorded done was applied, and a `sent` record's delivery reached the step.
 * `record of another event`: a record at an event's key was written for another (event, suffix).
 * `in_progress past its lease`: a record still leased after its lease expired, at the end.
 * `attempts`: no record retried for `min_retry_seconds` counts more than `max_attempts` +
@@ -29,7 +36,25 @@ from dataclasses import dataclass, field
 
 from dedup import dedup_key
 from dedup.config import DEFAULT_MIN_RETRY_SECONDS
-from soak.functions import FUNCTIONS
+from dedup.steps import step_key
+from soak.functions import FUNCTIONS, POST_STEP, RECEIPT_STEP
+
+CHECKS = (
+    "transaction effect",
+    "write-only effect",
+    "keyed effect",
+    "repeated without a crash",
+    "step transaction effect",
+    "step keyed effect",
+    "at-most-once effect",
+    "record of another event",
+    "in_progress past its lease",
+    "attempts",
+    "dead too soon",
+    "not acknowledged",
+    "worker exited",
+)
+"""Every check's name (the results count the violations of each, zeros included)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +70,8 @@ class RecordView:
     """True when the record holds a lease that expired before the final read time."""
     retried_seconds: float = 0.0
     """From the record's first attempt to its last (database clock)."""
+    steps: dict[str, str] = field(default_factory=dict)
+    """The state ("done" or "started") of each durable step the record holds, by name."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +100,12 @@ class Observed:
     notify_applied: list[tuple[str, str, float]]
     """(Idempotency-Key, event id, arrival time) of every /notify POST the receiver answered
     2xx; times are `time.monotonic()` of the driver's process."""
+    step_counts: dict[str, int]
+    """soakStepCount/<event>.n (the `steps` function's transactional step)."""
+    step_posts: list[tuple[str, str]]
+    """(Idempotency-Key, event id) of every keyed-step POST the receiver answered 2xx."""
+    receipts: list[str]
+    """The event id of every at-most-once POST the receiver answered 2xx: one receipt each."""
     records: list[RecordView]
     excused: list[tuple[str, float, float]]
     """(event id, start, end) of notify deliveries that lost their process (or connection),
@@ -86,6 +119,8 @@ class Observed:
     """(event id, function, last answer) of copies still redelivered when the drain ended."""
     worker_exits: list[str] = field(default_factory=list)
     """How function processes died other than by the soak's SIGKILL."""
+    skipped: set[str] = field(default_factory=set)
+    """Events whose `steps` handler found the at-most-once step interrupted and skipped it."""
     max_attempts: int = 10
     min_retry_seconds: float = DEFAULT_MIN_RETRY_SECONDS
     copies: int = 3
@@ -102,6 +137,7 @@ def check(seen: Observed) -> list[Violation]:
                 what = "lost" if n == 0 else f"applied {n} times"
                 found.append(Violation(kind, event, name, f"{what}, expected exactly once"))
     found += _keyed(seen)
+    found += _steps(seen)
     expected = {
         dedup_key(event, f.suffix): (event, f.suffix, f.name)
         for event in seen.events
@@ -221,6 +257,53 @@ def _keyed(seen: Observed) -> list[Violation]:
     return found
 
 
+def _steps(seen: Observed) -> list[Violation]:
+    """The `steps` function's effects: its transactional step once, its keyed step under its
+    one key, its at-most-once step never twice and as its record says."""
+    found: list[Violation] = []
+    keys_by_event: dict[str, set[str]] = defaultdict(set)
+    for key, event in seen.step_posts:
+        keys_by_event[event].add(key)
+    receipts = Counter(seen.receipts)
+    records = {r.key: r for r in seen.records}
+    for event in seen.events:
+        n = seen.step_counts.get(event, 0)
+        if n != 1:
+            what = "lost" if n == 0 else f"applied {n} times"
+            found.append(
+                Violation("step transaction effect", event, "steps", f"{what}, expected once")
+            )
+        key = dedup_key(event, "steps")
+        expected = step_key(key, POST_STEP)
+        keys = keys_by_event.get(event, set())
+        if keys != {expected}:
+            what = f"applied under keys {sorted(keys)}" if keys else "lost: never applied"
+            found.append(
+                Violation("step keyed effect", event, "steps", f"{what}, expected {expected!r}")
+            )
+        record = records.get(key)
+        found += [
+            Violation("at-most-once effect", event, "steps", detail)
+            for detail in _at_most_once(receipts[event], record)
+        ]
+    return found
+
+
+def _at_most_once(applied: int, record: RecordView | None) -> list[str]:
+    """What is wrong with an event's at-most-once step, applied `applied` times, given its
+    record (None: no record)."""
+    state = record.steps.get(RECEIPT_STEP) if record is not None else None
+    if applied > 1:
+        return [f"applied {applied} times, expected at most once"]
+    if applied == 1 and state is None:
+        return ["applied, but its record holds no start of the step: called before its start"]
+    if applied == 0 and state == "done":
+        return ["recorded done, but never applied"]
+    if applied == 0 and state is None and record is not None and record.state == "sent":
+        return ["the record is sent, but the step was never started"]
+    return []
+
+
 def unanswered_posts(posts_log: str, unanswered_log: str) -> set[str]:
     """The ids of notification POSTs whose answer never reached their handler: those it logged
     as unanswered (a timeout, a dropped connection), and those it logged as sent but neither
@@ -238,10 +321,20 @@ def unanswered_posts(posts_log: str, unanswered_log: str) -> set[str]:
     return set(unanswered_log.split()) | (sent - answered)
 
 
+def effects_by_function(seen: Observed) -> dict[str, int]:
+    """Effects observed per function (and per step of `steps`): counter increments, distinct
+    keys the receiver applied, receipts applied."""
+    return {
+        "notify": len({key for key, _, _ in seen.notify_applied}),
+        "count": sum(seen.counts.values()),
+        "batch_count": sum(seen.batches.values()),
+        "steps.count": sum(seen.step_counts.values()),
+        "steps.post": len({key for key, _ in seen.step_posts}),
+        "steps.receipt": len(seen.receipts),
+    }
+
+
 def effects(seen: Observed) -> int:
-    """Effects observed: counter increments plus the receiver's distinct applied keys."""
-    return (
-        sum(seen.counts.values())
-        + sum(seen.batches.values())
-        + len({key for key, _, _ in seen.notify_applied})
-    )
+    """Effects observed: counter increments, the receiver's distinct applied keys and the
+    at-most-once receipts it applied (`effects_by_function`, summed)."""
+    return sum(effects_by_function(seen).values())

@@ -4,14 +4,14 @@
 (`demo.receiver`) and `workers` function processes (`soak.worker`), then for `seconds`:
 
 * creates events (slug ids, some extending another by `-batch`, see `soak.functions`) while
-  fewer than `inflight_events` are unacknowledged; each event goes to the three functions,
+  fewer than `inflight_events` are unacknowledged; each event goes to the four functions,
   `copies` concurrent copies each;
 * delivers every copy by HTTP to a random process; anything but a 200 (5xx, a refused or
   dropped connection, a timeout) is delivered again after a short, growing, jittered delay,
   like the platform's retry, until acknowledged;
 * SIGKILLs a random process every `kill_interval` seconds on average (respawned at once),
   restarts the emulator every `restart_interval` seconds, scripts failures, delays and
-  outages into the receiver every `receiver_fault_interval` seconds.
+  outages into the receiver every `receiver_fault_interval` seconds (`soak.receiver_chaos`).
 
 Then it drains (no more kills, restarts or receiver faults; the processes keep their
 in-process faults, their own SIGKILLs included) until the rule of `soak.drain` ends it, and
@@ -39,11 +39,12 @@ from demo.receiver import Receiver
 from soak.checks import Observed, check
 from soak.drain import Drain, wait_for
 from soak.emulator import SoakEmulator
-from soak.functions import FUNCTIONS, NOTIFY_PATH
+from soak.functions import FUNCTIONS
 from soak.processes import Processes
+from soak.receiver_chaos import receiver_chaos
 from soak.report import Stats, observe, results
 from soak.settings import SoakSettings
-from soak.worker import POSTS_FILE, UNANSWERED_FILE
+from soak.worker import POSTS_FILE, SKIPPED_FILE, UNANSWERED_FILE
 
 WORDS = ("order", "post", "user", "invoice", "launch", "ticket")
 DELIVERY_TIMEOUT_SECONDS = 60.0
@@ -111,6 +112,7 @@ class Soak:
         self.unanswered_file.write_text("")
         self.posts_file = self.workdir / POSTS_FILE
         self.posts_file.write_text("")
+        (self.workdir / SKIPPED_FILE).write_text("")
         self.emulator = SoakEmulator(self.s.project, self.workdir)
         self.receiver = Receiver()
         self.emulator.start()
@@ -343,25 +345,17 @@ class Soak:
                 self.stats.restart_outages.append(outage)
 
     def _receiver_chaos(self) -> None:
-        rng = random.Random(self.rng.random())
-        while not self._calm.wait(rng.expovariate(1 / self.s.receiver_fault_interval)):
-            k = rng.randint(1, 6)
-            kind = rng.choice(("fail", "slow", "slow-fail", "down"))
-            if kind == "down":
-                self.receiver.down()
-                self._calm.wait(rng.uniform(0.3, 1.5))
-                self.receiver.up()
-                k = 1
-            elif kind == "fail":
-                self.receiver.script(
-                    NOTIFY_PATH, *[(rng.choice((500, 502, 503)), 0.0) for _ in range(k)]
-                )
-            elif kind == "slow":
-                self.receiver.script(NOTIFY_PATH, *[(200, rng.uniform(0.2, 2.0)) for _ in range(k)])
-            else:
-                self.receiver.script(NOTIFY_PATH, *[(503, rng.uniform(0.2, 1.5)) for _ in range(k)])
-            with self._lock:
-                self.stats.receiver_faults += k
+        receiver_chaos(
+            self.receiver,
+            random.Random(self.rng.random()),
+            self._calm,
+            self.s.receiver_fault_interval,
+            self._receiver_faults,
+        )
+
+    def _receiver_faults(self, n: int) -> None:
+        with self._lock:
+            self.stats.receiver_faults += n
 
     # --- observation -------------------------------------------------------------------------
 

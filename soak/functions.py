@@ -1,4 +1,5 @@
-"""The three functions every soak process serves, one per dedup mode, and their effects.
+"""The four functions every soak process serves, one per dedup mode and one of durable steps,
+and their effects.
 
 =============  ============  ==========================================================
 Function       Mode          Effect (what the final checks count)
@@ -7,6 +8,12 @@ notify         lease         POST to the receiver's /notify with `Idempotency-Ke
                              = `Delivery.key`; a non-2xx answer raises (retried).
 count          transaction   read `soakCount/<event>` in the transaction, write n + 1.
 batch_count    write_only    `soakBatch/<event>`: n incremented in the marker's batch.
+steps          lease, three  `count` (transactional): read `soakStepCount/<event>` in the
+               durable       step's transaction, write n + 1. `post` (keyed): POST to
+               steps         /step-post with `Idempotency-Key` = `step_key("post")`.
+                             `receipt` (at most once): POST to /receipt with no key; a
+                             delivery that finds it interrupted (`StepInterrupted`) logs
+                             the event as skipped and carries on.
 =============  ============  ==========================================================
 
 Some event ids extend another by `-batch` (`order-7-batch`): with the old key rule (`-`
@@ -16,7 +23,10 @@ may no longer hold `-`, so the write-only function is `batch_count`; the ids sta
 that distinct pairs never share a record.
 
 Handlers also fail on purpose (`handler_failure_rate`) and kill their own process with SIGKILL
-before or after the effect (`crash_rate`), so crashes land at the points that matter most.
+before or after the effect (`crash_rate`), so crashes land at the points that matter most: for
+`steps`, before its first step, inside its transaction, and after each POST before the step
+records it (the window a keyed step repeats under its key, and an at-most-once step is
+interrupted in).
 """
 
 from __future__ import annotations
@@ -29,15 +39,25 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from google.api_core.retry import Retry
 from google.cloud import firestore
 
-from dedup import Delivery, Mode
+from dedup import Delivery, Mode, StepInterrupted
 
 NOTIFY_PATH = "/notify"
+STEP_POST_PATH = "/step-post"
+"""Where the `steps` function's keyed step POSTs, with the step's key."""
+RECEIPT_PATH = "/receipt"
+"""Where the `steps` function's at-most-once step POSTs, with no key: every POST the receiver
+applies is one more receipt."""
 COUNT_COLLECTION = "soakCount"
 BATCH_COLLECTION = "soakBatch"
+STEP_COUNT_COLLECTION = "soakStepCount"
+"""The `steps` function's transactional step: `soakStepCount/<event>`, n + 1."""
+COUNT_STEP, POST_STEP, RECEIPT_STEP = "count", "post", "receipt"
+"""The names of the `steps` function's steps, in the order it calls them."""
 POST_ID_HEADER = "X-Soak-Post"
 """A fresh id on every notification POST, so that the receiver's record of a POST can be
 matched with what its sender saw."""
@@ -59,6 +79,7 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("notify", "notify", Mode.LEASE),
     Function("count", "count", Mode.TRANSACTION),
     Function("batch_count", "batch_count", Mode.WRITE_ONLY),
+    Function("steps", "steps", Mode.LEASE),
 )
 BY_NAME = {f.name: f for f in FUNCTIONS}
 
@@ -84,6 +105,9 @@ class Chaos:
     id>` when an answer (2xx or not) reached the handler: a POST sent and neither answered nor
     `unanswered` had a sender that died before the answer (its process was SIGKILLed), even
     when the receiver read it only after the driver saw the process die."""
+    skipped: Callable[[str], None] = lambda event_id: None
+    """Called with the event id when the `steps` function's at-most-once step was interrupted
+    by an earlier delivery (`StepInterrupted`): the handler carries on without it."""
 
     def maybe_fail(self, where: str) -> None:
         """Raise `InjectedFailure` with probability `handler_failure_rate`."""
@@ -106,6 +130,8 @@ def _read_timeout(delivery: Delivery) -> float:
 
 def handler_for(function: Function, chaos: Chaos, receiver_url: str) -> Callable[[Delivery], None]:
     """The handler of `function`, with `chaos` injected around its effect."""
+    if function.name == "steps":
+        return steps_handler(chaos, receiver_url)
     if function.mode is Mode.LEASE:
 
         def notify(delivery: Delivery) -> None:
@@ -166,3 +192,54 @@ def handler_for(function: Function, chaos: Chaos, receiver_url: str) -> Callable
         )
 
     return batch_count
+
+
+def _post(url: str, event_id: str, timeout: float, headers: dict[str, str]) -> None:
+    """POST the event id to `url`; `InjectedFailure` (retried) unless answered 2xx."""
+    request = urllib.request.Request(
+        url,
+        data=event_id.encode(),
+        headers={"Content-Type": "text/plain", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            answer.read()
+    except (urllib.error.URLError, OSError) as exc:  # an HTTPError is a URLError
+        raise InjectedFailure(f"receiver did not accept the POST to {url}: {exc}") from exc
+
+
+def steps_handler(chaos: Chaos, receiver_url: str) -> Callable[[Delivery], None]:
+    """The `steps` function: one transactional, one keyed and one at-most-once step (see the
+    module docstring), with `chaos` injected inside and between them. Its POSTs wait no longer
+    than what is left of the delivery's time budget."""
+
+    def bump(transaction: Any, delivery: Delivery) -> int:
+        chaos.maybe_crash("in-step-transaction")
+        chaos.maybe_fail("steps")
+        ref = delivery.client.collection(STEP_COUNT_COLLECTION).document(delivery.event_id)
+        left = _read_timeout(delivery)  # bounded by the budget, as `count`'s read
+        snapshot = ref.get(transaction=transaction, retry=Retry(timeout=left), timeout=left)
+        n = int((snapshot.to_dict() or {}).get("n", 0)) if snapshot.exists else 0
+        transaction.set(ref, {"n": n + 1, "event": delivery.event_id})
+        return n + 1
+
+    def post(delivery: Delivery, key: str) -> None:
+        url = receiver_url + STEP_POST_PATH
+        _post(url, delivery.event_id, _read_timeout(delivery), {"Idempotency-Key": key})
+        chaos.maybe_crash("after-step-post")  # called, not recorded: repeated under its key
+
+    def receipt(delivery: Delivery) -> None:
+        _post(receiver_url + RECEIPT_PATH, delivery.event_id, _read_timeout(delivery), {})
+        chaos.maybe_crash("after-step-receipt")  # started, never ended: interrupted
+
+    def steps(delivery: Delivery) -> None:
+        chaos.maybe_crash("before-effect")
+        delivery.step(COUNT_STEP, bump, delivery, transactional=True)
+        delivery.step(POST_STEP, post, delivery, delivery.step_key(POST_STEP))
+        try:
+            delivery.step(RECEIPT_STEP, receipt, delivery, on_interrupted="skip")
+        except StepInterrupted:
+            chaos.skipped(delivery.event_id)  # at most once: never sent again
+
+    return steps

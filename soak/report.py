@@ -12,11 +12,28 @@ from google.cloud import firestore
 
 from dedup import Record, State
 from demo.receiver import Receiver
-from soak.checks import Observed, RecordView, Violation, effects, unanswered_posts
+from soak.checks import (
+    CHECKS,
+    Observed,
+    RecordView,
+    Violation,
+    effects,
+    effects_by_function,
+    unanswered_posts,
+)
 from soak.drain import Drain, Ended
-from soak.functions import BATCH_COLLECTION, COUNT_COLLECTION, NOTIFY_PATH, POST_ID_HEADER
+from soak.functions import (
+    BATCH_COLLECTION,
+    COUNT_COLLECTION,
+    NOTIFY_PATH,
+    POST_ID_HEADER,
+    RECEIPT_PATH,
+    RECEIPT_STEP,
+    STEP_COUNT_COLLECTION,
+    STEP_POST_PATH,
+)
 from soak.settings import SoakSettings
-from soak.worker import POSTS_FILE, UNANSWERED_FILE
+from soak.worker import POSTS_FILE, SKIPPED_FILE, UNANSWERED_FILE
 
 
 @dataclass
@@ -80,6 +97,9 @@ def observe(
                 and record.has_lease
                 and not record.lease_live(snapshot.read_time),
                 retried_seconds=_retried_seconds(record),
+                steps={
+                    name: str(entry.get("state")) for name, entry in (record.steps or {}).items()
+                },
             )
         )
     applied = [
@@ -98,11 +118,17 @@ def observe(
         counts=counters(COUNT_COLLECTION),
         batches=counters(BATCH_COLLECTION),
         notify_applied=applied,
+        step_counts=counters(STEP_COUNT_COLLECTION),
+        step_posts=[
+            (a.idempotency_key or "", a.body.decode()) for a in receiver.applied(STEP_POST_PATH)
+        ],
+        receipts=[a.body.decode() for a in receiver.applied(RECEIPT_PATH)],
         records=records,
         excused=list(excused),
         unanswered=unanswered,
         unacknowledged=list(unacknowledged),
         worker_exits=list(worker_exits),
+        skipped=set((workdir / SKIPPED_FILE).read_text().split()),
         max_attempts=settings.max_attempts,
         copies=settings.copies,
     )
@@ -145,6 +171,9 @@ def results(
         "details": {
             "settings": asdict(settings),
             "violations_by_check": dict(by_check),
+            "checks": {name: by_check[name] for name in CHECKS},
+            "effects_by_function": effects_by_function(seen),
+            "steps": _steps(seen),
             "injected_by_kind": {**dict(injected), "receiver": stats.receiver_faults},
             "outcomes": dict(stats.outcomes),
             "error_samples": stats.error_samples,
@@ -162,6 +191,27 @@ def results(
                 name: round(took, 2) for name, took in stats.longest_by_function.items()
             },
         },
+    }
+
+
+def _steps(seen: Observed) -> dict[str, int]:
+    """What the `steps` function did, beside its checks: POSTs of its keyed step (repeats
+    included) and its at-most-once step's receipts applied, events whose handler skipped it,
+    and records that end with it interrupted (started, never done), with or without a receipt
+    applied."""
+    receipts = set(seen.receipts)
+    interrupted = {
+        r.event_id
+        for r in seen.records
+        if r.suffix == "steps" and r.steps.get(RECEIPT_STEP) == "started"
+    }
+    return {
+        "post_applied": len(seen.step_posts),
+        "post_keys": len({key for key, _ in seen.step_posts}),
+        "receipts_applied": len(seen.receipts),
+        "receipts_skipped": len(seen.skipped),
+        "receipts_interrupted": len(interrupted),
+        "receipts_interrupted_after_effect": len(interrupted & receipts),
     }
 
 

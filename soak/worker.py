@@ -33,6 +33,9 @@ got, one per line (see `soak.functions.Chaos.unanswered`)."""
 POSTS_FILE = "posts.log"
 """Beside the faults file: `sent <id>` before each notification POST, `answered <id>` once its
 answer reached the handler (see `soak.functions.Chaos.posts`)."""
+SKIPPED_FILE = "skipped.log"
+"""Beside the faults file: the event id of each `steps` delivery that found its at-most-once
+step interrupted and carried on without it (see `soak.functions.Chaos.skipped`)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ def serve(settings: WorkerSettings) -> None:
     log = FaultLog(settings.faults_file)
     unanswered = FaultLog(str(Path(settings.faults_file).with_name(UNANSWERED_FILE)))
     posts = FaultLog(str(Path(settings.faults_file).with_name(POSTS_FILE)))
+    skipped = FaultLog(str(Path(settings.faults_file).with_name(SKIPPED_FILE)))
     interceptor = LostResponses(
         write_rate=settings.lost_response_rate,
         read_rate=settings.read_fault_rate,
@@ -136,6 +140,7 @@ def serve(settings: WorkerSettings) -> None:
             random.Random(seed),
             unanswered=unanswered,
             posts=posts,
+            skipped=skipped,
         )
 
     class Handler(BaseHTTPRequestHandler):

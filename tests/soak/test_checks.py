@@ -4,11 +4,34 @@ death (pure checks and a pure drain rule on a made-up clock, no emulator)."""
 from __future__ import annotations
 
 from dedup import dedup_key
-from soak.checks import Observed, RecordView, check, effects, unanswered_posts
+from soak.checks import (
+    CHECKS,
+    Observed,
+    RecordView,
+    check,
+    effects,
+    effects_by_function,
+    unanswered_posts,
+)
 from soak.drain import POLL_SECONDS, Drain, Ended, wait_for
 from soak.functions import FUNCTIONS
 
 EVENTS = ["order-1", "post-2"]
+DONE_STEPS = {"count": "done", "post": "done", "receipt": "done"}
+
+
+def step_post(event: str) -> tuple[str, str]:
+    """The keyed step's POST of `event`, under its one key."""
+    return f"{dedup_key(event, 'steps')}/post", event
+
+
+def record(
+    event: str, suffix: str, state: str = "sent", steps: dict[str, str] | None = None
+) -> RecordView:
+    """The record of (`event`, `suffix`); the `steps` function's holds its steps, all done."""
+    if steps is None:
+        steps = DONE_STEPS if suffix == "steps" else {}
+    return RecordView(dedup_key(event, suffix), event, suffix, state, 1, False, steps=steps)
 
 
 def clean(**changes: object) -> Observed:
@@ -18,11 +41,10 @@ def clean(**changes: object) -> Observed:
         counts={e: 1 for e in EVENTS},
         batches={e: 1 for e in EVENTS},
         notify_applied=[(dedup_key(e, "notify"), e, 1.0) for e in EVENTS],
-        records=[
-            RecordView(dedup_key(e, s), e, s, "sent", 1, False)
-            for e in EVENTS
-            for s in (f.suffix for f in FUNCTIONS)
-        ],
+        step_counts={e: 1 for e in EVENTS},
+        step_posts=[step_post(e) for e in EVENTS],
+        receipts=list(EVENTS),
+        records=[record(e, s) for e in EVENTS for s in (f.suffix for f in FUNCTIONS)],
         excused=[],
     )
     for name, value in changes.items():
@@ -31,14 +53,88 @@ def clean(**changes: object) -> Observed:
 
 
 def checks_of(seen: Observed) -> list[str]:
-    return [v.check for v in check(seen)]
+    names = [v.check for v in check(seen)]
+    assert set(names) <= set(CHECKS), names
+    return names
 
 
 def test_exactly_once_everywhere_is_clean() -> None:
-    """Every effect once, under its own key: no violation, 6 effects."""
+    """Every effect once, under its own key: no violation, 12 effects (6 per event)."""
     seen = clean()
     assert check(seen) == []
-    assert effects(seen) == 6
+    assert effects(seen) == 12
+    assert effects_by_function(seen) == {
+        "notify": 2,
+        "count": 2,
+        "batch_count": 2,
+        "steps.count": 2,
+        "steps.post": 2,
+        "steps.receipt": 2,
+    }
+
+
+def test_a_step_transaction_applied_twice_or_lost_is_a_violation() -> None:
+    """The `steps` function's transactional step moves its counter exactly once."""
+    violations = check(clean(step_counts={"order-1": 2}))
+    assert [(v.check, v.event_id, v.function) for v in violations] == [
+        ("step transaction effect", "order-1", "steps"),
+        ("step transaction effect", "post-2", "steps"),
+    ]
+    assert "applied 2 times" in violations[0].detail
+    assert "lost" in violations[1].detail
+
+
+def test_a_keyed_step_repeated_under_its_key_is_fine_under_another_key_or_lost_is_not() -> None:
+    """A keyed step is at least once under its one key: a repeat under that key is what an
+    idempotent receiver keeps once; a second key, or no POST applied, is a violation."""
+    repeated = [*clean().step_posts, step_post("order-1")]
+    assert check(clean(step_posts=repeated)) == []
+    other_key = [*clean().step_posts, (dedup_key("order-1", "notify"), "order-1")]
+    assert checks_of(clean(step_posts=other_key)) == ["step keyed effect"]
+    lost = [step_post("post-2")]
+    violations = check(clean(step_posts=lost))
+    assert [(v.check, v.event_id) for v in violations] == [("step keyed effect", "order-1")]
+    assert "lost" in violations[0].detail
+
+
+def test_an_at_most_once_step_applied_twice_is_a_violation() -> None:
+    """Never twice, counted from the receiver: a second receipt of one event breaks it, even
+    when the record says the step was interrupted."""
+    twice = [*EVENTS, "order-1"]
+    violations = check(clean(receipts=twice))
+    assert [(v.check, v.event_id) for v in violations] == [("at-most-once effect", "order-1")]
+    assert "applied 2 times" in violations[0].detail
+    records = clean().records
+    records[3] = record("order-1", "steps", steps={**DONE_STEPS, "receipt": "started"})
+    assert checks_of(clean(receipts=twice, records=records)) == ["at-most-once effect"]
+
+
+def test_an_interrupted_at_most_once_step_is_fine_with_or_without_its_receipt() -> None:
+    """A step started and never ended (a crash after the call, a failed call) may have been
+    applied once or not at all: the handler skipped it, nothing is wrong."""
+    records = clean().records
+    records[3] = record("order-1", "steps", steps={**DONE_STEPS, "receipt": "started"})
+    assert check(clean(records=records, skipped={"order-1"})) == []
+    assert check(clean(records=records, receipts=["post-2"], skipped={"order-1"})) == []
+
+
+def test_an_at_most_once_step_must_agree_with_its_record() -> None:
+    """Applied without a recorded start (called before it), recorded done and never applied,
+    or a `sent` record whose delivery never reached the step: each is a violation."""
+    records = clean().records
+    no_receipt = {"count": "done", "post": "done"}
+    records[3] = record("order-1", "steps", steps=no_receipt)
+    seen = clean(records=records, receipts=["order-1", "post-2"])
+    assert [v.detail for v in check(seen)] == [
+        "applied, but its record holds no start of the step: called before its start"
+    ]
+    assert [v.detail for v in check(clean(receipts=["post-2"]))] == [
+        "recorded done, but never applied"
+    ]
+    seen = clean(records=records, receipts=["post-2"])
+    assert [v.detail for v in check(seen)] == ["the record is sent, but the step was never started"]
+    records[3] = record("order-1", "steps", state="in_progress", steps=no_receipt)
+    assert check(clean(records=records, receipts=["post-2"])) == []  # not finished yet
 
 
 def test_a_transactional_effect_applied_twice_or_lost_is_a_violation() -> None:

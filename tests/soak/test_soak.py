@@ -35,8 +35,9 @@ SUBPROCESS_TIMEOUT_SECONDS = 20 + DRAIN_CAP_SECONDS + 160
 
 @pytest.mark.timeout(SUBPROCESS_TIMEOUT_SECONDS + 30)
 def test_short_soak_has_no_violation(tmp_path: Path) -> None:
-    """Under every fault the soak injects, each effect happens exactly once, under one key,
-    and no delivery outlasts its function's timeout by more than a second."""
+    """Under every fault the soak injects, each effect happens exactly once, under one key (an
+    at-most-once step's never twice), and no delivery outlasts its function's timeout by more
+    than a second."""
     out = tmp_path / "results.json"
     run = subprocess.run(
         [
@@ -74,6 +75,14 @@ def test_short_soak_has_no_violation(tmp_path: Path) -> None:
     assert results["kills"] >= 1
     assert results["restarts"] >= 1
     assert results["injected_faults"] >= 1
-    assert results["effects"] == 3 * results["events"]
+    # Five exactly-once effects per event (notify's key, count, batch_count, the steps'
+    # transaction and keyed POST), and the at-most-once receipts, none of them twice.
+    details = results["details"]
+    receipts = details["steps"]["receipts_applied"]
+    assert results["effects"] == 5 * results["events"] + receipts
+    assert sum(details["effects_by_function"].values()) == results["effects"]
+    assert details["effects_by_function"]["steps.post"] == results["events"]
+    assert receipts <= results["events"]
+    assert set(details["checks"].values()) == {0}
     longest = results["details"]["longest_delivery_of"]
     assert results["longest_delivery_s"] <= results["function_timeout_s"] + 1, longest
