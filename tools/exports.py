@@ -23,7 +23,6 @@ functions only.)
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import os
 import sys
@@ -32,12 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dedup.cli.discovery import FIREBASE_ENDPOINT, inside, sdk_functions
+from dedup.cli.discovery import load_main as load_sdk_main
 from dedup.errors import ConfigError
 from dedup.kinds import USES_DEDUP, declaration_problem
 from functions.asgi import ASGI_ENDPOINT
 
 ROOT = Path(__file__).resolve().parent.parent
-FIREBASE_ENDPOINT = "__firebase_endpoint__"
 
 
 class DeclarationError(Exception):
@@ -61,25 +61,19 @@ def load_main(source: Path = ROOT) -> Any:
     sys.path), for no function in particular: an inherited FUNCTION_TARGET (a shell, a test
     that served a function) would run that function's start-up checks."""
     target = os.environ.pop("FUNCTION_TARGET", None)
-    sys.path.insert(0, str(source))
-    cwd = Path.cwd()
-    os.chdir(source)
     try:
-        spec = importlib.util.spec_from_file_location("main", source / "main.py")
-        if spec is None or spec.loader is None:
-            raise DeclarationError(f"no main.py in {source}")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        # main.py imports a function's module on first access: import each exported one now,
-        # so an error its declaration raises is reported as main.py's, like any other.
-        for name in getattr(module, "__all__", ()):
-            getattr(module, name, None)
+        with inside(source):
+            module = load_sdk_main(source)
+            # main.py imports a function's module on first access: import each exported one
+            # now, so an error its declaration raises is reported as main.py's, like any other.
+            for name in getattr(module, "__all__", ()):
+                getattr(module, name, None)
         return module
+    except FileNotFoundError:
+        raise DeclarationError(f"no main.py in {source}") from None
     except ConfigError as exc:  # e.g. an asgi_function given a trigger it cannot have
         raise DeclarationError(f"main.py: {exc}") from None
     finally:
-        os.chdir(cwd)
-        sys.path.remove(str(source))
         if target is not None:
             os.environ["FUNCTION_TARGET"] = target
 
@@ -138,13 +132,15 @@ def exported_functions(source: Path = ROOT) -> list[Exported]:
         if deployed in functions:
             raise DeclarationError(f"main.py exports the function {deployed} twice")
         functions[deployed] = exported
-    for _, value in inspect.getmembers(module, inspect.isfunction):  # as the SDK finds them
-        for attribute, asgi in ((FIREBASE_ENDPOINT, False), (ASGI_ENDPOINT, True)):
-            endpoint = getattr(value, attribute, None)
-            if endpoint is not None and endpoint.entryPoint not in functions:
-                functions[endpoint.entryPoint] = Exported(
-                    endpoint.entryPoint, endpoint, asgi, value
-                )
+    for deployed, value in sdk_functions(module).items():  # as the SDK finds them
+        if deployed not in functions:
+            functions[deployed] = Exported(
+                deployed, getattr(value, FIREBASE_ENDPOINT), False, value
+            )
+    for _, value in inspect.getmembers(module, inspect.isfunction):  # and the ASGI functions
+        endpoint = getattr(value, ASGI_ENDPOINT, None)
+        if endpoint is not None and endpoint.entryPoint not in functions:
+            functions[endpoint.entryPoint] = Exported(endpoint.entryPoint, endpoint, True, value)
     return list(functions.values())
 
 

@@ -21,10 +21,8 @@ GCLOUD_PROJECT, which the Firebase CLI sets for a predeploy hook). A child, so n
 declares (its suffixes, its apps, its modules) stays in the caller's process, and the command
 can run twice in one process (tests, `tools/deploy`).
 
-Private attributes of firebase-functions (checked with 0.5.0 and 0.6.0), used only here and in
-the template's `tools/deploy`: `firebase_functions.private.serving.functions_as_yaml` (its
-manifest), and the `__firebase_endpoint__` each decorated function carries, by which the child
-finds main.py's functions as the SDK's own discovery (`get_functions`) does.
+How main.py's functions are found, and the private attributes of firebase-functions that takes,
+is `dedup.cli.discovery`, which the child runs.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from typing import Any, NamedTuple
 import click
 import yaml
 
+from dedup.cli import discovery
 from dedup.cli.settings import deploy_env, settings_problems
 from dedup.cli.target import Target
 from dedup.kinds import USES_DEDUP
@@ -100,29 +99,6 @@ def retry_gaps(manifest: Mapping[str, Any], dedup_functions: Collection[str]) ->
     return gaps
 
 
-_CHILD = """
-import importlib.util, inspect, json, os, sys
-sys.path.insert(0, os.getcwd())
-from firebase_functions.private.serving import functions_as_yaml
-spec = importlib.util.spec_from_file_location("main", "main.py")
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-members = inspect.getmembers(module, inspect.isfunction)
-functions = {f.__firebase_endpoint__.entryPoint: f for _, f in members
-             if hasattr(f, "__firebase_endpoint__")}
-with open(sys.argv[1], "w") as out:
-    json.dump({"manifest": functions_as_yaml(functions),
-               "dedup": sorted(n for n, f in functions.items() if getattr(f, sys.argv[2], None)),
-               "undeployed": sorted(n for n, f in members if getattr(f, sys.argv[2], None)
-                                    and not hasattr(f, "__firebase_endpoint__"))},
-              out)
-"""
-"""Run in SOURCE_DIR: main.py imported and its functions found as the SDK's discovery
-(`firebase_functions.private.serving.get_functions`) does, the SDK's manifest of them, the
-dedup functions among them, and the dedup functions of main.py no firebase-functions decorator
-wraps (they would not deploy)."""
-
-
 class Discovered(NamedTuple):
     """What `sdk_manifest` found in main.py."""
 
@@ -145,7 +121,7 @@ def sdk_manifest(source: Path, project: str | None = None) -> Discovered:
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "manifest.json"
         done = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(out), USES_DEDUP],
+            [sys.executable, discovery.__file__, str(out), USES_DEDUP],
             cwd=source, env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0:
