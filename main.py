@@ -44,6 +44,7 @@ FUNCTIONS: dict[str, str] = {
     "create_order_callable": "functions.create_order",
     "daily_digest": "functions.daily_digest",
     "forward_webhook": "functions.forward_webhook",
+    "fulfil_order": "functions.fulfil_order",
     "indexPost": "functions.index_post",
     "receive_line_webhook": "functions.receive_line_webhook",
     "register_upload": "functions.register_upload",

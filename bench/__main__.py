@@ -12,7 +12,9 @@ storms: how long a copy keeps being redelivered, default 20, and copies per even
 `--cold-runs N` (default 15), `--markdown` (print results.json as Markdown and exit),
 `--only async` (measure async against sync handlers only, `--throughput-events` per round,
 and merge the figures into the existing results.json), `--only steps` (the RPCs of durable
-steps, `steps_rpcs`, merged likewise). A longer run, about 25 minutes:
+steps, `steps_rpcs`, merged likewise), `--only imports` (each exported function's import time,
+`per_function_import_s`, all in one sitting, merged likewise: for a function added to main.py
+since the last full run). A longer run, about 25 minutes:
 `--deliveries 1000 --cpu-deliveries 2000 --cold-runs 31 --naive-storm-seconds 150
 --naive-storm-copies 50` (the naive storms as the others).
 Exit status: 0 whether or not targets are met; 1 if the benchmark itself broke; 2 on misuse.
@@ -145,12 +147,19 @@ def _one_event_documents(matrix: Matrix) -> dict[str, list[str]]:
 
 def only_one(section: str, throughput_events: int, console: Console) -> dict[str, Any]:
     """Measure one section (`async`: async against sync handlers; `steps`: the RPCs of durable
-    steps) and merge it into the committed results: the other sections are kept as they are,
-    every figure is computed again from them."""
+    steps; `imports`: each exported function's import time) and merge it into the committed
+    results: the other sections are kept as they are, every figure is computed again from
+    them."""
     previous = json.loads(RESULTS_JSON.read_text())
     old_keys = {f["key"] for f in previous["figure_list"]} | {"figure_list"}
     sections = {k: v for k, v in previous.items() if k not in old_keys}
-    if section == "steps":
+    if section == "imports":
+        console.print("cold start: each exported function's import time")
+        sections["cold"] = {
+            **sections["cold"],
+            "per_function_import_s": cold.per_function_imports(),
+        }
+    elif section == "steps":
         console.print("durable steps: RPCs of each kind, and of a five-step replay")
         sections["steps_rpcs"] = steps.measure()
     else:
@@ -172,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-events", type=int, default=400)
     parser.add_argument("--cold-runs", type=int, default=15)
     parser.add_argument("--markdown", action="store_true")
-    parser.add_argument("--only", choices=["async", "steps"], default=None)
+    parser.add_argument("--only", choices=["async", "steps", "imports"], default=None)
     args = parser.parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=130)
     if args.markdown:

@@ -285,3 +285,15 @@ def measure(client: firestore.Client, runs: int = 15) -> dict[str, Any]:
             name: round(statistics.median(v), 4) for name, v in per_function.items()
         },
     }
+
+
+def per_function_imports(runs: int = PER_FUNCTION_RUNS) -> dict[str, float]:
+    """Each exported function's import time alone (`per_function_import_s`): the median of
+    `runs` imports of main.py with that function resolved, the functions in turn, as `measure`
+    takes them."""
+    compile_sources()
+    per_function: dict[str, list[float]] = {name: [] for name in exported_functions()}
+    for _ in range(runs):
+        for name in per_function:
+            per_function[name].append(import_seconds(MAIN, (name,)))
+    return {name: round(statistics.median(v), 4) for name, v in per_function.items()}

@@ -4,7 +4,8 @@ Authors create, publish, unpublish and delete posts; webhook messages are publis
 are enqueued through the transactional outbox, and one transaction is rolled back; posts are
 saved with their search-index task enqueued through the outbox (one save rolled back), the
 relay creates the tasks in the Cloud Tasks emulator, and each task is dispatched to
-`index_post`. Every event
+`index_post`; the orders clients place through `create_order` are fulfilled by `fulfil_order`,
+three durable steps (`demo.fulfilment`). Every event
 goes to its functions four times at once and is retried until one delivery succeeds; the
 webhook receiver fails the first request of one route with a 503. Last, with the Functions
 emulator's triggers switched on, objects are uploaded, the digest is scheduled and Crashlytics
@@ -40,6 +41,7 @@ from demo.emulator_triggers import (
     set_background_triggers,
 )
 from demo.events import firestore_event, pubsub_event
+from demo.fulfilment import PAYMENTS_PATH, RECEIPTS_PATH, play_fulfilment
 from demo.http_story import CALLABLE, HTTP, LineScene, Outcome, play_orders
 from demo.platform import COPIES, DeliveryLog, deliver_at_least_once
 from demo.pubsub import ensure_topic, pull_all
@@ -50,7 +52,10 @@ from demo.tasks import task_dispatch
 PROJECT = os.environ.get("GCLOUD_PROJECT", "demo-exactly-once")
 ORDERS_TOPIC = "demo-orders"
 ORDERS_AUDIT = "demo-orders-audit"
-FUNCTIONS = ("sync_published_count", "send_post_notification", "forward_webhook", "relay_outbox")
+FUNCTIONS = (
+    "sync_published_count", "send_post_notification", "forward_webhook", "relay_outbox",
+    "fulfil_order",
+)  # fmt: skip
 """The event functions (signature cloudevent)."""
 INDEX_POST = "index_post"
 """The task-queue function's row (deployed as `indexPost`, see functions/index_post.py)."""
@@ -269,6 +274,10 @@ class Story:
 
         self.outcomes[HTTP.function] = play_orders(self.db, HTTP)
         self.outcomes[CALLABLE.function] = play_orders(self.db, CALLABLE)
+        self.outcomes["fulfil_order"] = play_fulfilment(
+            PROJECT, self.db, self.servers["fulfil_order"], self.logs["fulfil_order"],
+            self.receiver,
+        )  # fmt: skip
         self.line = LineScene(PROJECT, self.db)
         for message in self.line.play():  # the platform delivers each one to forward_webhook
             self.expected_webhooks += 1
@@ -348,7 +357,7 @@ class Story:
 
     def http_rows(self) -> list[Row]:
         """The rows of the functions the Functions emulator served (`demo.http_story`,
-        `demo.emulator_triggers`)."""
+        `demo.emulator_triggers`), and `fulfil_order`'s after the orders' (`demo.fulfilment`)."""
         outcomes = dict(self.outcomes)
         if self.line is not None:
             keys = [a.idempotency_key or "" for a in self.receiver.applied("/webhooks/line")]
@@ -431,6 +440,8 @@ def demo_servers(receiver: Receiver, log_dir: Path) -> Iterator[dict[str, Served
         ),
         "NOTIFY_URL": f"{receiver.base_url}/notify",
         "SEARCH_INDEX_URL": f"{receiver.base_url}{SEARCH_PATH}",
+        "PAYMENTS_URL": f"{receiver.base_url}{PAYMENTS_PATH}",
+        "RECEIPTS_URL": f"{receiver.base_url}{RECEIPTS_PATH}",
         "DEDUP_LEASE_SECONDS": "20",
     }
     with ExitStack() as stack:

@@ -51,6 +51,8 @@ FUNCTION_ENV = {
         f'{{"default": "{RECEIVER_URL}/webhooks/default", "line": "{RECEIVER_URL}/webhooks/line"}}'
     ),
     "NOTIFY_URL": f"{RECEIVER_URL}/notify",
+    "PAYMENTS_URL": f"{RECEIVER_URL}/payments",
+    "RECEIPTS_URL": f"{RECEIVER_URL}/receipts",
 }
 """The functions' variables, as `.env.local` gives them to the Functions emulator's functions."""
 

@@ -34,6 +34,7 @@ ROWS = (
     "index_post",
     "create_order",
     "create_order_callable",
+    "fulfil_order",
     "receive_line_webhook",
     "register_upload",
     "daily_digest",
@@ -88,7 +89,8 @@ def user_environment() -> dict[str, str]:
     dropped = {
         "FIREBASE_EMULATOR_HUB", "GCLOUD_PROJECT", "GOOGLE_CLOUD_PROJECT", "FIREBASE_CONFIG",
         "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "FUNCTION_TARGET", "WEBHOOK_ROUTES", "NOTIFY_URL",
-        "SEARCH_INDEX_URL", "COLUMNS", "PYTEST_CURRENT_TEST", "VIRTUAL_ENV",
+        "SEARCH_INDEX_URL", "PAYMENTS_URL", "RECEIPTS_URL", "COLUMNS", "PYTEST_CURRENT_TEST",
+        "VIRTUAL_ENV",
     }  # fmt: skip
     return {
         name: value

@@ -34,7 +34,7 @@ def test_a_314_venv_deploys_python314_on_every_path(tmp_path: Path) -> None:
     target = target_in(source)
     manifest = deploy_manifest(MANIFEST, target, {}, for_deploy=False)
     gcloud = gcloud_deploy_commands(manifest, target)
-    assert len(gcloud) == 11
+    assert len(gcloud) == 12
     assert all("--runtime=python314" in command for command in gcloud)
     services = service_names(manifest)
     versions = {"LINE_CHANNEL_SECRET": "1"}

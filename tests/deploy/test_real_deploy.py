@@ -59,6 +59,8 @@ ENV_FILE = {
     "SEARCH_INDEX_URL": "https://example.com/search",
     "DIGEST_URL": "https://example.com/digest",
     "CHAT_WEBHOOK_URL": "https://example.com/chat",
+    "PAYMENTS_URL": "https://example.com/payments",
+    "RECEIPTS_URL": "https://example.com/receipts",
 }
 """`.env.p` of the copy: the variables both paths must give every function."""
 GCLOUD_APIS = (

@@ -84,7 +84,7 @@ def test_event_function_trigger_and_dead_letters(planned: list[str], name: str) 
     assert f"gcloud eventarc triggers create {service} " in trigger
     assert f"--destination-run-service={service} " in trigger
     location = {"relay_outbox": "eur3", "send_post_notification": "eur3",
-                "sync_published_count": "eur3", "register_upload": "eu",
+                "sync_published_count": "eur3", "fulfil_order": "eur3", "register_upload": "eu",
                 "alert_new_fatal_issue": "global"}.get(name, "europe-west1")  # fmt: skip
     assert f"--location={location} " in trigger
     if location == "eur3":

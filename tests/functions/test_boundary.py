@@ -146,6 +146,13 @@ def outbox_event(db: firestore.Client, unique: str) -> HttpEvent:
     return firestore_event(ref.path, None, ref.get(), project=PROJECT, change="created")
 
 
+def order_event(db: firestore.Client, unique: str) -> HttpEvent:
+    db.document("stock/coffee").set({"available": 10, "price": 350})
+    ref = db.collection("orders").document(f"o-{unique}")
+    ref.set({"uid": "ann", "item": "coffee", "quantity": 1})
+    return firestore_event(ref.path, None, ref.get(), project=PROJECT, change="created")
+
+
 def webhook_event(db: firestore.Client, unique: str) -> HttpEvent:
     return pubsub_event("webhooks", b'{"events": []}', project=PROJECT, message_id=f"m-{unique}")
 
@@ -163,6 +170,10 @@ def webhook_effects(db: firestore.Client, receiver: Receiver) -> int:
     return len(receiver.applied())
 
 
+def charge_effects(db: firestore.Client, receiver: Receiver) -> int:
+    return len(receiver.applied("/payments"))
+
+
 def relay_effects(db: firestore.Client, receiver: Receiver) -> int:
     return sum(
         1 for doc in db.collection("outbox").stream() if "messageId" in (doc.to_dict() or {})
@@ -174,6 +185,7 @@ CASES = {
     "send_post_notification": Case(post_event, notice_effects, FIRESTORE_ONLY),
     "relay_outbox": Case(outbox_event, relay_effects, FIRESTORE_ONLY),
     "forward_webhook": Case(webhook_event, webhook_effects, PUBSUB_ONLY),
+    "fulfil_order": Case(order_event, charge_effects, FIRESTORE_ONLY),
 }
 PARAMS = [
     pytest.param(function, name, mutation, status, id=f"{function}: {name}")

@@ -39,6 +39,8 @@ SETTINGS = {
     "SEARCH_INDEX_URL": "http://127.0.0.1:9/search",
     "DIGEST_URL": "http://127.0.0.1:9/digest",
     "CHAT_WEBHOOK_URL": "http://127.0.0.1:9/chat",
+    "PAYMENTS_URL": "http://127.0.0.1:9/payments",
+    "RECEIPTS_URL": "http://127.0.0.1:9/receipts",
 }
 """Valid settings for every function's start-up check (which runs: the target is served)."""
 
