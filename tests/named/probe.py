@@ -1,6 +1,7 @@
 """Run inside `tools/emulators.py exec` by tests/named/test_functions_emulator.py: create an
-order in the named database and one in (default), wait for the named-database function, and
-print what each database holds as one JSON line.
+order in `probeOrders` of the named database and one in (default) (a collection no function of
+main.py listens to, so only the throwaway function can write a record), wait for the
+named-database function, and print what each database holds as one JSON line.
 
     python -m tests.named.probe
 """
@@ -34,8 +35,8 @@ def main() -> None:
     project = os.environ["GCLOUD_PROJECT"]
     named = firestore.Client(project=project, database=NAMED_DATABASE)
     default = firestore.Client(project=project)
-    named.collection("orders").document("o1").set({"total": 5})
-    default.collection("orders").document("o2").set({"total": 7})
+    named.collection("probeOrders").document("o1").set({"total": 5})
+    default.collection("probeOrders").document("o2").set({"total": 7})
     deadline = time.monotonic() + WAIT_SECONDS
     while time.monotonic() < deadline and not snapshot(named)["counts"]:
         time.sleep(0.5)

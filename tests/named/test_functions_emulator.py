@@ -25,7 +25,9 @@ PORT_SHIFT = 11000
 """Moves every port of firebase.json up by 11000: free of the suite's emulators, its receiver and
 the Functions emulator's workers (tests/ports.py)."""
 
-PROBED = f'''"""Counts the orders of the named database {NAMED_DATABASE} (a throwaway function)."""
+PROBED = f'''"""Counts the probe's orders of the named database {NAMED_DATABASE}.
+
+A throwaway function: no function of main.py listens to `probeOrders`."""
 
 from firebase_functions import firestore_fn
 from google.cloud import firestore
@@ -33,7 +35,7 @@ from google.cloud import firestore
 from dedup import Delivery, Mode, trigger_once
 
 
-@firestore_fn.on_document_created(document="orders/{{orderId}}", database="{NAMED_DATABASE}")
+@firestore_fn.on_document_created(document="probeOrders/{{orderId}}", database="{NAMED_DATABASE}")
 @trigger_once("named_probe", mode=Mode.TRANSACTION)
 def named_probe(
     event: firestore_fn.Event[firestore_fn.DocumentSnapshot | None], delivery: Delivery
