@@ -41,13 +41,14 @@ class Outcome:
     result: Mapping[str, Any] | None = None
     """What the handler returned: its return value when it ran now, the stored one for a
     duplicate read from the record (None for `duplicate_cached`: the cache keeps no results)."""
+    gave_up: bool = False
+    """This delivery recorded the event failed, dead or unknown, or found it so: nothing runs it
+    until `dedup revive`. `trigger_once` raises `GivenUp` for it under DEDUP_ON_GIVE_UP=nack."""
 
 
 class Step(StrEnum):
-    """Named points of a delivery, in the order it reaches them (see `Deduplicator.step_hook`).
-
-    Crash tests stop a process at a step and kill it; nothing else depends on them.
-    """
+    """Named points of a delivery, in the order it reaches them (`Deduplicator.step_hook`):
+    crash tests stop a process at a step and kill it; nothing else depends on them."""
 
     BEFORE_CLAIM = "before_claim"
     """`run` entered, no Firestore call yet."""
@@ -280,8 +281,7 @@ def drive[T](flow: Coroutine[Any, Any, T]) -> T:
     )
 
 
-# The sync path's I/O: each method blocks on the sync store (or lock, or `time.sleep`) and
-# returns without suspending, so `drive` runs a flow on the caller's thread as plain sync code.
+# The sync path's I/O: every call blocks and returns without suspending, as `drive` needs.
 
 
 def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
