@@ -178,9 +178,9 @@ def _settle(config: DedupConfig, outcome: Outcome) -> None:
     transport counts the attempt and its dead-letter topic ends up keeping the event."""
     if outcome.gave_up and config.on_give_up == "nack":
         raise GivenUp(
-            f"{outcome.kind.value}: {outcome.key} is given up on (failed, dead or unknown), "
-            "answered 500 for the dead-letter topic to keep the event; after a fix, "
-            f"`dedup revive {outcome.key}` and redeliver it"
+            f"{outcome.key} is given up on (its record is failed, dead or unknown): answered "
+            "500 so that the dead-letter topic keeps the event; after a fix, "
+            f"`dedup revive {outcome.key}`, then redeliver it"
         )
 
 

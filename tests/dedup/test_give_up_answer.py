@@ -107,13 +107,13 @@ def test_nack_answers_500_from_the_burial_on_and_never_runs_the_handler_again(
     buried = post(event_id)
     assert buried.status_code == 500
     text = buried.get_data(as_text=True)
-    assert text.startswith(f"dead: {key} is given up on"), text
+    assert text.startswith(f"{key} is given up on"), text
     assert f"dedup revive {key}" in text
     assert state_of(firestore_client, key) is State.DEAD
     for _ in range(3):
         again = post(event_id)
         assert again.status_code == 500
-        assert again.get_data(as_text=True).startswith(f"duplicate: {key} is given up on")
+        assert again.get_data(as_text=True).startswith(f"{key} is given up on")
     assert count(firestore_client, "starts", key) == 2
     assert count(firestore_client, "effects", key) == 0
 
@@ -160,7 +160,7 @@ def test_a_crashed_last_attempt_is_buried_with_a_500(
     records.write(firestore_client, [crashed])
     buried = post(event_id)
     assert buried.status_code == 500
-    assert buried.get_data(as_text=True).startswith(f"dead: {key} is given up on")
+    assert buried.get_data(as_text=True).startswith(f"{key} is given up on")
     assert state_of(firestore_client, key) is State.DEAD
     assert count(firestore_client, "starts", key) == 0
 
