@@ -30,6 +30,12 @@ and nothing written; an exception raised after it is the function's own and is r
 functions-framework answers 500 as before. It registers nothing where the application already
 handles `Exception` itself (this template's `functions.boundary`).
 
+**An event given up on.** Under `DedupConfig.on_give_up="nack"` (DEDUP_ON_GIVE_UP, which the
+Cloud Run path sets), a delivery that records its event failed, dead or unknown, or finds it so,
+raises `GivenUp`; `trigger_once` raises `GivenUpAnswer` instead, 500 without a traceback, so
+Pub/Sub counts the attempt and, once its count is spent, forwards the event to the dead-letter
+topic, where `dedup dead-letters redrive` finds it after a fix (docs/operations.md).
+
 **What the transports do then.** A 500 is retried by every transport. A 400 ends the request for
 a plain HTTP caller; Pub/Sub push, which carries Eventarc and Firebase events, redelivers every
 status but 102/200/201/202/204, 4xx included, until its retry window ends, each time answered
@@ -51,7 +57,7 @@ import flask
 from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
 
 from dedup.delivery import ENTERED_FLAG
-from dedup.errors import LeaseHeld, MissingEventId
+from dedup.errors import GivenUp, LeaseHeld, MissingEventId
 from dedup.telemetry import log_delivery
 
 
@@ -82,14 +88,32 @@ class MissingEventIdAnswer(MissingEventId, BadRequest):
         return str(self.description)
 
 
+class GivenUpAnswer(GivenUp, InternalServerError):
+    """`GivenUp` answered 500 by Flask with no traceback; `str()` is its message."""
+
+    def __init__(self, message: str) -> None:
+        """The refusal of a delivery of an event given up on, saying so in `message`."""
+        InternalServerError.__init__(self, description=message)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        """The message, as `GivenUp` gives it."""
+        return str(self.description)
+
+
+ANSWERS = (LeaseHeldAnswer, MissingEventIdAnswer, GivenUpAnswer)
+"""The refusals already in the form functions-framework answers."""
+
+
 class LoggedRefusals(logging.Filter):
-    """Drops a log record whose exception is a held lease answered by dedup (`LeaseHeldAnswer`):
-    the delivery logged it already as its single WARNING line. Every other record passes."""
+    """Drops a log record whose exception is a held lease or an event given up on, answered by
+    dedup (`LeaseHeldAnswer`, `GivenUpAnswer`): the delivery logged it already as its single
+    line. Every other record passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        """False only for a record carrying a `LeaseHeldAnswer` as its exception."""
+        """False only for a record carrying a `LeaseHeldAnswer` or `GivenUpAnswer`."""
         error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, LeaseHeldAnswer)
+        return not isinstance(error, LeaseHeldAnswer | GivenUpAnswer)
 
 
 _ROOT_FILTER = LoggedRefusals()
@@ -107,6 +131,13 @@ def answer_lease_held(error: LeaseHeld) -> LeaseHeldAnswer:
     `error`); a wrapper that logs every exception itself (the scheduler's) logs none for it."""
     mute_logged_refusals()
     return LeaseHeldAnswer(str(error))
+
+
+def answer_given_up(error: GivenUp) -> GivenUpAnswer:
+    """`error` as the 500 functions-framework serves without a traceback (raise it `from`
+    `error`); a wrapper that logs every exception itself (the scheduler's) logs none for it."""
+    mute_logged_refusals()
+    return GivenUpAnswer(str(error))
 
 
 def answer_missing_id(error: MissingEventId) -> MissingEventIdAnswer:

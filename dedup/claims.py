@@ -78,7 +78,7 @@ from enum import Enum
 from google.api_core import exceptions as api_exceptions
 
 from dedup.errors import TerminalError
-from dedup.record import RERUN, Record, State
+from dedup.record import GIVEN_UP, RERUN, Record, State
 
 
 def record_absent(record: Record | None) -> bool:
@@ -94,7 +94,7 @@ def record_sent(record: Record) -> bool:
 def record_finished(record: Record) -> bool:
     """Failed (terminal), dead (poison) or unknown (an ambiguous delivery skipped on purpose):
     skipped like a duplicate, the state is reported."""
-    return record.state in (State.FAILED, State.DEAD, State.UNKNOWN)
+    return record.state in GIVEN_UP
 
 
 def lease_live(record: Record, read_time: datetime) -> bool:

@@ -50,6 +50,8 @@ from dedup.transitions import KEY_LAYOUTS, KeyLayout
 
 PayloadMismatchPolicy = Literal["log", "raise"]
 """What to do when a key arrives with a payload fingerprint other than the recorded one."""
+GiveUpAnswer = Literal["ack", "nack"]
+"""How an event function answers a delivery of an event given up on (`DedupConfig.on_give_up`)."""
 
 DEFAULT_COLLECTION = "triggerEvents"
 DEFAULT_LEASE_SECONDS = 60
@@ -75,8 +77,12 @@ ENVIRONMENT_VARIABLES = (
     "DEDUP_KEY_LAYOUT",
     "DEDUP_DATABASE",
     "DEDUP_OTEL",
+    "DEDUP_ON_GIVE_UP",
 )
 """Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
+
+GIVE_UP_ANSWERS = ("ack", "nack")
+"""The values of DEDUP_ON_GIVE_UP (case-insensitive; empty or unset: "ack")."""
 
 OTEL_VALUES = {"1": True, "true": True, "0": False, "false": False}
 """The accepted values of DEDUP_OTEL (case-insensitive; empty or unset: off)."""
@@ -174,6 +180,15 @@ class DedupConfig:
     the platform's 10-600 s backoff ten attempts take about 40 minutes, so it never binds
     there. 0: attempts alone decide. DEDUP_MIN_RETRY_SECONDS (>= 0)."""
 
+    on_give_up: GiveUpAnswer = "ack"
+    """How an event function (`trigger_once`) answers a delivery that records its event failed,
+    dead or unknown, or finds it so (nothing runs it again until `dedup revive`): "ack"
+    returns normally (2xx) and the platform drops the event; "nack" answers 500
+    (`dedup.errors.GivenUp`), so the transport redelivers it, each time without running it,
+    until its own count of attempts ends and its dead-letter topic keeps the event for `dedup
+    dead-letters redrive`. The Cloud Run path sets "nack" on every event function
+    (docs/deploy.md); elsewhere no dead-letter topic would keep it. DEDUP_ON_GIVE_UP."""
+
     def __post_init__(self) -> None:
         """Validate every setting; raise `ConfigError` naming the first bad one."""
         segments = self.collection.split("/")
@@ -200,6 +215,10 @@ class DedupConfig:
             raise ConfigError(
                 "on_payload_mismatch (DEDUP_ON_PAYLOAD_MISMATCH) must be 'log' or 'raise'; "
                 f"got {self.on_payload_mismatch!r}"
+            )
+        if self.on_give_up not in GIVE_UP_ANSWERS:
+            raise ConfigError(
+                f"on_give_up (DEDUP_ON_GIVE_UP) must be 'ack' or 'nack'; got {self.on_give_up!r}"
             )
         if self.key_layout not in KEY_LAYOUTS:
             raise ConfigError(
@@ -278,6 +297,13 @@ class DedupConfig:
         policy = get("DEDUP_ON_PAYLOAD_MISMATCH") or "log"
         if policy not in ("log", "raise"):
             raise ConfigError(f"DEDUP_ON_PAYLOAD_MISMATCH must be 'log' or 'raise'; got {policy!r}")
+        give_up = (get("DEDUP_ON_GIVE_UP") or "ack").lower()
+        if give_up not in GIVE_UP_ANSWERS:
+            raise ConfigError(
+                "DEDUP_ON_GIVE_UP must be 'ack' (answer 2xx: the platform drops an event given "
+                "up on) or 'nack' (answer 500: its dead-letter topic keeps it); got "
+                f"{env['DEDUP_ON_GIVE_UP']!r}"
+            )
         layout = get("DEDUP_KEY_LAYOUT") or "plain"
         if layout not in KEY_LAYOUTS:
             raise ConfigError(
@@ -302,6 +328,7 @@ class DedupConfig:
             on_payload_mismatch="raise" if policy == "raise" else "log",
             function_timeout_seconds=function_timeout_seconds,
             key_layout="spread" if layout == "spread" else "plain",
+            on_give_up="nack" if give_up == "nack" else "ack",
         )
 
 

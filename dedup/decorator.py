@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 from dedup.delivery import Delivery, mark_entered
 from dedup.entrance import EVENTS, gate
-from dedup.errors import LeaseHeld, MissingEventId
+from dedup.errors import GivenUp, LeaseHeld, MissingEventId
 from dedup.kinds import USES_DEDUP, describe
 from dedup.propagation import continued, from_event
 from dedup.record import RERUN, Mode
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async 
     from dedup.aio.delivery import AsyncDelivery
     from dedup.config import DedupConfig
     from dedup.core import Deduplicator
-    from dedup.delivery import EventOptions, Reconcile
+    from dedup.delivery import EventOptions, Outcome, Reconcile
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
@@ -148,7 +148,8 @@ def trigger_once(
 
                 runner = async_deduplicator()
                 with _answered(), continued(from_event(event)):
-                    await runner.run_event(event_id, suffix, run_async, options)
+                    outcome = await runner.run_event(event_id, suffix, run_async, options)
+                    _settle(runner.config, outcome)
 
             setattr(once_async, USES_DEDUP, suffix)
             return admitted.identify(once_async)
@@ -162,7 +163,8 @@ def trigger_once(
                 handler(event, delivery)
 
             with _answered(), continued(from_event(event)):
-                deduplicator().run_event(event_id, suffix, run_handler, options)
+                runner = deduplicator()
+                _settle(runner.config, runner.run_event(event_id, suffix, run_handler, options))
 
         setattr(once, USES_DEDUP, suffix)
         return admitted.identify(once)
@@ -170,22 +172,37 @@ def trigger_once(
     return cast(HandlerDecorator, decorate)
 
 
+def _settle(config: DedupConfig, outcome: Outcome) -> None:
+    """Return, so that the platform stops delivering the event; but raise `GivenUp` for an
+    event given up on (`Outcome.gave_up`) when `config.on_give_up` is "nack", so that the
+    transport counts the attempt and its dead-letter topic ends up keeping the event."""
+    if outcome.gave_up and config.on_give_up == "nack":
+        raise GivenUp(
+            f"{outcome.key} is given up on (its record is failed, dead or unknown): answered "
+            "500 so that the dead-letter topic keeps the event; after a fix, "
+            f"`dedup revive {outcome.key}`, then redeliver it"
+        )
+
+
 @contextmanager
 def _answered() -> Iterator[None]:
-    """A live lease or an event without an id raised inside, as functions-framework answers them
-    without a traceback: 500 and 400 (`dedup.answers`), still a `LeaseHeld` or a
-    `MissingEventId`. Where Flask is not loaded (no functions-framework), re-raised as is."""
+    """A live lease, an event without an id or an event given up on raised inside, as
+    functions-framework answers them without a traceback: 500, 400 and 500 (`dedup.answers`),
+    still a `LeaseHeld`, a `MissingEventId` or a `GivenUp`. Where Flask is not loaded (no
+    functions-framework), re-raised as is."""
     try:
         yield
-    except (LeaseHeld, MissingEventId) as refused:
+    except (LeaseHeld, MissingEventId, GivenUp) as refused:
         if "flask" not in sys.modules:
             raise
         from dedup import answers
 
-        if isinstance(refused, answers.LeaseHeldAnswer | answers.MissingEventIdAnswer):
+        if isinstance(refused, answers.ANSWERS):
             raise
         if isinstance(refused, LeaseHeld):
             raise answers.answer_lease_held(refused) from refused
+        if isinstance(refused, GivenUp):
+            raise answers.answer_given_up(refused) from refused
         raise answers.answer_missing_id(refused) from refused
 
 

@@ -41,13 +41,14 @@ class Outcome:
     result: Mapping[str, Any] | None = None
     """What the handler returned: its return value when it ran now, the stored one for a
     duplicate read from the record (None for `duplicate_cached`: the cache keeps no results)."""
+    gave_up: bool = False
+    """This delivery recorded the event failed, dead or unknown, or found it so: nothing runs it
+    until `dedup revive`. `trigger_once` raises `GivenUp` for it under DEDUP_ON_GIVE_UP=nack."""
 
 
 class Step(StrEnum):
-    """Named points of a delivery, in the order it reaches them (see `Deduplicator.on_step`).
-
-    Crash tests stop a process at a step and kill it; nothing else depends on them.
-    """
+    """Named points of a delivery, in the order it reaches them (`Deduplicator.on_step`):
+    crash tests stop a process at a step and kill it; nothing else depends on them."""
 
     BEFORE_CLAIM = "before_claim"
     """`run` entered, no Firestore call yet."""

@@ -63,6 +63,15 @@ class LeaseLost(DedupError):
     """
 
 
+class GivenUp(DedupError):
+    """Under `DedupConfig.on_give_up="nack"` (DEDUP_ON_GIVE_UP): this delivery recorded its
+    event failed, dead or unknown, or found it so. The handler will not run for it again;
+    raised, not returned, so that the transport counts a failed attempt and its dead-letter
+    topic ends up keeping the event. Fix the cause, `dedup revive` the record, then redeliver
+    the event (`dedup dead-letters redrive`). `trigger_once` answers it 500 with no traceback.
+    """
+
+
 class PayloadMismatch(DedupError):
     """The record for this key was written for an event with a different payload fingerprint.
 

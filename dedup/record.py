@@ -111,6 +111,8 @@ class Mode(StrEnum):
 
 
 FINAL_STATES = frozenset({State.SENT, State.FAILED, State.DEAD, State.UNKNOWN})
+GIVEN_UP = frozenset({State.FAILED, State.DEAD, State.UNKNOWN})
+"""The final states other than sent: the event is given up on until `dedup revive`."""
 
 
 class Field:
@@ -326,6 +328,10 @@ class OutcomeKind(StrEnum):
     RECONCILED = "reconciled"
     """Lease mode: `reconcile` found that an earlier attempt produced the effect; recorded as
     sent (`reconciled: true`) without running the handler, returned normally."""
+
+
+GIVING_UP = frozenset({OutcomeKind.FAILED, OutcomeKind.DEAD, OutcomeKind.AMBIGUOUS})
+"""The outcomes that record the event failed, dead or unknown (`GIVEN_UP`): `Outcome.gave_up`."""
 
 
 class Snapshot(NamedTuple):

@@ -28,7 +28,7 @@ from dedup.delivery import (
     TurnTimeout,
 )
 from dedup.errors import BudgetSpent, ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
-from dedup.record import Mode, Record
+from dedup.record import GIVEN_UP, GIVING_UP, Mode, Record
 from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Run:
     outcome: OutcomeKind | None = None
     """The last outcome `finish` reported (read by `dedup.telemetry`)."""
     found: Record | None = None
-    """The final record a duplicate found (read by `dedup.telemetry`: its trace id)."""
+    """The final record a duplicate found (`skip`; read by `dedup.telemetry`: its trace id)."""
     ambiguity: Ambiguity | None = None
     """Lease mode: the function's choice for an ambiguous take-over (None: rerun)."""
     retry_age: float = 0.0
@@ -156,8 +156,7 @@ class Run:
 
     def outcome_budget(self, until: float | None = None) -> float:
         """The deadline of the next RPC after the handler, its retries included: what is left
-        until `until` (default: `outcome_deadline`), 0.1 s at least; the store cuts it to its
-        RPC timeout."""
+        until `until` (default: `outcome_deadline`), 0.1 s at least, cut to the RPC timeout."""
         end = self.outcome_deadline() if until is None else until
         return max(0.1, end - time.monotonic())
 
@@ -309,7 +308,8 @@ class Run:
             path=self.path,
             subject=self.subject,
         )
-        return Outcome(kind=kind, key=self.key, attempt=self.attempt, ms=ms, result=result)
+        gave_up = kind in GIVING_UP or (self.found is not None and self.found.state in GIVEN_UP)
+        return Outcome(kind, self.key, self.attempt, ms, result, gave_up)
 
 
 class SentKeys:

@@ -37,6 +37,10 @@ MIN_DELIVERY_ATTEMPTS, MAX_DELIVERY_ATTEMPTS = 5, 100
 """What Pub/Sub accepts as a dead-letter policy's `maxDeliveryAttempts`."""
 SIGNATURE_VARIABLE = "FUNCTION_SIGNATURE_TYPE"
 """Reserved on Cloud Run: the plan never sets it."""
+GIVE_UP_VARIABLE, NACK = "DEDUP_ON_GIVE_UP", "nack"
+"""What an event function's env file sets unless the project's env files set it: a delivery of
+an event dedup gave up on answers 500, so the trigger's dead-letter topic ends up keeping it
+(`dedup.config.DedupConfig.on_give_up`, docs/deploy.md)."""
 
 
 def service_name(function: str, entry_point: str) -> str:
@@ -129,12 +133,15 @@ def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str,
     reserves it and sets it itself; each function is served as its trigger says whatever it
     holds, `functions.signature`), with `FIREBASE_CONFIG`, and, when the project number is known
     (the plan always passes it), `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which
-    the enqueuers give their tasks (`functions.region.task_function_url`)."""
+    the enqueuers give their tasks (`functions.region.task_function_url`). The event functions'
+    files (every one has a dead-letter topic) set `DEDUP_ON_GIVE_UP=nack` unless `env` sets it."""
     files = env_files(target, env)
     config = firebase_config(target, env)
-    for values in files.values():
+    for kind, values in files.items():
         values.pop(SIGNATURE_VARIABLE, None)
         values["FIREBASE_CONFIG"] = config
+        if kind.endswith("cloudevent") and not values.get(GIVE_UP_VARIABLE, "").strip():
+            values[GIVE_UP_VARIABLE] = NACK
         if target.project_number:
             values[RUN_URL_VARIABLE] = run_app_url("{service}", "{region}", target.project_number)
     return files

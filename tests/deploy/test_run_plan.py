@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dedup.config import DedupConfig
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_dry_run import dry_run
 from tools.deploy import DeployError, Target, endpoints, sdk_manifest
@@ -157,6 +158,23 @@ def test_env_files_name_the_firebase_config_and_no_signature_type() -> None:
         assert json.loads(values["FIREBASE_CONFIG"]) == {
             "projectId": "demo-x", "storageBucket": "demo-x.firebasestorage.app",
         }  # fmt: skip
+
+
+def test_event_functions_answer_500_to_an_event_given_up_on() -> None:
+    """Every event function has a dead-letter topic on this path, so its env file sets
+    DEDUP_ON_GIVE_UP=nack (a given-up event ends there); HTTP, scheduled and task functions
+    keep the default. A value the project's env files set is kept."""
+    target = Target(project="demo-x", region="europe-west1")
+    files = run_env_files(target, {})
+    assert files["cloudevent"]["DEDUP_ON_GIVE_UP"] == "nack"
+    assert files["asgi-cloudevent"]["DEDUP_ON_GIVE_UP"] == "nack"
+    assert "DEDUP_ON_GIVE_UP" not in files["http"]
+    assert "DEDUP_ON_GIVE_UP" not in files["asgi-http"]
+    chosen = run_env_files(target, {"DEDUP_ON_GIVE_UP": "ack"})
+    assert chosen["cloudevent"]["DEDUP_ON_GIVE_UP"] == "ack"
+    for name in EVENT_FUNCTIONS:
+        served = service_environment(name, target)
+        assert DedupConfig.from_env(served).on_give_up == "nack", name
 
 
 def test_service_environment_is_the_env_file_and_the_target(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ def test_every_known_variable_is_accepted() -> None:
         "DEDUP_ON_PAYLOAD_MISMATCH": "raise",
         "DEDUP_KEY_LAYOUT": "spread",
         "DEDUP_OTEL": "1",
+        "DEDUP_ON_GIVE_UP": "nack",
     }
     for name in ENVIRONMENT_VARIABLES:
         DedupConfig.from_env({name: values.get(name, "100")})
