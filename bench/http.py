@@ -29,7 +29,7 @@ from flask.testing import FlaskClient
 from bench.rpc_count import RpcCounter, counting_client
 from dedup import DedupConfig, Deduplicator, Mode, SuffixRegistry
 from dedup.http import IdempotentRequest, idempotent_http
-from dedup.transitions import dedup_key
+from dedup.kernel.transitions import dedup_key
 
 
 def _app(counter: RpcCounter) -> tuple[FlaskClient, threading.Event, Deduplicator]:

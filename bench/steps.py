@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.rpc_count import RpcCounter, counting_client
 from dedup import DedupConfig, Deduplicator, Delivery
-from dedup.delivery import Step
+from dedup.kernel.delivery import Step
 
 LEASE_SECONDS = 3
 """A short lease, so that the replay's take-over waits little."""

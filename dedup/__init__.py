@@ -4,7 +4,7 @@ Platforms deliver events at least once. Wrap a handler with `trigger_once(suffix
 `Deduplicator.run` explicitly) and its effect happens once: duplicates are skipped, a run that
 failed is retried, a run whose process died is retried with the same `Delivery.key` so that a
 downstream receiver can drop the copy. `async def` handlers get the same through
-`AsyncDeduplicator` (`dedup.aio`). See `dedup.record` for the record schema and
+`AsyncDeduplicator` (`dedup.aio`). See `dedup.kernel.record` for the record schema and
 `dedup.config` for settings.
 
 `import dedup` loads the synchronous library and what `trigger_once` needs to read any event:
@@ -17,16 +17,7 @@ instance's cold start does not pay for those unless its function uses them.
 from typing import TYPE_CHECKING, Any
 
 from dedup.config import DedupConfig
-from dedup.core import Deduplicator
-from dedup.decorator import SuffixRegistry, trigger_once
-from dedup.delivery import (
-    Delivery,
-    Outcome,
-    OutcomeKind,
-    Step,
-    TransactionDelivery,
-    WriteOnlyDelivery,
-)
+from dedup.entrances.triggers import SuffixRegistry, trigger_once
 from dedup.errors import (
     BudgetSpent,
     ConfigError,
@@ -46,8 +37,17 @@ from dedup.errors import (
     StoreUnavailable,
     TerminalError,
 )
-from dedup.record import Mode, Record, State
-from dedup.transitions import dedup_key
+from dedup.kernel.delivery import (
+    Delivery,
+    Outcome,
+    OutcomeKind,
+    Step,
+    TransactionDelivery,
+    WriteOnlyDelivery,
+)
+from dedup.kernel.front_door import Deduplicator
+from dedup.kernel.record import Mode, Record, State
+from dedup.kernel.transitions import dedup_key
 
 if TYPE_CHECKING:
     from dedup.aio import (

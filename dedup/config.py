@@ -44,9 +44,9 @@ from datetime import UTC, datetime
 from functools import cached_property, partial
 from typing import Literal
 
-from dedup.claims import AttemptLimit
 from dedup.errors import ConfigError
-from dedup.transitions import KEY_LAYOUTS, KeyLayout
+from dedup.kernel.claims import AttemptLimit
+from dedup.kernel.transitions import KEY_LAYOUTS, KeyLayout
 
 PayloadMismatchPolicy = Literal["log", "raise"]
 """What to do when a key arrives with a payload fingerprint other than the recorded one."""
@@ -174,7 +174,7 @@ class DedupConfig:
     min_retry_seconds: int = DEFAULT_MIN_RETRY_SECONDS
     """How long an event that keeps failing is retried, at least, from its first attempt
     (database clock) before it may become `dead`: `dead` needs `max_attempts` attempts *and*
-    this age (`dedup.claims.AttemptLimit`). A transport that redelivers fast (a Cloud Tasks
+    this age (`dedup.kernel.claims.AttemptLimit`). A transport that redelivers fast (a Cloud Tasks
     queue's own backoff, a redrive, a manual run) can spend ten attempts in seconds while a
     downstream is down or instances are killed; 600 s lets such an outage end first. Under
     the platform's 10-600 s backoff ten attempts take about 40 minutes, so it never binds
@@ -236,7 +236,7 @@ class DedupConfig:
     @property
     def attempt_limit(self) -> AttemptLimit:
         """When an event that keeps failing becomes `dead`: `max_attempts` attempts, and
-        `min_retry_seconds` since the first (`dedup.claims.AttemptLimit`)."""
+        `min_retry_seconds` since the first (`dedup.kernel.claims.AttemptLimit`)."""
         return AttemptLimit(self.max_attempts, self.min_retry_seconds)
 
     @cached_property
@@ -249,7 +249,7 @@ class DedupConfig:
         every dedup RPC's deadline is cut to what is left of it; once it is spent the delivery
         answers `BudgetSpent` (retryable) with nothing half-written. The writes after the
         handler (its outcome, a release, a failed attempt) may use the budget's margin too,
-        and end within the budget itself (`dedup.runs.Run.outcome_deadline`)."""
+        and end within the budget itself (`dedup.kernel.run.Run.outcome_deadline`)."""
         if self.function_timeout_seconds is not None:
             return float(self.function_timeout_seconds)
         return float(max(1, self.lease_seconds - self.rpc_timeout_seconds))

@@ -38,7 +38,8 @@ class InvalidSuffix(DedupError, ValueError):
 class KeyCollision(DedupError):
     """The record at this event's key was written for another event id or suffix.
 
-    Keys cannot collide (`dedup.transitions`), so the record was written by hand or by an older
+    Keys cannot collide (`dedup.kernel.transitions`), so the record was written by hand or by an
+    older
     version of this package; inspect it with `dedup show` and delete it if it is stale.
     """
 

@@ -1,244 +1,28 @@
-"""The seam between the flows and the outside world: the record operations a store offers, and
-the pauses and per-key turns of an instance, as protocols.
+"""The seam between the flows and the outside world, at its former import path: see
+`dedup.kernel.flow_io`, which this module re-exports."""
 
-The flows (`dedup.lease`, `dedup.atomic`) are written once, as coroutines that await every
-store call, pause and per-key turn through a `FlowIO`. A store offers five record operations,
-below, beside three helpers (the `client` a handler gets, a record's `path`, and the
-`unavailable` error it raises), and nothing else: it knows no `Run`, no mode and no handler.
+from dedup.kernel.flow_io import (
+    Ambiguity,
+    EventFacts,
+    FencedLease,
+    Fill,
+    FlowIO,
+    Invoke,
+    Pacing,
+    RecordIO,
+    Records,
+    SyncFill,
+)
 
-| operation             | what it does                                                     |
-|-----------------------|------------------------------------------------------------------|
-| `read`                | the record, with the database's read time and update time        |
-| `create`              | write the record if absent (exists=false)                        |
-| `update_if_unchanged` | write the record if last written at an update time               |
-| `commit_batch`        | a batch the caller fills, committed with a marker write, once    |
-| `run_transaction`     | a transaction the caller fills, committed with a marker write    |
-
-Firestore's records are one `FlowIO`, `dedup.store.RecordStore`, over either client: over a
-`firestore.Client` its coroutines block inside and never suspend, so `dedup.delivery.drive`
-runs a flow to its end in one `send`, on the caller's thread, without an event loop; over an
-`AsyncClient` they await it. The sync path gains no thread and no loop, and the claim
-decisions, record transitions and retry rules exist once for both.
-
-`Records` is the same operations as plain methods: a sync store given as
-`Deduplicator(records=...)`, awaited through `dedup.delivery.BlockingIO`. The tests' in-memory
-stores (`tests.memory_store.MemoryStore`, a `Records`, and `AsyncMemoryStore`, a `FlowIO`)
-serve the conformance matrix (`tests/matrix/`), which runs the same cases on them and on the
-Firestore emulator; they are trusted as far as they agree. This module holds the protocols
-only: no code of it runs on a delivery.
-"""
-
-from __future__ import annotations
-
-from collections.abc import Callable, Coroutine
-from contextlib import AbstractAsyncContextManager
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from dedup.errors import StoreUnavailable
-    from dedup.record import Conflict, Fields, Mode, Snapshot
-
-type Invoke = Callable[[Any], Coroutine[Any, Any, object]]
-"""`await invoke(writer)`: call the handler with its delivery at the run's current attempt and
-return what it returned. `writer`: None in lease mode, the transaction or the batch otherwise."""
-
-type Fill = Callable[[Any], Coroutine[Any, Any, tuple[Any, Fields]]]
-"""`await fill(writer)`: run the handler into a transaction or batch; returns what it returned
-and the marker's fields (the store adds the marker write, guarded, then commits)."""
-
-type SyncFill = Callable[[Any], tuple[Any, Fields]]
-"""`fill(writer)` of a sync store (`Records`): `Fill` driven to its end."""
-
-
-class Records(Protocol):
-    """The record operations of a sync store (`Deduplicator(records=...)`): bounded in time,
-    a failed precondition returned as `Conflict`, other failures `StoreUnavailable` chaining
-    the cause. Safe to use from many threads."""
-
-    client: Any
-    """The client a handler gets in its delivery (a `firestore.Client` for Firestore)."""
-
-    def path(self, key: str) -> str:
-        """The record's document path, `<collection>/<key>`."""
-        ...
-
-    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
-        """The error for a failed `action` on the record (chain `exc` with `from`)."""
-        ...
-
-    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
-        """The record (None if absent), its read time and update time. `budget`, here and
-        below: the call's deadline when shorter than the store's RPC timeout (what is left of
-        the delivery's time budget)."""
-        ...
-
-    def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
-    ) -> datetime | Conflict:
-        """Create the record if absent: its update time, or `Conflict` if it exists."""
-        ...
-
-    def update_if_unchanged(
-        self,
-        key: str,
-        fields: Fields,
-        update_time: datetime,
-        *,
-        action: str,
-        budget: float | None = None,
-    ) -> datetime | Conflict:
-        """Update the record if last written at `update_time`: the new update time, or
-        `Conflict` if it changed or vanished."""
-        ...
-
-    def commit_batch(
-        self, key: str, fill: SyncFill, guard: datetime | None, *, budget: float | None = None
-    ) -> Any:
-        """Open a batch, `fill` it, add the marker (a create if `guard` is None, else an update
-        guarded by it), commit once (no retry: a lost response is resolved by reading).
-        Returns what `fill` returned first; raises what `fill` or the commit raised."""
-        ...
-
-    def run_transaction(
-        self,
-        key: str,
-        fill: SyncFill,
-        guard: datetime | None,
-        *,
-        attempts: int,
-        budget: float | None = None,
-    ) -> Any:
-        """As `commit_batch` in a transaction, which the client retries `attempts` times on
-        contention (Aborted), calling `fill` again."""
-        ...
-
-
-class RecordIO(Protocol):
-    """`Records`, awaited: what the flows call (`dedup.store.RecordStore`, or `BlockingIO` over
-    a sync store)."""
-
-    client: Any
-    """The client a handler gets in its delivery (the store's Firestore client)."""
-
-    def path(self, key: str) -> str:
-        """The record's document path, `<collection>/<key>`."""
-        ...
-
-    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
-        """The error for a failed `action` on the record (chain `exc` with `from`)."""
-        ...
-
-    async def read(
-        self, key: str, *, action: str = "claim", budget: float | None = None
-    ) -> Snapshot:
-        """See `Records.read`."""
-        ...
-
-    async def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
-    ) -> datetime | Conflict:
-        """See `Records.create`."""
-        ...
-
-    async def update_if_unchanged(
-        self,
-        key: str,
-        fields: Fields,
-        update_time: datetime,
-        *,
-        action: str,
-        budget: float | None = None,
-    ) -> datetime | Conflict:
-        """See `Records.update_if_unchanged`."""
-        ...
-
-    async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
-    ) -> Any:
-        """See `Records.commit_batch` (`fill` awaited)."""
-        ...
-
-    async def run_transaction(
-        self,
-        key: str,
-        fill: Fill,
-        guard: datetime | None,
-        *,
-        attempts: int,
-        budget: float | None = None,
-    ) -> Any:
-        """See `Records.run_transaction` (`fill` awaited)."""
-        ...
-
-
-class Pacing(Protocol):
-    """How deliveries on one instance wait: pauses, and one turn per key at a time."""
-
-    async def sleep(self, seconds: float) -> None:
-        """Pause this delivery (a backoff)."""
-        ...
-
-    def turn(self, key: str, timeout: float | None = None) -> AbstractAsyncContextManager[None]:
-        """Wait until no other delivery of `key` on this instance is inside its turn;
-        `dedup.delivery.TurnTimeout` after `timeout` seconds (None: no limit)."""
-        ...
-
-
-class FlowIO(RecordIO, Pacing, Protocol):
-    """Everything a flow does outside itself: the record operations and the pacing."""
-
-
-class Ambiguity(Protocol):
-    """A function's choice for an ambiguous take-over, as the lease flow asks it (made by
-    `dedup.ambiguity.AmbiguityChoice`)."""
-
-    @property
-    def on_ambiguous(self) -> str:
-        """What an ambiguous take-over does when nothing could tell: "rerun" or "skip"."""
-        ...
-
-    @property
-    def reconcile(self) -> Any:
-        """The function's `reconcile`, None without one."""
-        ...
-
-    async def ask(self, run: Any, notes: Any) -> bool | None:
-        """`reconcile`'s verdict on the run's delivery whose notes are `notes`."""
-        ...
-
-
-class FencedLease(Protocol):
-    """A delivery's lease as the steps and the ambiguity settlement write through it (made by
-    `dedup.lease.Lease`)."""
-
-    run: Any
-    owner: str
-    token: datetime
-    ends: float
-
-    @property
-    def steps(self) -> Any:
-        """The delivery's steps (`dedup.steps.StepLog`)."""
-        ...
-
-    async def write(
-        self, fields: Fields, state: Any, action: str, until: float | None, *, notes: bool = False
-    ) -> None:
-        """A write fenced by `token`, which it moves on (`dedup.lease.Lease.write`)."""
-        ...
-
-
-class EventFacts(Protocol):
-    """What a first write records of its delivery (a `dedup.runs.Run` has it)."""
-
-    event_id: str
-    suffix: str
-    mode: Mode
-    payload_hash: str | None
-    subject: str | None
-    source: str | None
-
-    def expire_at(self) -> datetime:
-        """When the record may be deleted (its TTL field)."""
-        ...
+__all__ = [
+    "Ambiguity",
+    "EventFacts",
+    "FencedLease",
+    "Fill",
+    "FlowIO",
+    "Invoke",
+    "Pacing",
+    "RecordIO",
+    "Records",
+    "SyncFill",
+]

@@ -54,7 +54,7 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.firestore_internals import client_of
+from dedup.platform.firestore_internals import client_of
 
 COLLECTION = "outbox"
 OUTBOX_ID_ATTRIBUTE = "outboxId"

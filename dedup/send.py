@@ -31,9 +31,9 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from dedup import propagation
 from dedup.errors import TerminalError
-from dedup.record import scrub_urls
+from dedup.kernel.record import scrub_urls
+from dedup.platform import propagation
 
 if TYPE_CHECKING:
     import requests

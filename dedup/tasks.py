@@ -42,17 +42,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, HttpsError
 
-from dedup.delivery import Delivery
-from dedup.entrance import TASKS, gate
+from dedup.entrances.gate import TASKS, gate
 from dedup.errors import LeaseHeld, StoreUnavailable
-from dedup.propagation import continued, from_headers
-from dedup.record import RERUN, Mode
-from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.kernel.delivery import Delivery
+from dedup.kernel.record import RERUN, Mode
+from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.platform.propagation import continued, from_headers
 
 if TYPE_CHECKING:
     from dedup.config import DedupConfig
-    from dedup.core import Deduplicator
-    from dedup.delivery import Reconcile
+    from dedup.kernel.delivery import Reconcile
+    from dedup.kernel.front_door import Deduplicator
 
 __all__ = [
     "DEFAULT_REGISTRY",

@@ -15,7 +15,7 @@ docs/observability.md):
 A duplicate adds the span event `dedup.duplicate` (`dedup.replayed` when the record holds an
 HTTP or callable answer), with `dedup.original_trace_id` from the record's `traceId`. The span
 is the child of the current context: the entrances make the caller's context current first
-(`dedup.propagation`), so a delivery continues its caller's trace.
+(`dedup.platform.propagation`), so a delivery continues its caller's trace.
 
 The span is the current span while the delivery runs, so Firestore calls traced by a gRPC
 instrumentation (google-cloud-firestore emits no spans of its own) and the handler's own spans
@@ -56,7 +56,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from dedup.errors import InvalidSuffix, MissingEventId
-from dedup.record import Mode, OutcomeKind, Record
+from dedup.kernel.record import Mode, OutcomeKind, Record
 
 if TYPE_CHECKING:
     from opentelemetry import metrics
@@ -120,7 +120,7 @@ R = TypeVar("R")
 
 
 class Observed(Protocol):
-    """What telemetry reads from a delivery's bookkeeping (`dedup.runs.Run`) at its end."""
+    """What telemetry reads from a delivery's bookkeeping (`dedup.kernel.run.Run`) at its end."""
 
     key: str
     attempt: int

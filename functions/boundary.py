@@ -41,7 +41,7 @@ answers 400 what firebase-functions cannot parse.
 A `document` header that is the data's path percent-encoded, or its UTF-8 bytes read as
 Latin-1 (how HTTP headers carry non-ASCII text), is replaced by the path the data names.
 Event ids that are valid CloudEvent ids but not valid Firestore document ids (`a/b`, `..`,
-2 KB, unicode) are not refused: `dedup.transitions` maps them to safe record ids.
+2 KB, unicode) are not refused: `dedup.kernel.transitions` maps them to safe record ids.
 
 Answers are `{"error": "<function>: <reason>"}`, at most `MAX_REASON` characters of reason, in
 the project's words: no exception type, no echoed value. The Functions emulator's start-up
@@ -65,7 +65,7 @@ from werkzeug.exceptions import (
     UnsupportedMediaType,
 )
 
-from dedup.delivery import ENTERED_FLAG, mark_entered
+from dedup.kernel.delivery import ENTERED_FLAG, mark_entered
 from dedup.kinds import KINDS, Declared, Kind, Malformed, kind_of
 from dedup.kinds import firestore as firestore_kind
 from dedup.kinds import pubsub as pubsub_kind
@@ -123,7 +123,7 @@ def trigger_of(function: Callable[..., Any]) -> Trigger:
         raise TypeError(
             f"validated has no strict boundary for {kind.name} events ({declared.event_type}): "
             "remove @validated; trigger_once alone answers 400 what firebase-functions cannot "
-            "parse (dedup.answers)"
+            "parse (dedup.entrances.answers)"
         )
     return Trigger(declared, kind)
 
@@ -223,7 +223,7 @@ def refuse_unparseable_request(error: Exception) -> tuple[str, int, dict[str, st
     """Flask error handler for any other exception: a 400 when it was raised while parsing the
     request (functions-framework and the cloudevents library raise assorted errors for bodies
     that are not CloudEvents); the function's own failures, raised once `validated` or the
-    `trigger_once` wrapper was entered (`dedup.delivery.mark_entered`), are re-raised, so
+    `trigger_once` wrapper was entered (`dedup.kernel.delivery.mark_entered`), are re-raised, so
     functions-framework logs them and answers 500 and the platform retries."""
     if flask.g.get(ENTERED_FLAG):
         raise error  # raised once `validated` or the dedup wrapper was entered: the function's

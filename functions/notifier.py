@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dedup.errors import ConfigError
-from dedup.firebase_app import default_app
+from dedup.platform.firebase_app import default_app
 from functions.http_delivery import post_once
 
 
@@ -90,7 +90,7 @@ class FcmNotifier:
 
 def on_ambiguous_from_env() -> str:
     """What `send_post_notification` does when a delivery may repeat a notification (its
-    earlier attempt's lease expired before "sent" was recorded; `dedup.ambiguity`), chosen by
+    earlier attempt's lease expired before "sent" was recorded; `dedup.kernel.ambiguity`), chosen by
     the transport `notifier_from_env` picks: "rerun" over HTTP (`NOTIFY_URL` set), whose
     receiver drops a copy by its `Idempotency-Key`; "skip" over FCM, which has no idempotency
     key of its own and cannot be asked whether a message went out, and where a push

@@ -33,9 +33,10 @@ from firebase_admin import exceptions, functions
 from google.api_core.exceptions import NotFound
 from google.cloud import firestore
 
-from dedup import TerminalError, propagation
-from dedup.firebase_app import default_app
+from dedup import TerminalError
 from dedup.outbox import FUNCTION_PATTERN, task_id_for
+from dedup.platform import propagation
+from dedup.platform.firebase_app import default_app
 from functions.region import task_function_resource, task_function_url
 
 EMULATOR_HOST_VARIABLE = "CLOUD_TASKS_EMULATOR_HOST"

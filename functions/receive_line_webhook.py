@@ -12,7 +12,7 @@ LINE -> this function -> Pub/Sub `webhooks` -> `forward_webhook` -> receiver, ex
 | an event Pub/Sub refuses as such (attribute, size)         | 200, recorded `failed`, ERROR |
 | Firestore or Pub/Sub failed for one of its events           | 500 (LINE redelivers)     |
 
-The first three rows touch no record. A signed body is read with `dedup.strict_json` (its
+The first three rows touch no record. A signed body is read with `dedup.platform.strict_json` (its
 nesting and number limits, no `NaN`) but keeps any text: an event whose strings hold lone
 surrogates is fingerprinted and published like any other. The signature is the base64
 HMAC-SHA256 of the raw body with the channel secret `LINE_CHANNEL_SECRET`, compared in
@@ -45,12 +45,13 @@ import flask
 from firebase_functions import https_fn
 from google.api_core.exceptions import InvalidArgument
 
-from dedup import Delivery, LeaseHeld, LeaseLost, TerminalError, propagation, strict_json
-from dedup.delivery import OutcomeKind
-from dedup.entrance import EVENTS, shared_deduplicator
+from dedup import Delivery, LeaseHeld, LeaseLost, TerminalError
+from dedup.entrances.gate import EVENTS, shared_deduplicator
 from dedup.errors import ConfigError
 from dedup.http import DEFAULT_RETRY_AFTER_SECONDS, Problem
-from dedup.transitions import storable_event_id
+from dedup.kernel.delivery import OutcomeKind
+from dedup.kernel.transitions import storable_event_id
+from dedup.platform import propagation, strict_json
 
 if TYPE_CHECKING:
     from google.cloud.pubsub_v1 import PublisherClient
@@ -91,7 +92,7 @@ def signed(body: bytes, header: str | None, secret: str) -> bool:
 
 def webhook_events(body: bytes) -> tuple[Any, list[dict[str, Any]]]:
     """(destination, events) of a signed body; `ValueError` says what is malformed."""
-    try:  # RFC 8259 within dedup.strict_json's limits; any text, lone surrogates included
+    try:  # RFC 8259 within dedup.platform.strict_json's limits; any text, lone surrogates included
         payload = strict_json.loads(body, lone_surrogates=True)
     except strict_json.InvalidJSON as malformed:
         raise ValueError(malformed.detail) from None
@@ -131,7 +132,8 @@ def publish_event(destination: Any, event: dict[str, Any]) -> str:
     """Publish one event as a one-event LINE webhook body; returns the message id.
 
     The body is ASCII JSON (a lone surrogate travels as its `\\ud800` escape, as LINE sent it);
-    `eventKey` is the id as `dedup.transitions.storable_event_id` writes it (UTF-8 text whatever the
+    `eventKey` is the id as `dedup.kernel.transitions.storable_event_id` writes it (UTF-8 text
+    whatever the
     id holds). `TerminalError` when Pub/Sub refuses the message as such (an attribute too
     long, a message too large): no retry could publish it.
     """

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 
 from dedup.errors import ConfigError
-from dedup.run_names import service_of
+from dedup.platform.run_names import service_of
 from functions.runtime import on_the_platform
 
 REGION_VARIABLE = "FUNCTION_REGION"

@@ -36,8 +36,9 @@ from firebase_functions import firestore_fn
 from google.api_core.exceptions import NotFound
 from google.cloud import firestore
 
-from dedup import Delivery, TerminalError, propagation, trigger_once
+from dedup import Delivery, TerminalError, trigger_once
 from dedup.outbox import OUTBOX_ID_ATTRIBUTE, TOPIC_PATTERN, attribute_problem
+from dedup.platform import propagation
 from functions.boundary import validated
 from functions.outbox_tasks import relay_task
 

@@ -9,7 +9,7 @@ a function module checks nothing (tests, the deploy tool and `bench` import them
 `main.py` calls `refuse_unsafe_settings(globals())` after declaring the functions. On the
 platform (Cloud Run sets `K_SERVICE`; the Functions emulator sets `FUNCTIONS_EMULATOR=true` and
 is not the platform), the instance serving `FUNCTION_TARGET` checks the process's `DedupConfig`
-(`dedup.entrance.process_config`, the one object every decorated function uses) against the
+(`dedup.entrances.gate.process_config`, the one object every decorated function uses) against the
 function's declared timeout, so a misspelled DEDUP_* variable or a lease
 shorter than timeout + DEDUP_RPC_TIMEOUT_SECONDS stops the instance at start-up with the
 `ConfigError` that says what to set, instead of failing every event. The deploy tooling
@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from dedup.config import DedupConfig
-from dedup.entrance import process_config
-from dedup.firebase_internals import on_the_platform
+from dedup.entrances.gate import process_config
+from dedup.platform.firebase_internals import on_the_platform
 
 Check = TypeVar("Check", bound=Callable[[], object])
 

@@ -15,7 +15,7 @@ firebase-functions alone would answer a body that is not JSON with a 500, which 
 | body larger than a task can be (1 MiB)               | 413    |
 | content type other than `application/json`           | 415    |
 | body not JSON, or not an object with exactly `data`  | 400    |
-| body deeper or with longer integers than `dedup.strict_json` allows, or `NaN` | 400    |
+| body deeper or with longer integers than `dedup.platform.strict_json` allows, or `NaN` | 400    |
 | no (or an empty) `X-CloudTasks-TaskName` header      | 400    |
 
 Cloud Tasks retries a 4xx too: these answers are for callers that are not Cloud Tasks, or for
@@ -34,8 +34,8 @@ from typing import Any, cast
 
 import flask
 
-from dedup import strict_json
-from dedup.delivery import mark_entered
+from dedup.kernel.delivery import mark_entered
+from dedup.platform import strict_json
 from dedup.tasks import TASK_NAME_HEADER
 from dedup.telemetry import log_delivery
 from functions.boundary import is_health_probe
@@ -55,7 +55,7 @@ def dispatch_problem(request: flask.Request) -> tuple[int, str] | None:
     body = request.get_data(cache=True)
     if len(body) > MAX_TASK_BODY:
         return 413, f"the body is larger than {MAX_TASK_BODY} bytes"
-    try:  # RFC 8259 within dedup.strict_json's limits (text kept as sent)
+    try:  # RFC 8259 within dedup.platform.strict_json's limits (text kept as sent)
         parsed = strict_json.loads(body, lone_surrogates=True)
     except strict_json.InvalidJSON as malformed:
         return 400, malformed.detail

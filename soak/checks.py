@@ -22,7 +22,7 @@ Each check names an invariant; `check` returns every broken one as a `Violation`
 * `in_progress past its lease`: a record still leased after its lease expired, at the end.
 * `attempts`: no record retried for `min_retry_seconds` counts more than `max_attempts` +
   concurrency attempts (younger ones may: fast redeliveries spend attempts that must not kill
-  the event, `dedup.claims.AttemptLimit`).
+  the event, `dedup.kernel.claims.AttemptLimit`).
 * `dead too soon`: no record is dead before both `max_attempts` attempts and
   `min_retry_seconds` between its first and last attempt.
 * `not acknowledged`: a delivery chain was still being redelivered when the drain ended.
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from dedup import dedup_key
 from dedup.config import DEFAULT_MIN_RETRY_SECONDS
-from dedup.steps import step_key
+from dedup.kernel.steps import step_key
 from soak.functions import FUNCTIONS, POST_STEP, RECEIPT_STEP
 
 CHECKS = (

@@ -1,4 +1,4 @@
-"""An in-memory dedup store behind the flows' protocol (`dedup.flow_io`), for fast tests.
+"""An in-memory dedup store behind the flows' protocol (`dedup.kernel.flow_io`), for fast tests.
 
 `MemoryStore` is a sync `Records` store, `AsyncMemoryStore` its async twin (`RecordIO` plus
 pacing) over the same documents. They keep what the flows rely on from Firestore:
@@ -36,9 +36,9 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
-from dedup.delivery import KeyTurns, TurnTimeout
-from dedup.record import Conflict, Fields, Snapshot
-from dedup.store import ConditionalTries, StoreBase, snapshot_of
+from dedup.kernel.delivery import KeyTurns, TurnTimeout
+from dedup.kernel.record import Conflict, Fields, Snapshot
+from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
 from tests.dedup.grpc_faults import Fault, Plan
 
 DATABASE = "(default)"
@@ -76,7 +76,8 @@ class MemoryClock:
 
 @dataclass(frozen=True)
 class MemoryDocument:
-    """A document as read (what `dedup.record.Record.from_snapshot` and `snapshot_of` read)."""
+    """A document as read (what `dedup.kernel.record.Record.from_snapshot` and `snapshot_of`
+    read)."""
 
     id: str
     data: dict[str, Any] | None
@@ -110,7 +111,7 @@ class MemoryRef:
         return self.path.rsplit("/", 1)[-1]
 
     @property
-    def _document_path(self) -> str:  # what dedup.firestore_internals.document_name reads
+    def _document_path(self) -> str:  # what dedup.platform.firestore_internals.document_name reads
         return f"projects/{PROJECT}/databases/{DATABASE}/documents/{self.path}"
 
     def get(self, transaction: Any = None, **_: Any) -> MemoryDocument:
@@ -220,7 +221,7 @@ class MemoryWriter:
 
 
 class MemoryStore(StoreBase[MemoryClient]):
-    """The dedup collection in memory, a sync `dedup.flow_io.Records`; thread-safe.
+    """The dedup collection in memory, a sync `dedup.kernel.flow_io.Records`; thread-safe.
 
     `plan` injects faults into write RPCs as `tests.dedup.grpc_faults` does on the emulator;
     `calls` counts the RPCs per method.
@@ -307,7 +308,7 @@ class MemoryStore(StoreBase[MemoryClient]):
                 self._documents[write.path] = (data, at)
             return at
 
-    # --- the record operations (dedup.flow_io.Records) ---------------------------------------
+    # --- the record operations (dedup.kernel.flow_io.Records) ----------------------------------
 
     def ref(self, key: str) -> MemoryRef:
         """The record's reference."""
@@ -407,7 +408,8 @@ class MemoryStore(StoreBase[MemoryClient]):
 
 class AsyncMemoryStore:
     """`MemoryStore`, awaited, with the pacing of an event loop: the async twin
-    (`dedup.flow_io.FlowIO`), as `dedup.store.RecordStore` is over an `AsyncClient`."""
+    (`dedup.kernel.flow_io.FlowIO`), as `dedup.kernel.store.RecordStore` is over an
+    `AsyncClient`."""
 
     def __init__(self, store: MemoryStore, turns: KeyTurns | None = None) -> None:
         """Serve `store`'s documents; deliveries of one key take turns in `turns`."""

@@ -34,7 +34,7 @@ from typing import Any
 
 from dedup.config import DedupConfig
 from dedup.errors import ConfigError
-from dedup.run_names import run_app_url
+from dedup.platform.run_names import run_app_url
 from tools.deploy import (
     DeployError,
     DeployTimeReads,

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from dedup.run_names import run_app_problem, run_app_url, service_of
+from dedup.platform.run_names import run_app_problem, run_app_url, service_of
 from functions.region import RUN_URL_VARIABLE
 from tools.deploy import (
     BUCKET_PARAM,
@@ -58,7 +58,7 @@ def service_name(function: str, entry_point: str) -> str:
 
 def refuse_unreachable_services(services: Mapping[str, str], number: str) -> None:
     """`DeployError`, one line per function, when a service's `run.app` URL cannot exist in the
-    project numbered `number` (`dedup.run_names.run_app_problem`)."""
+    project numbered `number` (`dedup.platform.run_names.run_app_problem`)."""
     problems = [p for f, s in services.items() if (p := run_app_problem(f, s, number))]
     if problems:
         raise DeployError("\n".join(problems))

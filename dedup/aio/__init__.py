@@ -5,13 +5,13 @@ function (serve it with `functions_framework.aio.cloud_event` and `functions-fra
 --asgi`); call `AsyncDeduplicator.run` for the explicit form. See docs/async.md.
 """
 
-from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
 from dedup.aio.delivery import (
     AsyncDelivery,
     AsyncHandler,
     AsyncTransactionDelivery,
     AsyncWriteOnlyDelivery,
 )
+from dedup.aio.front_door import AsyncDeduplicator, default_async_deduplicator
 
 __all__ = [
     "AsyncDeduplicator",

@@ -1,6 +1,6 @@
 """What an `async def` handler is told (`AsyncDelivery`) and what it is (`AsyncHandler`).
 
-The async twins of `dedup.delivery.Delivery` and its mode-specific kinds: the same identity
+The async twins of `dedup.kernel.delivery.Delivery` and its mode-specific kinds: the same identity
 (`DeliveryIdentity`), with the `google.cloud.firestore.AsyncClient` of the deduplicator and,
 in the atomic modes, its `AsyncTransaction` or `AsyncWriteBatch`.
 """
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from google.cloud.firestore import AsyncClient, AsyncTransaction, AsyncWriteBatch
 
-from dedup.delivery import DeliveryIdentity, HandlerResult
+from dedup.kernel.delivery import DeliveryIdentity, HandlerResult
 
 if TYPE_CHECKING:
-    from dedup.delivery import DeliveryKinds
+    from dedup.kernel.delivery import DeliveryKinds
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from dedup.cli import discovery
 from dedup.cli.settings import deploy_env, settings_problems
 from dedup.cli.target import Target
 from dedup.kinds import USES_DEDUP
-from dedup.run_names import run_app_problem, service_of
+from dedup.platform.run_names import run_app_problem, service_of
 
 MANIFEST_NAME = "functions.yaml"
 """The file the Firebase CLI reads instead of asking the SDK."""
@@ -184,7 +184,7 @@ class Readiness(NamedTuple):
 
 def run_app_warnings(manifest: Mapping[str, Any], project_number: str) -> list[str]:
     """One line per function of `manifest` whose Cloud Run service would get no deterministic
-    `run.app` URL in the project numbered `project_number` (`dedup.run_names`)."""
+    `run.app` URL in the project numbered `project_number` (`dedup.platform.run_names`)."""
     found = []
     for name, endpoint in sorted((manifest.get("endpoints") or {}).items()):
         service = service_of(str(endpoint.get("entryPoint") or name))

@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from dedup.errors import InvalidSuffix
-from dedup.record import Field, Record, State
-from dedup.transitions import validate_suffix
+from dedup.kernel.record import Field, Record, State
+from dedup.kernel.transitions import validate_suffix
 
 _DURATION = re.compile(r"(?P<amount>\d+)(?P<unit>[smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -26,8 +26,8 @@ from dedup.cli.render import (
     yes_option,
 )
 from dedup.cli.target import Target, count, filtered, records_of
-from dedup.record import Field, Record, State
-from dedup.transitions import operator_released, revived
+from dedup.kernel.record import Field, Record, State
+from dedup.kernel.transitions import operator_released, revived
 
 
 @dataclass(frozen=True)

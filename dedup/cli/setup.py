@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import click
 
 from dedup.config import DEFAULT_COLLECTION, DEFAULT_DATABASE
-from dedup.record import Field
+from dedup.kernel.record import Field
 
 UNINDEXED_FIELDS = (
     Field.EXPIRE_AT,

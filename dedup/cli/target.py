@@ -15,13 +15,13 @@ import click
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 
-from dedup.record import Field, Record
+from dedup.kernel.record import Field, Record
 
 if TYPE_CHECKING:
-    from dedup.transitions import KeyLayout
+    from dedup.kernel.transitions import KeyLayout
 
 CLOCK_DOCUMENT = "~clock"
-"""A document id no record can have (`dedup.transitions.dedup_key`): reading it yields the
+"""A document id no record can have (`dedup.kernel.transitions.dedup_key`): reading it yields the
 database time."""
 
 EMULATOR_CONNECT_SECONDS = 3.0

@@ -29,8 +29,8 @@ from dedup.cli.render import (
 )
 from dedup.cli.target import Target, count, filtered, records_of
 from dedup.errors import InvalidSuffix, MissingEventId
-from dedup.record import Field, Record, State
-from dedup.transitions import KeyLayout, dedup_key
+from dedup.kernel.record import Field, Record, State
+from dedup.kernel.transitions import KeyLayout, dedup_key
 
 
 @click.command()

@@ -17,7 +17,7 @@ every refusal is `application/problem+json`, RFC 9457, and names no internal exc
 | body larger than `max_body_bytes`                 | 413                                      |
 | no valid Firebase ID token (unless `anonymous`)   | 401 + `WWW-Authenticate`                 |
 | no `Idempotency-Key`, or not 1-255 printable ASCII | 400                                     |
-| JSON endpoint: not a JSON content type / body not strict JSON (`dedup.strict_json`) | 415 / 400 |
+| JSON endpoint: not a JSON content type / body not strict JSON (`strict_json`) | 415 / 400 |
 | first request with a key                          | handler runs; an answer < 500 is stored  |
 | handler answers 5xx or raises                     | its 5xx (or 500); nothing stored, released |
 | handler fails terminally (`TerminalError`)        | 500 `request-failed`, not a replay         |
@@ -33,7 +33,7 @@ every refusal is `application/problem+json`, RFC 9457, and names no internal exc
 
 The first seven rows are refusals made before any record is touched. A stored answer keeps
 status, body, `Content-Type` and `Location`; in transaction mode it commits with the handler's
-writes and the marker. "Too large" means larger than `dedup.transitions.MAX_RESULT_BYTES` as
+writes and the marker. "Too large" means larger than `dedup.kernel.transitions.MAX_RESULT_BYTES` as
 stored: the record then keeps a stub (status, size, sha256) and the first answer is sent whole.
 
 Callables (`idempotent_callable`) take the key from the data field `idempotencyKey` and the
@@ -43,13 +43,12 @@ caller from `request.auth` (verified by firebase-functions); refusals are `Https
 Modules: `problems` (refusals as problem documents; `problem_response` builds one for a
 handler), `auth` (callers), `replay` (the shared flow and replays), `endpoint` (the Flask
 adapter), `callable` (the callable adapter). The checks made at import (suffix, sync handler,
-deduplicator, registration) are `dedup.entrance`'s, shared with every trigger kind.
+deduplicator, registration) are `dedup.entrances.gate`'s, shared with every trigger kind.
 """
 
 from __future__ import annotations
 
-from dedup.decorator import DEFAULT_REGISTRY
-from dedup.delivery import HandlerResult
+from dedup.entrances.triggers import DEFAULT_REGISTRY
 from dedup.http.auth import (
     AuthUnavailable,
     InvalidToken,
@@ -94,6 +93,7 @@ from dedup.http.replay import (
     replay,
     settle,
 )
+from dedup.kernel.delivery import HandlerResult
 
 __all__ = [
     "CALLABLE_CODES",

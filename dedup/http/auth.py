@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import flask
 
-from dedup.firebase_app import default_app
+from dedup.platform.firebase_app import default_app
 
 
 class InvalidToken(Exception):
@@ -24,7 +24,7 @@ TokenVerifier = Callable[[str], str]
 
 def ensure_firebase_app() -> None:
     """Create the default firebase_admin app unless it exists (no network call; thread-safe,
-    `dedup.firebase_app`).
+    `dedup.platform.firebase_app`).
 
     ID tokens are verified through it: by `firebase_uid`, and by firebase-functions before a
     callable's handler runs, which is why a module that declares a callable calls this at

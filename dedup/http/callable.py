@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from firebase_functions import https_fn
 
-from dedup.delivery import Delivery, HandlerResult
-from dedup.entrance import CALLABLE, Entrance, gate
+from dedup.entrances.gate import CALLABLE, Entrance, gate
 from dedup.errors import TerminalError
 from dedup.http.idempotency import (
     CALLABLE_FIELD,
@@ -27,14 +26,15 @@ from dedup.http.replay import (
     caller_subject,
     settle,
 )
-from dedup.record import RERUN, Mode
-from dedup.strict_json import InvalidJSON, check_value
+from dedup.kernel.delivery import Delivery, HandlerResult
+from dedup.kernel.record import RERUN, Mode
+from dedup.platform.strict_json import InvalidJSON, check_value
 
 if TYPE_CHECKING:
     from dedup.config import DedupConfig
-    from dedup.core import Deduplicator
-    from dedup.decorator import SuffixRegistry
-    from dedup.delivery import Reconcile
+    from dedup.entrances.triggers import SuffixRegistry
+    from dedup.kernel.delivery import Reconcile
+    from dedup.kernel.front_door import Deduplicator
 
 logger = logging.getLogger("dedup.http")
 

@@ -9,7 +9,7 @@ bytes after the JSON, 100,000 levels of nesting, a 5,000-digit integer or a top-
 `1e999` and lone surrogates reached it as data.
 
 `strict_callable` sits above `https_fn.on_call()` and reads the body first, with
-`dedup.strict_json` (its limits and its wording). A POST with a JSON content type (what
+`dedup.platform.strict_json` (its limits and its wording). A POST with a JSON content type (what
 firebase-functions accepts; it refuses the rest with `invalid-argument` itself) whose body is
 not strict JSON, or not an object with exactly the member `data`, is answered 400 with the
 callable protocol's error:
@@ -36,7 +36,7 @@ from typing import Any, cast
 
 import flask
 
-from dedup.strict_json import InvalidJSON, loads
+from dedup.platform.strict_json import InvalidJSON, loads
 
 REASON = "malformed-json"
 """`details.reason` of the refusal."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import flask
 
-from dedup.entrance import HTTP, Entrance, gate
+from dedup.entrances.gate import HTTP, Entrance, gate
 from dedup.errors import ConfigError, TerminalError
 from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
 from dedup.http.idempotency import (
@@ -30,15 +30,15 @@ from dedup.http.problems import (
     unknown_problem,
 )
 from dedup.http.replay import Settled, Settlement, caller_subject, replay, settle, stored_answer
-from dedup.record import RERUN, Mode
-from dedup.strict_json import InvalidJSON
-from dedup.strict_json import loads as strict_loads
+from dedup.kernel.record import RERUN, Mode
+from dedup.platform.strict_json import InvalidJSON
+from dedup.platform.strict_json import loads as strict_loads
 
 if TYPE_CHECKING:
     from dedup.config import DedupConfig
-    from dedup.core import Deduplicator
-    from dedup.delivery import Delivery, HandlerResult, Reconcile
-    from dedup.suffixes import SuffixRegistry
+    from dedup.kernel.delivery import Delivery, HandlerResult, Reconcile
+    from dedup.kernel.front_door import Deduplicator
+    from dedup.kernel.suffixes import SuffixRegistry
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest request body accepted by default (a stored fingerprint covers the whole body)."""

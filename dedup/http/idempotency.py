@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dedup.transitions import MAX_RESULT_BYTES
+from dedup.kernel.transitions import MAX_RESULT_BYTES
 
 MAX_KEY_LENGTH = 255
 """Longest accepted key, in characters (Stripe's limit; the draft sets none)."""
@@ -102,7 +102,8 @@ def scoped_event_id(uid: str | None, key: str) -> str:
     """The dedup event id of `key` sent by `uid` (None: an anonymous endpoint, the key alone).
 
     `<uid>:<key>` with every `%` and `:` of the uid percent-encoded, so distinct (uid, key)
-    pairs give distinct ids ("a:b" + "c" and "a" + "b:c" cannot meet). `dedup.transitions` maps ids
+    pairs give distinct ids ("a:b" + "c" and "a" + "b:c" cannot meet). `dedup.kernel.transitions`
+    maps ids
     that are not valid document ids.
     """
     if uid is None:
@@ -137,7 +138,7 @@ class StoredResponse:
 
     def to_result(self) -> dict[str, Any]:
         """The map stored with "sent": the whole response, or, when it cannot fit in a record
-        (`dedup.transitions.MAX_RESULT_BYTES`), a stub with its status, size and sha256."""
+        (`dedup.kernel.transitions.MAX_RESULT_BYTES`), a stub with its status, size and sha256."""
         full: dict[str, Any] = {
             "kind": "http",
             "status": self.status,
@@ -186,5 +187,5 @@ class NotStored:
 
 
 def _stored_size(result: Mapping[str, Any]) -> int:
-    """The size `dedup.transitions.storable_result` measures a result by."""
+    """The size `dedup.kernel.transitions.storable_result` measures a result by."""
     return len(json.dumps(result, default=str).encode("utf-8"))

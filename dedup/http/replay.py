@@ -7,7 +7,7 @@ leaves a failed record: the request is answered with `failure_problem`, not as a
 every retry with the key gets that same answer, marked replayed.
 
 A request whose earlier attempt may have taken effect without its outcome being recorded (lease
-mode, see `dedup.ambiguity`) and that nothing reconciled, under `on_ambiguous="skip"`, leaves
+mode, see `dedup.kernel.ambiguity`) and that nothing reconciled, under `on_ambiguous="skip"`, leaves
 an `unknown` record: that request and every retry with the key get `unknown_problem` (409
 `outcome-unknown`, no `Retry-After`), never a rerun, until an operator revives the record. One
 that `reconcile` confirmed has no response to replay: 410 `response-not-stored`."""
@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import flask
 
-from dedup.delivery import Delivery, HandlerResult, OutcomeKind, drive
-from dedup.entrance import HTTP, record_key, shared_deduplicator
+from dedup.entrances.gate import HTTP, record_key, shared_deduplicator
 from dedup.errors import LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
 from dedup.http.idempotency import REPLAYED_HEADER, NotStored, StoredResponse
 from dedup.http.problems import Problem
-from dedup.propagation import continued, from_current_request
-from dedup.record import RERUN, Mode, State, error_text
+from dedup.kernel.delivery import Delivery, HandlerResult, OutcomeKind, drive
+from dedup.kernel.record import RERUN, Mode, State, error_text
+from dedup.platform.propagation import continued, from_current_request
 
 if TYPE_CHECKING:
-    from dedup.core import Deduplicator
-    from dedup.delivery import Reconcile
+    from dedup.kernel.delivery import Reconcile
+    from dedup.kernel.front_door import Deduplicator
 
 WAIT_POLL_SECONDS = 0.2
 """How often a request waiting for the first one with its key (`wait_seconds`) looks again."""
@@ -200,5 +200,6 @@ def caller_subject(uid: str | None) -> str | None:
 
 def http_deduplicator() -> Deduplicator:
     """The process's shared deduplicator for HTTP and callable functions: the process's
-    configuration (`dedup.entrance.process_config`) with reused keys refused (answered 422)."""
+    configuration (`dedup.entrances.gate.process_config`) with reused keys refused (answered
+    422)."""
     return shared_deduplicator(HTTP)

@@ -124,7 +124,7 @@ class Kind(NamedTuple):
     """The template's strict boundary (`functions.boundary.validated`): checks a raw CloudEvent
     against the declared trigger (raising `Malformed`) and returns the event firebase-functions
     parses from it. None: `validated` refuses the function at import; `trigger_once` alone
-    still answers what the SDK cannot parse 400 (`dedup.answers`)."""
+    still answers what the SDK cannot parse 400 (`dedup.entrances.answers`)."""
     body_limit: int = DEFAULT_BODY_LIMIT
     """The largest body one of its events can have, in bytes."""
     retry: Retry = "event"

@@ -6,7 +6,8 @@ For all of them the key is the CloudEvent `id` and the payload the event's data 
 dataclasses as their fields; a raw event's bytes as they are). The subject: Storage
 `buckets/<bucket>/objects/<name>`, Realtime Database `refs/<path>`, every other the
 CloudEvent's own. None has a strict boundary of its own: `trigger_once` answers 400 what
-firebase-functions cannot parse (`dedup.answers`). All are pushed by Eventarc over Pub/Sub,
+firebase-functions cannot parse (`dedup.entrances.answers`). All are pushed by Eventarc over
+Pub/Sub,
 which redelivers any non-2xx for the retry window.
 """
 

@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from typing import Any, cast
 from urllib.parse import unquote
 
-from dedup.document_ids import id_problem
 from dedup.kinds.base import (
     Declared,
     Deploy,
@@ -39,6 +38,7 @@ from dedup.kinds.base import (
     sdk_reader,
     text,
 )
+from dedup.platform.document_ids import id_problem
 
 TYPES = "google.cloud.firestore.document.v1."
 MAX_BODY = 3 * 1024 * 1024
@@ -162,8 +162,8 @@ def check_request(raw: Any, declared: Declared) -> Any:
     """`raw` checked as a Firestore event of `declared` (`Malformed` if not), then parsed by
     firebase-functions. A `document` attribute that is the data's path percent-encoded, or its
     UTF-8 read as Latin-1 (how HTTP headers carry non-ASCII text), is replaced by that path."""
-    from dedup.firebase_app import default_app
-    from dedup.firebase_internals import parse_firestore_event
+    from dedup.platform.firebase_app import default_app
+    from dedup.platform.firebase_internals import parse_firestore_event
 
     for name in ("location", "project", "database", "namespace", "document", "subject"):
         if not isinstance(raw.get(name), str) or not raw.get(name):

@@ -6,7 +6,7 @@ about them.
   emulators give each delivery a fresh CloudEvent id, while the message id is stable (and
   equals the CloudEvent id in production). The subject is `topics/<topic>/messages/<id>`, the
   topic read from the event's `source`. The payload is the message data and its sorted
-  attributes, trace context left out (`dedup.propagation`): a message published again from
+  attributes, trace context left out (`dedup.platform.propagation`): a message published again from
   another trace is the same message.
 * **Boundary** (`check_request`): `application/json` (batch mode too), the trigger's topic in
   the function's project (`GOOGLE_CLOUD_PROJECT` or `GCLOUD_PROJECT`, when set), a `message`
@@ -44,7 +44,7 @@ from dedup.kinds.base import (
     sdk_reader,
     text,
 )
-from dedup.propagation import is_trace_attribute
+from dedup.platform.propagation import is_trace_attribute
 
 TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
 MAX_BODY = 14 * 1024 * 1024
@@ -136,7 +136,7 @@ def subject(source: object, message_id: str | None) -> str | None:
 
 
 def payload(data: Any, attributes: Mapping[str, str]) -> bytes:
-    """Data and attributes, without the trace context (`dedup.propagation`): a message
+    """Data and attributes, without the trace context (`dedup.platform.propagation`): a message
     published again, from another trace, is the same message."""
     kept = {k: v for k, v in attributes.items() if not is_trace_attribute(k)}
     return canonical({"data": data, "attributes": dict(sorted(kept.items()))})
@@ -148,7 +148,7 @@ def payload(data: Any, attributes: Mapping[str, str]) -> bytes:
 def check_request(raw: Any, declared: Declared) -> Any:
     """`raw` checked as a push of `declared`'s topic (`Malformed` if not), then parsed by
     firebase-functions (which rewrites the raw data in place: it runs once, here)."""
-    from dedup.firebase_internals import parse_pubsub_event
+    from dedup.platform.firebase_internals import parse_pubsub_event
 
     topic = declared.filters.get("topic")
     if media_type(raw) != "application/json":

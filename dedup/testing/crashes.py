@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dedup.core import Deduplicator
-from dedup.delivery import Outcome, Step
+from dedup.kernel.delivery import Outcome, Step
+from dedup.kernel.front_door import Deduplicator
 
 STEP_BOUNDARIES = (Step.BEFORE_STEP, Step.AFTER_STEP_CALL, Step.AFTER_STEP_RECORD)
 """Where a step's delivery may be made to die."""

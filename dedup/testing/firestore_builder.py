@@ -46,6 +46,17 @@ def _document(value: Any, name: str, now: datetime) -> Any:
     )
 
 
+_SCALARS: tuple[tuple[type, str], ...] = (
+    (bool, "boolean_value"),
+    (int, "integer_value"),
+    (float, "double_value"),
+    (str, "string_value"),
+    (bytes, "bytes_value"),
+    (datetime, "timestamp_value"),
+)
+"""Each scalar type a field may hold, and the `Value` field that carries it (in this order)."""
+
+
 def _value(value: Any) -> Any:
     """A field's value as the event's protobuf `Value` (what Firestore writes into the event):
     null, bool, int, float, str, bytes, a time, a geo point, a map or a list of those."""
@@ -54,18 +65,9 @@ def _value(value: Any) -> Any:
 
     if value is None:
         return Value(null_value=0)
-    if isinstance(value, bool):
-        return Value(boolean_value=value)
-    if isinstance(value, int):
-        return Value(integer_value=value)
-    if isinstance(value, float):
-        return Value(double_value=value)
-    if isinstance(value, str):
-        return Value(string_value=value)
-    if isinstance(value, bytes):
-        return Value(bytes_value=value)
-    if isinstance(value, datetime):
-        return Value(timestamp_value=value)
+    for kind, field in _SCALARS:  # bool before int: a bool is an int
+        if isinstance(value, kind):
+            return Value(**{field: value})
     if isinstance(value, Mapping):
         return Value(map_value=MapValue(fields={k: _value(v) for k, v in value.items()}))
     if isinstance(value, list | tuple):

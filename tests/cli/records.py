@@ -9,8 +9,8 @@ from typing import Any
 from google.cloud import firestore
 
 from dedup.config import DEFAULT_COLLECTION
-from dedup.record import Field, Mode, Record, State
-from dedup.transitions import SERVER_TIMESTAMP, dedup_key, new_record
+from dedup.kernel.record import Field, Mode, Record, State
+from dedup.kernel.transitions import SERVER_TIMESTAMP, dedup_key, new_record
 
 BATCH = 500
 
@@ -31,7 +31,7 @@ def record_fields(
     last_error: str | None = None,
     subject: str | None = None,
 ) -> dict[str, Any]:
-    """A record built by `dedup.transitions.new_record`, first attempted `age` ago.
+    """A record built by `dedup.kernel.transitions.new_record`, first attempted `age` ago.
 
     `lease`: None for no lease, "live" (an owner holds it for an hour from now), or
     "expired" (taken `age` ago for 60 s, long over).

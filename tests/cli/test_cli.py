@@ -15,8 +15,8 @@ from google.cloud import firestore
 from dedup import DedupConfig, Deduplicator, Delivery, OutcomeKind
 from dedup.cli import cli
 from dedup.cli.guarded import GuardedWrite, apply_guarded
-from dedup.record import Field, State
-from dedup.transitions import dedup_key
+from dedup.kernel.record import Field, State
+from dedup.kernel.transitions import dedup_key
 from tests.cli import records
 from tests.cli.conftest import Invoke
 from tests.cli.records import record_fields

@@ -68,7 +68,7 @@ def test_check_fails_on_a_missing_or_stale_copy(tmp_path: Path) -> None:
     assert "requirements.txt lacks google-cloud-firestore" in output
     assert not (tmp_path / "dedup").exists()
     assert vendor(str(tmp_path))[0] == 0
-    (tmp_path / "dedup" / "transitions.py").write_text("# edited\n")
+    (tmp_path / "dedup" / "kernel" / "transitions.py").write_text("# edited\n")
     code, output = vendor("--check", str(tmp_path))
     assert code == 1
     assert "is not the installed dedup" in output

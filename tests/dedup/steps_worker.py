@@ -22,7 +22,7 @@ from typing import Any
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, StepInterrupted
-from dedup.delivery import Step
+from dedup.kernel.delivery import Step
 
 PROJECT = "demo-exactly-once"
 SUFFIX = "orderSteps"

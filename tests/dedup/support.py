@@ -15,7 +15,7 @@ from pathlib import Path
 from google.cloud import firestore
 
 from dedup import Mode, State
-from dedup.transitions import new_record
+from dedup.kernel.transitions import new_record
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_MODULE = "tests.dedup.crash_worker"

@@ -1,4 +1,4 @@
-"""The ambiguous delivery, on the in-memory store: the decision (`dedup.claims`), what each
+"""The ambiguous delivery, on the in-memory store: the decision (`dedup.kernel.claims`), what each
 choice writes, `delivery.note` and its cost. No emulator: a crash is a `BaseException` that
 nothing of the library handles (the process dying), and the store's clock expires leases.
 The emulator tests with real SIGKILLs and store outages are in test_ambiguity_crash.py.
@@ -27,7 +27,7 @@ from dedup import (
     State,
     trigger_once,
 )
-from dedup.claims import (
+from dedup.kernel.claims import (
     AfterAmbiguity,
     AttemptLimit,
     Claim,
@@ -35,9 +35,9 @@ from dedup.claims import (
     decide,
     takeover_ambiguous,
 )
-from dedup.delivery import Step
-from dedup.suffixes import SuffixRegistry
-from dedup.transitions import dedup_key, revived
+from dedup.kernel.delivery import Step
+from dedup.kernel.suffixes import SuffixRegistry
+from dedup.kernel.transitions import dedup_key, revived
 from tests.matrix.kinds import Crash
 from tests.memory_store import AsyncMemoryStore, MemoryStore
 

@@ -36,7 +36,7 @@ from dedup import (
     State,
     StoreUnavailable,
 )
-from dedup.store import ROLLBACK_FLOOR_SECONDS
+from dedup.kernel.store import ROLLBACK_FLOOR_SECONDS
 from soak.emulator import SoakEmulator
 from tests.dedup.conftest import MakeDedup
 

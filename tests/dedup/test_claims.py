@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.api_core import exceptions as api_exceptions
 
-from dedup.claims import (
+from dedup.errors import TerminalError
+from dedup.kernel.claims import (
     AfterCommit,
     AfterConflict,
     AfterFailure,
@@ -22,8 +23,7 @@ from dedup.claims import (
     decide,
     retry_age,
 )
-from dedup.errors import TerminalError
-from dedup.record import Mode, Record, State
+from dedup.kernel.record import Mode, Record, State
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 60

@@ -8,7 +8,7 @@ import pytest
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, LeaseHeld, OutcomeKind
-from dedup.transitions import SERVER_TIMESTAMP
+from dedup.kernel.transitions import SERVER_TIMESTAMP
 from tests.dedup.support import write_foreign_lease
 
 SKEWS = [timedelta(minutes=-5), timedelta(0), timedelta(minutes=5)]

@@ -52,6 +52,6 @@ def test_a_delivery_runs_code_in_few_modules() -> None:
     """A fresh lease-mode delivery under `trigger_once` runs code in at most `MAX_MODULES` of
     dedup's modules (each should do work there, not only forward)."""
     calls = modules_on_path()
-    assert "dedup.lease" in calls, "the measured delivery did not run lease mode"
+    assert "dedup.kernel.lease" in calls, "the measured delivery did not run lease mode"
     listing = ", ".join(f"{name} ({n})" for name, n in sorted(calls.items()))
     assert len(calls) <= MAX_MODULES, f"{len(calls)} modules on the path: {listing}"

@@ -97,7 +97,8 @@ HERE = Path(__file__).parent
 STRAGGLER_SECONDS = 2.0
 """How long a test waits, after its effects, for a copy that would double one."""
 REFUSAL = "the request is not an event this function can read"
-"""What `dedup.answers.refuse_unparsed` answers (400) for a request the decorator cannot read."""
+"""What `dedup.entrances.answers.refuse_unparsed` answers (400) for a request the decorator cannot
+read."""
 
 
 @dataclass(frozen=True)

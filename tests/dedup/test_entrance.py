@@ -1,4 +1,4 @@
-"""The one entrance of every trigger kind (`dedup.entrance`), without emulators: what each
+"""The one entrance of every trigger kind (`dedup.entrances.gate`), without emulators: what each
 decorator checks at import and decoration, the deduplicator it resolves, the configuration
 read once per process, and the record key in the configured layout."""
 
@@ -25,7 +25,7 @@ from dedup import (
     dedup_key,
     trigger_once,
 )
-from dedup.entrance import (
+from dedup.entrances.gate import (
     EVENTS,
     process_config,
     record_key,
@@ -134,8 +134,8 @@ def test_an_http_deduplicator_must_refuse_reused_keys(name: str, factory: Factor
 
 ONE_READ = """
 import os
-from dedup.core import default_deduplicator
-from dedup.entrance import EVENTS, HTTP, process_config, shared_deduplicator
+from dedup.kernel.front_door import default_deduplicator
+from dedup.entrances.gate import EVENTS, HTTP, process_config, shared_deduplicator
 from dedup.http import http_deduplicator
 
 first = process_config()
@@ -174,7 +174,8 @@ def test_the_configuration_is_read_once_per_process() -> None:
 def test_a_bad_variable_is_refused_by_the_one_read() -> None:
     """A misspelled DEDUP_* variable fails the process's one read with a `ConfigError`."""
     done = run_python(
-        "from dedup.entrance import process_config; process_config()", DEDUP_LEASE_SECONDZ="60"
+        "from dedup.entrances.gate import process_config; process_config()",
+        DEDUP_LEASE_SECONDZ="60",
     )
     assert done.returncode != 0
     assert "ConfigError" in done.stderr
@@ -194,7 +195,7 @@ def test_the_record_key_follows_the_configured_layout() -> None:
 def test_an_async_trigger_uses_the_process_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     """An `async def` handler without a deduplicator is run by the shared AsyncDeduplicator of
     the process's configuration (resolved on the first delivery, not at import)."""
-    from dedup.entrance import Entrance, gate
+    from dedup.entrances.gate import Entrance, gate
 
     entrance: Entrance = gate(
         EVENTS,

@@ -5,7 +5,7 @@ and a plan may change the record just before a commit to lose a race on purpose.
 
 Invariant: whatever happens between a read and a write, a delivery never overwrites what
 another wrote, recognises its own lost writes by its owner token, and ends in the state
-`dedup.claims` decides.
+`dedup.kernel.claims` decides.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from dedup import (
     Record,
     State,
 )
-from dedup.delivery import Step
-from dedup.record import Field
-from dedup.transitions import dedup_key, new_record
+from dedup.kernel.delivery import Step
+from dedup.kernel.record import Field
+from dedup.kernel.transitions import dedup_key, new_record
 from tests.dedup.grpc_faults import Fault
 from tests.memory_store import MemoryStore
 
@@ -43,7 +43,7 @@ KEY = dedup_key(EVENT, SUFFIX)
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries pause a millisecond at most (the branches, not the pauses, are under test)."""
-    monkeypatch.setattr("dedup.store.BACKOFF_CAP_SECONDS", 0.001)
+    monkeypatch.setattr("dedup.kernel.store.BACKOFF_CAP_SECONDS", 0.001)
 
 
 class Store(MemoryStore):

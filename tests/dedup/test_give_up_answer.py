@@ -21,11 +21,11 @@ import pytest
 from google.cloud import firestore
 
 from dedup import Deduplicator, GivenUp, OutcomeKind, State, TerminalError
-from dedup.answers import GivenUpAnswer, LoggedRefusals
 from dedup.config import DedupConfig
+from dedup.entrances.answers import GivenUpAnswer, LoggedRefusals
 from dedup.errors import ConfigError
-from dedup.record import Record
-from dedup.transitions import dedup_key
+from dedup.kernel.record import Record
+from dedup.kernel.transitions import dedup_key
 from tests.cli import records
 from tests.cli.records import record_fields
 

@@ -1,4 +1,4 @@
-"""What every decorator refuses at import (`dedup.handler_shape`, `SuffixRegistry`), without
+"""What every decorator refuses at import (`dedup.kernel.handler_shape`, `SuffixRegistry`), without
 emulators: a function the platform's decorator already wrapped (the decorators swapped), a
 handler that cannot take the arguments of its trigger kind, and a suffix shared by two
 different functions; and what it accepts: the same function declared again by a second import

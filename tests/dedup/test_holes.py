@@ -31,7 +31,7 @@ from dedup import (
     dedup_key,
     trigger_once,
 )
-from dedup.transitions import SERVER_TIMESTAMP, operator_released
+from dedup.kernel.transitions import SERVER_TIMESTAMP, operator_released
 from tests.dedup.grpc_faults import Fault, faulty_client, nth
 from tests.dedup.support import write_foreign_lease
 

@@ -15,7 +15,7 @@ import requests
 from google.cloud import firestore
 
 from dedup import ConfigError, DedupConfig, Delivery, Mode, OutcomeKind, Record, dedup_key
-from dedup.transitions import MAX_KEY_BYTES, spread_prefix
+from dedup.kernel.transitions import MAX_KEY_BYTES, spread_prefix
 from tests.dedup.conftest import EFFECTS, MakeDedup
 from tests.security.test_rules import ANONYMOUS, read, signed_in
 

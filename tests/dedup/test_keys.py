@@ -6,7 +6,7 @@ import pytest
 from google.cloud import firestore
 
 from dedup import InvalidSuffix, MissingEventId, dedup_key
-from dedup.transitions import MAX_KEY_BYTES
+from dedup.kernel.transitions import MAX_KEY_BYTES
 
 UNSAFE_IDS = [
     "a/b",

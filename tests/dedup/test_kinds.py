@@ -301,7 +301,7 @@ def test_a_malformed_request_of_every_kind_is_refused_4xx_with_nothing_written(
 ) -> None:
     """A body that does not parse, and (but for custom events, whose data is the publisher's
     own) data the platform's decorator cannot read as its kind, get a 4xx before the dedup
-    wrapper: no record, no effect, no traceback (`dedup.answers.guard_app`, in a project
+    wrapper: no record, no effect, no traceback (`dedup.entrances.answers.guard_app`, in a project
     without the template's error handlers)."""
     target, build = KINDS[kind]
     app = functions_framework.create_app(target, APP, "cloudevent").test_client()

@@ -127,8 +127,10 @@ def test_dedup_stands_on_at_most_ten_floors() -> None:
 
 def test_the_floor_count_can_fail() -> None:
     """The counter sees a chain: the HTTP package stands on the core, which stands on more."""
-    assert floor("dedup.http")[0] > floor("dedup.core")[0] > floor("dedup.errors")[0] == 1
-    assert "dedup.core" in floor("dedup.http")[1]
+    assert (
+        floor("dedup.http")[0] > floor("dedup.kernel.front_door")[0] > floor("dedup.errors")[0] == 1
+    )
+    assert "dedup.kernel.front_door" in floor("dedup.http")[1]
 
 
 def test_no_hand_built_messages_or_channel_calls() -> None:
@@ -144,7 +146,8 @@ def test_no_hand_built_messages_or_channel_calls() -> None:
 
 
 def test_private_firestore_attributes_only_in_their_module() -> None:
-    """Only `dedup.firestore_internals` reads google-cloud-firestore's private attributes."""
+    """Only `dedup.platform.firestore_internals` reads google-cloud-firestore's private
+    attributes."""
     found = sorted(
         f"{path.relative_to(PACKAGE)}: {match.group(0)}"
         for path in MODULES.values()
@@ -154,7 +157,7 @@ def test_private_firestore_attributes_only_in_their_module() -> None:
         for match in PRIVATE_FIRESTORE.finditer(line.replace("self._", "self."))
     )
     assert found == []
-    assert PRIVATE_FIRESTORE.search((PACKAGE / INTERNALS).read_text())
+    assert PRIVATE_FIRESTORE.search((PACKAGE / "platform" / INTERNALS).read_text())
 
 
 def test_no_private_module_of_google_cloud_is_imported() -> None:
@@ -179,46 +182,50 @@ def test_no_private_module_of_google_cloud_is_imported() -> None:
 LAYERS: dict[str, int] = {
     # 0, the ground: errors, the record's schema, the shims over other libraries, pure helpers
     "dedup.errors": 0,
-    "dedup.record": 0,
-    "dedup.strict_json": 0,
-    "dedup.document_ids": 0,
+    "dedup.kernel.record": 0,
+    "dedup.platform.strict_json": 0,
+    "dedup.platform.document_ids": 0,
     "dedup.kinds.base": 0,
-    "dedup.firestore_internals": 0,
-    "dedup.firebase_internals": 0,
-    "dedup.firebase_app": 0,
-    "dedup.propagation": 0,
-    "dedup.handler_shape": 0,
+    "dedup.platform.firestore_internals": 0,
+    "dedup.platform.firebase_internals": 0,
+    "dedup.platform.firebase_app": 0,
+    "dedup.platform.propagation": 0,
+    "dedup.kernel.handler_shape": 0,
+    "dedup.kernel.flow_io": 0,
     "dedup.flow_io": 0,
+    "dedup.kernel": 0,
+    "dedup.entrances": 0,
+    "dedup.platform": 0,
     # 1, types and decisions: claims, record writes, configuration, the kinds of events
-    "dedup.claims": 1,
-    "dedup.transitions": 1,
+    "dedup.kernel.claims": 1,
+    "dedup.kernel.transitions": 1,
     "dedup.config": 1,
-    "dedup.delivery": 1,
+    "dedup.kernel.delivery": 1,
     "dedup.aio.delivery": 1,
     "dedup.kinds": 1,
-    "dedup.suffixes": 1,
-    "dedup.steps": 1,
+    "dedup.kernel.suffixes": 1,
+    "dedup.kernel.steps": 1,
     # 2, the store and telemetry
-    "dedup.store": 2,
-    "dedup.marker": 2,
+    "dedup.kernel.store": 2,
+    "dedup.kernel.marker": 2,
     "dedup.telemetry": 2,
     "dedup.logs": 2,
     # 3, the run of one delivery
-    "dedup.runs": 3,
+    "dedup.kernel.run": 3,
     # 4, the flows
-    "dedup.lease": 4,
-    "dedup.atomic": 4,
-    "dedup.ambiguity": 4,
-    "dedup.step_writes": 4,
+    "dedup.kernel.lease": 4,
+    "dedup.kernel.atomic": 4,
+    "dedup.kernel.ambiguity": 4,
+    "dedup.kernel.step_writes": 4,
     # 5, the front doors
-    "dedup.core": 5,
-    "dedup.defaults": 5,
-    "dedup.aio.core": 5,
+    "dedup.kernel.front_door": 5,
+    "dedup.kernel.defaults": 5,
+    "dedup.aio.front_door": 5,
     "dedup.aio": 5,
     # 6, the entrances
-    "dedup.decorator": 6,
-    "dedup.entrance": 6,
-    "dedup.answers": 6,
+    "dedup.entrances.triggers": 6,
+    "dedup.entrances.gate": 6,
+    "dedup.entrances.answers": 6,
     "dedup.tasks": 6,
     "dedup.outbox": 6,
     "dedup.send": 6,
@@ -263,7 +270,11 @@ def test_imports_point_down() -> None:
 def test_the_layer_check_can_fail() -> None:
     """The layers say what they should: the store sits under the run, the run under the flows,
     and a module of no layer is refused."""
-    assert layer_of("dedup.store") < layer_of("dedup.runs") < layer_of("dedup.lease")
+    assert (
+        layer_of("dedup.kernel.store")
+        < layer_of("dedup.kernel.run")
+        < layer_of("dedup.kernel.lease")
+    )
     assert layer_of("dedup.kinds.pubsub") == layer_of("dedup.kinds")
     try:
         layer_of("elsewhere.module")

@@ -23,7 +23,7 @@ from dedup import (
     TerminalError,
     dedup_key,
 )
-from dedup.runs import SentKeys
+from dedup.kernel.run import SentKeys
 from tests.dedup.support import write_foreign_lease
 
 MakeDedup = Callable[..., Deduplicator]

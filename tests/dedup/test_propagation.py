@@ -1,4 +1,4 @@
-"""Trace context in and out (`dedup.propagation`), with the OpenTelemetry API alone: every
+"""Trace context in and out (`dedup.platform.propagation`), with the OpenTelemetry API alone: every
 carrier of the module's table is read, a malformed one is ignored, and what is sent carries
 the current context."""
 
@@ -13,8 +13,8 @@ from cloudevents.http import CloudEvent
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from dedup import propagation
 from dedup.kinds import describe
+from dedup.platform import propagation
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 SPAN = "b7ad6b7169203331"

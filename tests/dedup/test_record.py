@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from dedup.record import MAX_ERROR_CHARS, Mode, Record, State, error_text
+from dedup.kernel.record import MAX_ERROR_CHARS, Mode, Record, State, error_text
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from dedup import Deduplicator, Delivery, Mode, OutcomeKind, Record
-from dedup.transitions import MAX_RESULT_BYTES
+from dedup.kernel.transitions import MAX_RESULT_BYTES
 
 MakeDedup = Callable[..., Deduplicator]
 ReadRecord = Callable[[str], Record | None]

@@ -26,9 +26,9 @@ from dedup import (
     StepMismatch,
     testing,
 )
-from dedup.delivery import Step
-from dedup.steps import MAX_STEP_BYTES
-from dedup.transitions import dedup_key
+from dedup.kernel.delivery import Step
+from dedup.kernel.steps import MAX_STEP_BYTES
+from dedup.kernel.transitions import dedup_key
 from tests.matrix.kinds import Crash
 from tests.memory_store import AsyncMemoryStore, MemoryStore
 

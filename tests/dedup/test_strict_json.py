@@ -1,4 +1,5 @@
-"""`dedup.strict_json`: RFC 8259 JSON within stated limits, every refusal a sentence for the
+"""`dedup.platform.strict_json`: RFC 8259 JSON within stated limits, every refusal a sentence for
+the
 client that names no exception type and repeats nothing of the input (no server needed)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from dedup.strict_json import (
+from dedup.platform.strict_json import (
     MAX_DEPTH,
     MAX_INTEGER_DIGITS,
     InvalidJSON,

@@ -348,7 +348,7 @@ def test_firestore_calls_are_child_spans_once_the_functions_switch_telemetry_on(
 
 _LATE_METER_PROVIDER = """
 import json, sys
-from dedup.record import Mode
+from dedup.kernel.record import Mode
 from dedup.telemetry import Telemetry
 
 telemetry = Telemetry()

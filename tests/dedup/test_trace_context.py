@@ -1,5 +1,6 @@
 """Every entrance continues its caller's trace: the delivery span's parent is the caller's span,
-read from the carrier of `dedup.propagation`'s table; a replayed HTTP answer and a duplicate
+read from the carrier of `dedup.platform.propagation`'s table; a replayed HTTP answer and a
+duplicate
 delivery are span events naming the original delivery's trace, which the record keeps.
 
 SDK providers with an in-memory exporter are handed to each deduplicator's `Telemetry`;
@@ -27,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from dedup import AsyncDeduplicator, DedupConfig, Deduplicator, Delivery, SuffixRegistry
 from dedup.aio import AsyncDelivery
-from dedup.decorator import trigger_once
+from dedup.entrances.triggers import trigger_once
 from dedup.http import IdempotentRequest, idempotent_callable, idempotent_http
 from dedup.tasks import TASK_NAME_HEADER, task_once
 from dedup.telemetry import Telemetry

@@ -32,8 +32,8 @@ from google.cloud import firestore
 
 from dedup import testing
 from dedup.cli import cli
-from dedup.record import Record
-from dedup.transitions import dedup_key
+from dedup.kernel.record import Record
+from dedup.kernel.transitions import dedup_key
 from demo.receiver import Receiver
 from tests.conftest import FUNCTION_ENV, PROJECT
 from tests.deploy.test_run_served import serving

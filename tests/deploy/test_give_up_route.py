@@ -28,8 +28,8 @@ from google.cloud import firestore
 
 from dedup import testing
 from dedup.cli import cli
-from dedup.record import Record, State
-from dedup.transitions import dedup_key
+from dedup.kernel.record import Record, State
+from dedup.kernel.transitions import dedup_key
 from demo.receiver import Receiver
 from tests.conftest import FUNCTION_ENV
 from tests.deploy.test_dead_letters import (

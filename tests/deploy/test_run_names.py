@@ -1,5 +1,5 @@
 """A function whose Cloud Run service would get no `run.app` URL is refused where the name is
-made: `<service>-<project number>` must fit 63 characters (`dedup.run_names`).
+made: `<service>-<project number>` must fit 63 characters (`dedup.platform.run_names`).
 
 `make deploy-run` refuses it before any command runs (exit 2, the function, the length, the
 limit and how to rename it); when the number is read at deploy time, the env files' step, the
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dedup.run_names import RUN_APP_LABEL_LIMIT, run_app_problem, run_app_url
+from dedup.platform.run_names import RUN_APP_LABEL_LIMIT, run_app_problem, run_app_url
 from tests.deploy.conftest import add_function
 
 NUMBER = "123456789012"

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from google.cloud import firestore
 
 from dedup.cli import cli
-from dedup.record import State
+from dedup.kernel.record import State
 from tests.cli import records
 from tests.cli.records import record_fields
 from tests.conftest import PROJECT

@@ -34,7 +34,7 @@ import functions.forward_webhook
 import functions.notifier
 import functions.register_upload
 import functions.sync_published_count
-from dedup.core import default_deduplicator
+from dedup.kernel.front_door import default_deduplicator
 
 POINTS = ("before_claim", "after_claim", "in_handler", "after_effect", "after_mark")
 """Every crash point, in the order a delivery reaches them."""

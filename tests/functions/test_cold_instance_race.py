@@ -4,7 +4,7 @@ firebase-functions' Firestore parser creates the default Firebase app with an un
 check-then-create, and `firebase_admin.initialize_app()` raises when the app already exists.
 On a cold instance serving several events at once, two requests could both see no app: one
 of them used to be refused with a 400 ("cannot read this event") although the event was
-valid. The boundary creates the app through `dedup.firebase_app.default_app()` (one lock)
+valid. The boundary creates the app through `dedup.platform.firebase_app.default_app()` (one lock)
 before the parser runs.
 
 The instance is a fresh process serving `sync_published_count` through functions-framework's

@@ -18,8 +18,8 @@ import pytest
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, OutcomeKind, testing
-from dedup.delivery import Step
 from dedup.errors import ConfigError
+from dedup.kernel.delivery import Step
 from demo.events import HttpEvent, firestore_event
 from demo.platform import DeliveryLog, deliver_at_least_once
 from demo.receiver import Receiver

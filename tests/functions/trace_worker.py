@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from dedup import propagation
+from dedup.platform import propagation
 from demo.events import pubsub_event
 from demo.pubsub import pull_all
 from tests.conftest import PROJECT

@@ -20,8 +20,8 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 
 from dedup import Record, State, SuffixRegistry
-from dedup.delivery import Delivery
 from dedup.http import REPLAYED_HEADER, IdempotentRequest, idempotent_callable, idempotent_http
+from dedup.kernel.delivery import Delivery
 from dedup.tasks import TASK_NAME_HEADER, task_once
 from tests.dedup.support import write_foreign_lease
 from tests.http.support import new_key, problem

@@ -16,13 +16,13 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Mode, SuffixRegistry, TerminalError, dedup_key
-from dedup.delivery import Delivery
 from dedup.http import (
     REPLAYED_HEADER,
     IdempotentRequest,
     idempotent_callable,
     idempotent_http,
 )
+from dedup.kernel.delivery import Delivery
 from tests.http.support import new_key, problem
 
 COLLECTION = "triggerEvents"

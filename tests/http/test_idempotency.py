@@ -12,7 +12,7 @@ from dedup.http.idempotency import (
     parse_key,
     scoped_event_id,
 )
-from dedup.transitions import MAX_RESULT_BYTES, storable_result
+from dedup.kernel.transitions import MAX_RESULT_BYTES, storable_result
 
 
 @pytest.mark.parametrize(

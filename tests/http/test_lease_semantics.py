@@ -15,7 +15,7 @@ import pytest
 from flask.testing import FlaskClient
 from google.cloud import firestore
 
-from dedup.transitions import MAX_RESULT_BYTES
+from dedup.kernel.transitions import MAX_RESULT_BYTES
 from tests.http.conftest import SERVED
 from tests.http.support import new_key, problem
 

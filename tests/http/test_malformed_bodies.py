@@ -20,7 +20,7 @@ from google.cloud import firestore
 from google.pubsub_v1 import PubsubMessage
 
 import functions.receive_line_webhook as line_module
-from dedup.strict_json import MAX_DEPTH, MAX_INTEGER_DIGITS
+from dedup.platform.strict_json import MAX_DEPTH, MAX_INTEGER_DIGITS
 from functions.create_order import create_order_callable
 from tests.http.conftest import SERVED
 from tests.http.support import User, line_headers, new_key, order_headers, problem

@@ -22,8 +22,8 @@ from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Mode, Record, TerminalError
 from dedup.aio import AsyncDeduplicator
-from dedup.record import Field, State
-from dedup.transitions import SERVER_TIMESTAMP, dedup_key, new_record
+from dedup.kernel.record import Field, State
+from dedup.kernel.transitions import SERVER_TIMESTAMP, dedup_key, new_record
 from tests.dedup.aio_faults import AsyncFaultInterceptor, FaultyAsyncClient
 from tests.dedup.grpc_faults import FaultInterceptor, FaultyClient, Plan
 from tests.matrix.cases import LEASE_SECONDS, MAX_ATTEMPTS, Point, Result

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dedup import Mode
-from dedup.record import State
+from dedup.kernel.record import State
 from tests.dedup.grpc_faults import Fault, Plan
 from tests.matrix.kinds import CRASH, RETRY, STOP, TIMED_KINDS
 

@@ -37,7 +37,7 @@ IDS = [f"{mode.value}-{kind}-{name}" for mode, kind, name in CASES]
 def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """Retries pause a millisecond at most: the matrix checks what the flows decide, not how
     long they wait (the same on both backends)."""
-    monkeypatch.setattr("dedup.store.BACKOFF_CAP_SECONDS", 0.001)
+    monkeypatch.setattr("dedup.kernel.store.BACKOFF_CAP_SECONDS", 0.001)
 
 
 @pytest.mark.parametrize(("mode", "kind", "name"), CASES, ids=IDS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import shlex
 
-from dedup.record import OutcomeKind
+from dedup.kernel.record import OutcomeKind
 from dedup.telemetry import SEVERITY
 from tools.deploy.project import _describe_or_create
 from tools.deploy.target import Target

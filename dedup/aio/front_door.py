@@ -1,9 +1,10 @@
 """`AsyncDeduplicator`: the front door for `async def` handlers, on a `firestore.AsyncClient`.
 
 Everything but the I/O is the sync path's: the checks before any claim and the caches
-(`dedup.core.DeduplicatorBase`), the flows (`dedup.core.run_flow`, `dedup.lease`,
-`dedup.atomic`), the claim decision (`dedup.claims`) and the record transitions
-(`dedup.transitions`) and the record store (`dedup.store.RecordStore`, which awaits an
+(`dedup.kernel.front_door.DeduplicatorBase`), the flows (`dedup.kernel.front_door.run_flow`,
+`dedup.kernel.lease`,
+`dedup.kernel.atomic`), the claim decision (`dedup.kernel.claims`) and the record transitions
+(`dedup.kernel.transitions`) and the record store (`dedup.kernel.store.RecordStore`, which awaits an
 `AsyncClient`). Only the client, and where its stores are kept, differ.
 """
 
@@ -19,16 +20,16 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.config import DedupConfig
-from dedup.core import DeduplicatorBase, run_flow
-from dedup.defaults import default_instance
-from dedup.delivery import EventOptions, HandlerResult, Outcome, Reconcile
-from dedup.firestore_internals import credentials_of
-from dedup.record import RERUN, Mode
-from dedup.store import RecordStore
+from dedup.kernel.defaults import default_instance
+from dedup.kernel.delivery import EventOptions, HandlerResult, Outcome, Reconcile
+from dedup.kernel.front_door import DeduplicatorBase, run_flow
+from dedup.kernel.record import RERUN, Mode
+from dedup.kernel.store import RecordStore
+from dedup.platform.firestore_internals import credentials_of
 
 if TYPE_CHECKING:
-    from dedup.flow_io import FlowIO, Invoke
-    from dedup.runs import Run
+    from dedup.kernel.flow_io import FlowIO, Invoke
+    from dedup.kernel.run import Run
     from dedup.telemetry import DeliveryTrace, Telemetry
 
 
@@ -154,5 +155,6 @@ def _timed(observed: DeliveryTrace, handler: AsyncHandler) -> AsyncHandler:
 
 
 def default_async_deduplicator(config: DedupConfig | None = None) -> AsyncDeduplicator:
-    """The process's shared AsyncDeduplicator for `config` (`dedup.defaults.default_instance`)."""
+    """The process's shared AsyncDeduplicator for `config`
+    (`dedup.kernel.defaults.default_instance`)."""
     return default_instance(AsyncDeduplicator, config)

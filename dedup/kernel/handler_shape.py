@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dedup.errors import ConfigError
-from dedup.firebase_internals import platform_wrapped
+from dedup.platform.firebase_internals import platform_wrapped
 
 __all__ = ["check_handler", "check_handler_side", "is_async_handler"]
 

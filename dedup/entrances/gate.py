@@ -10,7 +10,7 @@ a given deduplicator of the wrong kind is refused, the suffix is registered, and
 deduplicator of each delivery (`Entrance.deduplicator`).
 
 Each factory's `reconcile` and `on_ambiguous` (what a delivery that may repeat an effect does,
-`dedup.ambiguity`) are checked here too, and every delivery of the function passes them on.
+`dedup.kernel.ambiguity`) are checked here too, and every delivery of the function passes them on.
 
 The configuration of the process is read from the environment once, by the process's default
 deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
@@ -30,18 +30,18 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dedup.ambiguity import check_ambiguity, check_sync_reconcile
-from dedup.core import Deduplicator, default_deduplicator
-from dedup.delivery import EventOptions, Reconcile
 from dedup.errors import ConfigError
-from dedup.firebase_internals import global_timeout_seconds, on_the_platform
-from dedup.handler_shape import check_handler, is_async_handler
-from dedup.record import RERUN, Mode
-from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
-from dedup.transitions import validate_suffix
+from dedup.kernel.ambiguity import check_ambiguity, check_sync_reconcile
+from dedup.kernel.delivery import EventOptions, Reconcile
+from dedup.kernel.front_door import Deduplicator, default_deduplicator
+from dedup.kernel.handler_shape import check_handler, is_async_handler
+from dedup.kernel.record import RERUN, Mode
+from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.kernel.transitions import validate_suffix
+from dedup.platform.firebase_internals import global_timeout_seconds, on_the_platform
 
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
-    from dedup.aio.core import AsyncDeduplicator
+    from dedup.aio.front_door import AsyncDeduplicator
     from dedup.config import DedupConfig
 
 type AnyDeduplicator = Deduplicator | AsyncDeduplicator
@@ -104,7 +104,8 @@ CALLABLE = EntranceKind(
 
 def process_config() -> DedupConfig:
     """The process's configuration: that of its default deduplicator
-    (`dedup.core.default_deduplicator()`), read from the environment (`DedupConfig.from_env`)
+    (`dedup.kernel.front_door.default_deduplicator()`), read from the environment
+    (`DedupConfig.from_env`)
     once, when it is first needed, and kept for the life of the process. Every entrance without
     a `config`, the HTTP deduplicator and the start-up checks use this one object. Raises
     `ConfigError` for a bad DEDUP_* variable (and reads again on the next call)."""
@@ -170,7 +171,7 @@ class Entrance(NamedTuple):
 
     @property
     def reconcile(self) -> Reconcile | None:
-        """Asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
+        """Asked whether an earlier attempt produced the effect (`dedup.kernel.ambiguity`)."""
         return self.gate.reconcile
 
     @property
@@ -189,7 +190,7 @@ class Entrance(NamedTuple):
 
     def async_deduplicator(self) -> AsyncDeduplicator:
         """The deduplicator of an async handler's delivery (see `deduplicator`)."""
-        from dedup.aio.core import AsyncDeduplicator, default_async_deduplicator
+        from dedup.aio.front_door import AsyncDeduplicator, default_async_deduplicator
 
         given = self.gate.given
         if given is not None:
@@ -239,7 +240,7 @@ class Gate(NamedTuple):
 
         Raises `ConfigError` for a function a firebase-functions decorator already wrapped
         (the decorators in the wrong order), a handler that cannot take the kind's arguments
-        (`dedup.handler_shape`), an `async def` handler the kind cannot serve, a given
+        (`dedup.kernel.handler_shape`), an `async def` handler the kind cannot serve, a given
         deduplicator of the other kind, or an `async def` reconcile of a `def` handler;
         `DuplicateSuffix` for a suffix already taken.
         """
@@ -262,7 +263,7 @@ class Gate(NamedTuple):
             )
         wanted: type[AnyDeduplicator] = Deduplicator
         if is_async:
-            from dedup.aio.core import AsyncDeduplicator
+            from dedup.aio.front_door import AsyncDeduplicator
 
             wanted = AsyncDeduplicator
         if self.given is not None and not isinstance(self.given, wanted):
@@ -288,7 +289,8 @@ def gate(
     """Check a decorator factory's arguments at import time: `InvalidSuffix` for a bad suffix,
     `ConfigError` for a bad or misspelled DEDUP_* variable when the function uses the process's
     configuration (read here, once per process: `process_config`) or, on the platform, for a
-    lease shorter than the global timeout (`dedup.firebase_internals`), for both `config` and
+    lease shorter than the global timeout (`dedup.platform.firebase_internals`), for both `config`
+    and
     `deduplicator`, for an unknown mode, for an
     `on_ambiguous` other than "rerun"/"skip" or a `reconcile` that is not callable (naming the
     function), or (HTTP kinds) for a deduplicator that would not refuse a reused key."""

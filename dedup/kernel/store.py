@@ -1,11 +1,12 @@
 """Firestore operations on dedup records, through either client; no decisions (those live in
-`dedup.claims` and the flows).
+`dedup.kernel.claims` and the flows).
 
 One `RecordStore` serves both front doors: over a `firestore.Client` its coroutines block and
-never suspend (`dedup.delivery.drive` runs them on the caller's thread), over an `AsyncClient`
+never suspend (`dedup.kernel.delivery.drive` runs them on the caller's thread), over an
+`AsyncClient`
 they await it. Every call is google-cloud-firestore's public API (`get`, `create` and `update`
 with `option=`, `retry=` and `timeout=`, batches, transactions); the one thing it lacks, a
-timeout on a transaction's own RPCs, is `dedup.firestore_internals`.
+timeout on a transaction's own RPCs, is `dedup.platform.firestore_internals`.
 
 Every operation is bounded in time and either succeeds, reports the one expected conflict as a
 value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error. Conditional
@@ -29,15 +30,19 @@ from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 from google.cloud.firestore import AsyncClient
 
-from dedup.claims import CommitFailed
-from dedup.delivery import KeyTurns, TurnTimeout, drive
 from dedup.errors import StoreUnavailable
-from dedup.firestore_internals import BoundedAsyncTransaction, BoundedTransaction, database_of
-from dedup.marker import add_marker
-from dedup.record import Conflict, Fields, Record, Snapshot
+from dedup.kernel.claims import CommitFailed
+from dedup.kernel.delivery import KeyTurns, TurnTimeout, drive
+from dedup.kernel.marker import add_marker
+from dedup.kernel.record import Conflict, Fields, Record, Snapshot
+from dedup.platform.firestore_internals import (
+    BoundedAsyncTransaction,
+    BoundedTransaction,
+    database_of,
+)
 
 if TYPE_CHECKING:
-    from dedup.flow_io import Fill
+    from dedup.kernel.flow_io import Fill
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
@@ -73,7 +78,7 @@ def backoff(round_: int) -> float:
 
 
 def commit_failure(exc: BaseException) -> CommitFailed | None:
-    """Classify a Google API error raised by a commit (`dedup.claims.CommitFailed`, the one
+    """Classify a Google API error raised by a commit (`dedup.kernel.claims.CommitFailed`, the one
     vocabulary of failed commits); None if `exc` is not one."""
     if isinstance(exc, api_exceptions.InvalidArgument):
         return CommitFailed.INVALID
@@ -137,7 +142,7 @@ class StoreBase[C]:
 class RecordStore(StoreBase[Any]):
     """The dedup collection of one Firestore client, sync or async, and the pacing of the
     deliveries using it: the flows' `FlowIO`. Over a `firestore.Client` its coroutines block
-    and never suspend (`dedup.delivery.drive`), from any thread; over an `AsyncClient` they
+    and never suspend (`dedup.kernel.delivery.drive`), from any thread; over an `AsyncClient` they
     await it, on the event loop that made the client."""
 
     def __init__(

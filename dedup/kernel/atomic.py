@@ -28,9 +28,10 @@ kills the process in these modes: set `max_event_age_seconds` for that.
 The two modes are two flows, `run_transaction` and `run_write_only`, that differ in two
 things: whether the record is read first, and whether the writes go into a transaction
 (`RecordIO.run_transaction`) or a batch (`RecordIO.commit_batch`). Every decision is
-`dedup.claims`': the claim (`decide`), what a failed commit means (`after_commit_failure`) and
+`dedup.kernel.claims`': the claim (`decide`), what a failed commit means (`after_commit_failure`)
+and
 what a failed handler leaves behind (`after_failure`). Written once, as coroutines over
-`Run.io` (`dedup.flow_io`).
+`Run.io` (`dedup.kernel.flow_io`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 
-from dedup.claims import (
+from dedup.errors import BudgetSpent
+from dedup.kernel.claims import (
     AfterCommit,
     Claim,
     CommitFailed,
@@ -54,13 +56,12 @@ from dedup.claims import (
     retry_age,
     written_by,
 )
-from dedup.delivery import HandlerResult, Outcome, OutcomeKind, Step
-from dedup.errors import BudgetSpent
-from dedup.flow_io import Fill, FlowIO, Invoke
-from dedup.record import Fields, Record, Snapshot, State, error_text
-from dedup.runs import Run
-from dedup.store import backoff, commit_failure
-from dedup.transitions import (
+from dedup.kernel.delivery import HandlerResult, Outcome, OutcomeKind, Step
+from dedup.kernel.flow_io import Fill, FlowIO, Invoke
+from dedup.kernel.record import Fields, Record, Snapshot, State, error_text
+from dedup.kernel.run import Run
+from dedup.kernel.store import backoff, commit_failure
+from dedup.kernel.transitions import (
     attempt_finished,
     first_write,
     mark_dead,

@@ -24,13 +24,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
-from dedup.delivery import Delivery, mark_entered
-from dedup.entrance import EVENTS, gate
+from dedup.entrances.gate import EVENTS, gate
 from dedup.errors import GivenUp, LeaseHeld, MissingEventId
+from dedup.kernel.delivery import Delivery, mark_entered
+from dedup.kernel.record import RERUN, Mode
+from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.kinds import USES_DEDUP, describe
-from dedup.propagation import continued, from_event
-from dedup.record import RERUN, Mode
-from dedup.suffixes import DEFAULT_REGISTRY, SuffixRegistry
+from dedup.platform.propagation import continued, from_event
 
 __all__ = [
     "DEFAULT_REGISTRY",
@@ -43,11 +43,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
-    from dedup.aio.core import AsyncDeduplicator
     from dedup.aio.delivery import AsyncDelivery
+    from dedup.aio.front_door import AsyncDeduplicator
     from dedup.config import DedupConfig
-    from dedup.core import Deduplicator
-    from dedup.delivery import EventOptions, Outcome, Reconcile
+    from dedup.kernel.delivery import EventOptions, Outcome, Reconcile
+    from dedup.kernel.front_door import Deduplicator
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
@@ -187,15 +187,15 @@ def _settle(config: DedupConfig, outcome: Outcome) -> None:
 @contextmanager
 def _answered() -> Iterator[None]:
     """A live lease, an event without an id or an event given up on raised inside, as
-    functions-framework answers them without a traceback: 500, 400 and 500 (`dedup.answers`),
-    still a `LeaseHeld`, a `MissingEventId` or a `GivenUp`. Where Flask is not loaded (no
-    functions-framework), re-raised as is."""
+    functions-framework answers them without a traceback: 500, 400 and 500
+    (`dedup.entrances.answers`), still a `LeaseHeld`, a `MissingEventId` or a `GivenUp`. Where
+    Flask is not loaded (no functions-framework), re-raised as is."""
     try:
         yield
     except (LeaseHeld, MissingEventId, GivenUp) as refused:
         if "flask" not in sys.modules:
             raise
-        from dedup import answers
+        from dedup.entrances import answers
 
         if isinstance(refused, answers.ANSWERS):
             raise
@@ -223,9 +223,9 @@ def _resolved_once[T](make: Callable[[], T]) -> Callable[[], T]:
 
 def _guard_functions_framework_app() -> None:
     """Under functions-framework's app being built, answer unparseable requests 400
-    (`dedup.answers.guard_app`)."""
+    (`dedup.entrances.answers.guard_app`)."""
     framework = sys.modules.get("functions_framework")
     if framework is not None:
-        from dedup.answers import guard_app
+        from dedup.entrances.answers import guard_app
 
         guard_app(framework.errorhandler)

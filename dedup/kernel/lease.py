@@ -7,7 +7,7 @@ Per delivery:
    `LeaseHeld`, no round trip: fifty copies of an event cost one write per instance, not fifty;
 2. create the record with an exists=false precondition (1 RPC, the common case: a fresh
    event is settled in one round trip without a read);
-3. if it exists, read it and `decide` (`dedup.claims`) on the database's read time; take over
+3. if it exists, read it and `decide` (`dedup.kernel.claims`) on the database's read time; take over
    with an update-time precondition, re-reading when someone else moved the record first;
 4. run the handler, then record sent / failed / dead, or release and re-raise.
 
@@ -18,7 +18,7 @@ succeeds or its lease runs out; a write whose response was lost is recognised by
 token and counts as done. The one window left: the process dies, or Firestore stays
 unreachable for the rest of the lease, after the effect and before "sent" is recorded. Such an
 owner never releases its lease, so the next delivery after the lease takes over an expired
-lease: an **ambiguous** delivery (`dedup.claims.takeover_ambiguous`). It asks `reconcile`
+lease: an **ambiguous** delivery (`dedup.kernel.claims.takeover_ambiguous`). It asks `reconcile`
 first, if there is one (True: record "sent" with `reconciled: true`, handler not run), then
 follows `on_ambiguous`: "rerun" runs the handler again with the same `Delivery.key`, "skip"
 records `unknown` and returns (at most once). A `reconcile` that raises leaves the lease to
@@ -30,7 +30,7 @@ lease's end, the notes and whether it took over an expired lease. `delivery.note
 the record's `notes` through it, fenced like "sent"; a handler that notes nothing writes
 nothing more.
 
-The flow is written once, as coroutines over `Run.io` (`dedup.flow_io`): the sync front door
+The flow is written once, as coroutines over `Run.io` (`dedup.kernel.flow_io`): the sync front door
 drives it without an event loop, the async one awaits it.
 """
 
@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dedup.ambiguity import reconcile_before_burial, settle_ambiguity
-from dedup.claims import (
+from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
+from dedup.kernel.ambiguity import reconcile_before_burial, settle_ambiguity
+from dedup.kernel.claims import (
     AfterConflict,
     AfterFailure,
     Claim,
@@ -55,14 +56,13 @@ from dedup.claims import (
     takeover_ambiguous,
     written_by,
 )
-from dedup.delivery import NO_NOTES, Outcome, OutcomeKind, Step
-from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
-from dedup.record import Fields, State, error_text
-from dedup.runs import Run
-from dedup.step_writes import run_step
-from dedup.steps import StepLog, at_most_once, step_call
-from dedup.store import backoff
-from dedup.transitions import (
+from dedup.kernel.delivery import NO_NOTES, Outcome, OutcomeKind, Step
+from dedup.kernel.record import Fields, State, error_text
+from dedup.kernel.run import Run
+from dedup.kernel.step_writes import run_step
+from dedup.kernel.steps import StepLog, at_most_once, step_call
+from dedup.kernel.store import backoff
+from dedup.kernel.transitions import (
     finished,
     first_write,
     lease_taken,
@@ -74,7 +74,7 @@ from dedup.transitions import (
 )
 
 if TYPE_CHECKING:
-    from dedup.flow_io import Invoke
+    from dedup.kernel.flow_io import Invoke
 
 CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
@@ -95,11 +95,11 @@ class Lease:
     ends: float
     """A monotonic lower bound of the lease's end (the claim was sent before it started)."""
     ambiguous: bool = False
-    """The claim took over an expired lease (`dedup.claims.takeover_ambiguous`)."""
+    """The claim took over an expired lease (`dedup.kernel.claims.takeover_ambiguous`)."""
     notes: Mapping[str, Any] = NO_NOTES
     """What was noted for the event so far (the record's `notes`, then this delivery's)."""
     recorded_steps: Mapping[str, Any] | None = None
-    """The durable steps the record held when this lease was claimed (`dedup.steps`)."""
+    """The durable steps the record held when this lease was claimed (`dedup.kernel.steps`)."""
     _steps: StepLog | None = field(default=None, repr=False)
 
     @property
@@ -131,7 +131,7 @@ class Lease:
         awaited: bool,
     ) -> Coroutine[Any, Any, Any]:
         """`delivery.step(name, fn, *args, **kwargs)` under this lease
-        (`dedup.step_writes.run_step`)."""
+        (`dedup.kernel.step_writes.run_step`)."""
         once = at_most_once(transactional, on_interrupted)
         call = step_call(fn, args, kwargs, transactional, awaited)
         return run_step(self, name, call, transactional=transactional, once=once)

@@ -1,8 +1,8 @@
-"""Every transition of a dedup record, as the set of fields it writes (schema: `dedup.record`).
+"""Every transition of a dedup record, as the set of fields it writes (schema: `kernel.record`).
 
-Defined once, used by the flows (`dedup.lease`, `dedup.atomic`) and by the operator command
+Defined once, used by the flows (`kernel.lease`, `kernel.atomic`) and by the operator command
 line (`dedup.cli`), so a record means the same thing whoever wrote it. Each function returns
-the fields of one write; preconditions are the caller's business (`dedup.store`).
+the fields of one write; preconditions are the caller's business (`kernel.store`).
 
 `owner` is the token (uuid4 hex) of the attempt that wrote the transition. It is kept when the
 lease ends (sent, failed, dead, unknown, released): the lease is `leaseStartedAt`, and the
@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from google.cloud import firestore
 
 from dedup.errors import InvalidSuffix, MissingEventId
-from dedup.propagation import current_trace_id
-from dedup.record import Field, Fields, Mode, State
+from dedup.kernel.record import Field, Fields, Mode, State
+from dedup.platform.propagation import current_trace_id
 
 if TYPE_CHECKING:
-    from dedup.flow_io import EventFacts, RecordIO
-    from dedup.record import Snapshot
+    from dedup.kernel.flow_io import EventFacts, RecordIO
+    from dedup.kernel.record import Snapshot
 
 MAX_KEY_BYTES = 1500
 """Firestore's limit on a document id, in bytes of UTF-8."""
@@ -340,7 +340,7 @@ def released(*, error: str, expire_at: datetime, attempts: int | None = None) ->
 
 def operator_released() -> Fields:
     """`dedup release`: the lease is handed back; the next delivery runs the handler, even if
-    the crashed attempt was the last allowed one (`dedup.claims`). Attempts and history kept."""
+    the crashed attempt was the last allowed one (`kernel.claims`). Attempts, history kept."""
     return {Field.STATE: State.IN_PROGRESS.value, Field.LEASE_STARTED_AT: None}
 
 

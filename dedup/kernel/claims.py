@@ -19,7 +19,7 @@ event alive until the outage had time to end, and a poison event still stops onc
 | no lease (released, or an atomic attempt failed) | TAKE_OVER |
 
 Before burying an expired lease, lease mode asks the function's `reconcile` (if any) whether
-that last attempt produced the effect: if so the record is marked sent (`dedup.lease`).
+that last attempt produced the effect: if so the record is marked sent (`dedup.kernel.lease`).
 
 A released record is taken over even when its attempts are used up: every flow buries an
 exhausted record itself instead of releasing it, so a released one was handed back on purpose
@@ -78,7 +78,7 @@ from enum import Enum
 from google.api_core import exceptions as api_exceptions
 
 from dedup.errors import TerminalError
-from dedup.record import GIVEN_UP, RERUN, Record, State
+from dedup.kernel.record import GIVEN_UP, RERUN, Record, State
 
 
 def record_absent(record: Record | None) -> bool:
@@ -275,7 +275,7 @@ def after_state(state: State) -> AfterFailure:
 
 class CommitFailed(Enum):
     """How an atomic commit that raised failed, as far as the commit itself tells: the one
-    vocabulary of failed commits (`dedup.store.commit_failure` classifies Firestore's errors
+    vocabulary of failed commits (`dedup.kernel.store.commit_failure` classifies Firestore's errors
     into it)."""
 
     REFUSED = "refused"

@@ -10,7 +10,7 @@ boundary hands the function exactly the event firebase-functions would build).
 is the global options that `set_global_options` set before it. So, where the instance runs on
 the platform (`on_the_platform`), a global timeout that `DEDUP_LEASE_SECONDS` does not outlast
 (plus `DEDUP_RPC_TIMEOUT_SECONDS`) stops the import with the `ConfigError` that names the value
-to set (`dedup.entrance.gate`). A function that sets a shorter timeout of its own is judged on
+to set (`dedup.entrances.gate.gate`). A function that sets a shorter timeout of its own is judged on
 the global one, the longer: the lease this asks for is safe for it too, only longer than it
 needs. Locally, in tests and in the Functions emulator nothing is checked: short leases there
 are deliberate.

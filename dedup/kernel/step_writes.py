@@ -1,5 +1,5 @@
-"""How a durable step is run and recorded under a delivery's lease (`dedup.lease.Lease`): the
-flow of `delivery.step`, whose rules (names, order, limits) are `dedup.steps`'. docs/steps.md
+"""How a durable step is run and recorded under a delivery's lease (`dedup.kernel.lease.Lease`): the
+flow of `delivery.step`, whose rules (names, order, limits) are `dedup.kernel.steps`'. docs/steps.md
 says what each kind of step guarantees."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from dedup.claims import written_by
-from dedup.delivery import Step
 from dedup.errors import LeaseLost
-from dedup.record import OutcomeKind, State
-from dedup.steps import DONE, STARTED, StepCall
-from dedup.transitions import precondition, steps_recorded
+from dedup.kernel.claims import written_by
+from dedup.kernel.delivery import Step
+from dedup.kernel.record import OutcomeKind, State
+from dedup.kernel.steps import DONE, STARTED, StepCall
+from dedup.kernel.transitions import precondition, steps_recorded
 
 if TYPE_CHECKING:
-    from dedup.flow_io import FencedLease
+    from dedup.kernel.flow_io import FencedLease
 
 TRANSACTION_ATTEMPTS = 5
 """Tries of a transactional step's transaction on contention (Aborted)."""

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from google.cloud import firestore
 
 from dedup.errors import ConfigError
-from dedup.record import RERUN, STEP_NAME, Mode
-from dedup.record import OutcomeKind as OutcomeKind  # its home is the record's schema
+from dedup.kernel.record import RERUN, STEP_NAME, Mode
+from dedup.kernel.record import OutcomeKind as OutcomeKind  # its home is the record's schema
 
 if TYPE_CHECKING:
-    from dedup.flow_io import Fill, Records
-    from dedup.record import Fields
+    from dedup.kernel.flow_io import Fill, Records
+    from dedup.kernel.record import Fields
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ NO_NOTES: Mapping[str, Any] = MappingProxyType({})
 
 
 class RunNotes(Protocol):
-    """Where a delivery's notes live: in lease mode the delivery's lease (`dedup.lease.Lease`),
-    which writes them fenced; otherwise its run (`dedup.runs.Run`), which refuses to note."""
+    """Where a delivery's notes live: in lease mode the delivery's lease
+    (`dedup.kernel.lease.Lease`),
+    which writes them fenced; otherwise its run (`dedup.kernel.run.Run`), which refuses to note."""
 
     @property
     def notes(self) -> Mapping[str, Any]:
@@ -89,7 +90,7 @@ class RunNotes(Protocol):
         ...
 
     def run_step(self, name: str, *how: Any) -> Coroutine[Any, Any, Any]:
-        """`delivery.step(name, ...)` (`dedup.lease.Lease.run_step`); `ConfigError` without a
+        """`delivery.step(name, ...)` (`dedup.kernel.lease.Lease.run_step`); `ConfigError` without a
         lease."""
         ...
 
@@ -205,7 +206,7 @@ class WriteOnlyDelivery(Delivery):
 
 HandlerResult = Mapping[str, Any] | None
 """What a handler may return: None, or a map of Firestore values stored with "sent" (see
-`dedup.transitions.MAX_RESULT_BYTES`) and handed to later duplicates as `Outcome.result`."""
+`dedup.kernel.transitions.MAX_RESULT_BYTES`) and handed to later duplicates as `Outcome.result`."""
 
 Handler = Callable[[Delivery], HandlerResult]
 """The explicit form's handler: called with the delivery; returns None or a result map."""
@@ -221,7 +222,8 @@ ENTERED_FLAG = "dedup_entered"
 
 def mark_entered() -> None:
     """Note on the request Flask serves that it reached a dedup wrapper: its failures from here
-    on are the function's own (500), not a request that is no event (400, `dedup.answers`)."""
+    on are the function's own (500), not a request that is no event (400,
+    `dedup.entrances.answers`)."""
     flask = sys.modules.get("flask")
     if flask is not None and flask.has_app_context():
         setattr(flask.g, ENTERED_FLAG, True)
@@ -230,7 +232,7 @@ def mark_entered() -> None:
 class EventOptions(NamedTuple):
     """How one event is run, besides its id, suffix and handler: the one value every entrance
     hands a front door (`Deduplicator.run_event`, `AsyncDeduplicator.run_event`), built once
-    per function by `dedup.entrance.gate` and completed per event. The fields are
+    per function by `dedup.entrances.gate.gate` and completed per event. The fields are
     `Deduplicator.run`'s keyword arguments, with their meaning and defaults."""
 
     mode: Mode = Mode.LEASE
@@ -245,7 +247,8 @@ class EventOptions(NamedTuple):
     database: str | None = None
     """The Firestore database the event came from (where its records live by default)."""
     reconcile: Reconcile | None = None
-    """Lease mode: asked whether an earlier attempt produced the effect (`dedup.ambiguity`)."""
+    """Lease mode: asked whether an earlier attempt produced the effect
+    (`dedup.kernel.ambiguity`)."""
     on_ambiguous: str = RERUN
     """Lease mode: what an ambiguous take-over does when nothing could tell."""
     source: str | None = None
@@ -258,7 +261,7 @@ class EventOptions(NamedTuple):
 
 
 type Reconcile = Callable[[Any], bool | None] | Callable[[Any], Coroutine[Any, Any, bool | None]]
-"""`reconcile(delivery) -> True | False | None` (or `async def`): see `dedup.ambiguity`."""
+"""`reconcile(delivery) -> True | False | None` (or `async def`): see `dedup.kernel.ambiguity`."""
 
 type DeliveryKinds = tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]
 """The delivery types of one path: (lease mode, transaction mode, write-only mode)."""
@@ -349,7 +352,7 @@ class KeyTurns:
     """Mutual exclusion per key within one process; holds no memory for idle keys.
 
     `turn` serves threads; `lock_of` gives the per-key lock of another kind to wait on (the
-    async path's `asyncio.Lock`, `dedup.store.RecordStore.turn`)."""
+    async path's `asyncio.Lock`, `dedup.kernel.store.RecordStore.turn`)."""
 
     def __init__(self) -> None:
         """No key is busy."""

@@ -2,7 +2,7 @@
 the event's own record (docs/steps.md).
 
 `delivery.step(name, fn, ...)` calls `fn` and records its value under `name` in the record's
-`steps`, with one write fenced by the delivery's lease (`dedup.lease.Lease`) that also renews
+`steps`, with one write fenced by the delivery's lease (`dedup.kernel.lease.Lease`) that also renews
 the lease. A later delivery of the same event (a take-over after a crash, a retry after a
 failure) finds the step recorded, in the record its claim already read, and returns the value
 without calling `fn`.
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from dedup.errors import ConfigError, StepInterrupted, StepMismatch, StepTooLarge
-from dedup.record import STEP_NAME
+from dedup.kernel.record import STEP_NAME
 
 MAX_STEP_BYTES = 64 * 1024
 """The largest value one step may record (its JSON rendering, UTF-8)."""

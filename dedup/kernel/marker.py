@@ -2,7 +2,7 @@
 
 The transaction and batch modes commit the handler's writes and the record's marker together:
 `add_marker` adds the marker to the handler's transaction or batch, of either client, once the
-handler has filled it (`dedup.store.RecordStore.commit_batch` and `run_transaction`).
+handler has filled it (`dedup.kernel.store.RecordStore.commit_batch` and `run_transaction`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from google.cloud import firestore
 
 from dedup.errors import DatabaseMismatch
-from dedup.firestore_internals import buffered_write_names, document_name
-from dedup.record import Fields
+from dedup.kernel.record import Fields
+from dedup.platform.firestore_internals import buffered_write_names, document_name
 
 
 def add_marker(writer: Any, ref: Any, fields: Fields, guard: datetime | None, mode: str) -> None:

@@ -15,11 +15,12 @@ from typing import Any
 
 from google.cloud import firestore
 
-from dedup.ambiguity import AmbiguityChoice, check_ambiguity, check_sync_reconcile
-from dedup.atomic import run_transaction, run_write_only
 from dedup.config import DEFAULT_DATABASE, DedupConfig
-from dedup.defaults import default_instance
-from dedup.delivery import (
+from dedup.errors import StoreUnavailable
+from dedup.kernel.ambiguity import AmbiguityChoice, check_ambiguity, check_sync_reconcile
+from dedup.kernel.atomic import run_transaction, run_write_only
+from dedup.kernel.defaults import default_instance
+from dedup.kernel.delivery import (
     SYNC_DELIVERIES,
     BlockingIO,
     DeliveryKinds,
@@ -33,20 +34,19 @@ from dedup.delivery import (
     StepHook,
     drive,
 )
-from dedup.errors import StoreUnavailable
-from dedup.firestore_internals import credentials_of
-from dedup.flow_io import FlowIO, Invoke, Records
-from dedup.handler_shape import check_handler_side
-from dedup.lease import run_lease
-from dedup.record import RERUN, Mode
-from dedup.runs import LiveLeases, Run, SentKeys
-from dedup.store import RecordStore
+from dedup.kernel.flow_io import FlowIO, Invoke, Records
+from dedup.kernel.handler_shape import check_handler_side
+from dedup.kernel.lease import run_lease
+from dedup.kernel.record import RERUN, Mode
+from dedup.kernel.run import LiveLeases, Run, SentKeys
+from dedup.kernel.store import RecordStore
+from dedup.kernel.transitions import dedup_key, payload_hash, storable_event_id
+from dedup.platform.firestore_internals import credentials_of
 from dedup.telemetry import DeliveryTrace, Telemetry
-from dedup.transitions import dedup_key, payload_hash, storable_event_id
 
 # The flow of each mode, chosen once (`FLOWS`, entered by `run_flow`): lease mode's effect
 # commits on its own under a lease, the atomic modes' in a transaction or batch with the marker.
-# Nothing else branches on the mode (the delivery a handler gets: `dedup.runs.Run.delivery`).
+# Nothing else branches on the mode (the delivery a handler gets: `dedup.kernel.run.Run.delivery`).
 
 type Flow = Callable[[Run, Invoke], Coroutine[Any, Any, Outcome]]
 """`await flow(run, invoke)`: claim, run the handler through `invoke`, record the outcome."""
@@ -106,7 +106,7 @@ class DeduplicatorBase:
         self.sent_keys = SentKeys(self.config.cache_size)
         """The LRU of keys known sent (exposed for inspection)."""
         self.live_leases = LiveLeases()
-        """Keys whose lease this instance knows to be live (`dedup.runs.LiveLeases`)."""
+        """Keys whose lease this instance knows to be live (`dedup.kernel.run.LiveLeases`)."""
         self._step_hooks: tuple[StepHook, ...] = ()
 
     def new_client(self, database: str, *, like: Any = None) -> Any:
@@ -294,7 +294,7 @@ class Deduplicator(DeduplicatorBase):
     ) -> None:
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
         global OpenTelemetry providers). `records`: keep the records in this store instead of
-        Firestore (any `dedup.flow_io.Records`, such as the tests' in-memory store)."""
+        Firestore (any `dedup.kernel.flow_io.Records`, such as the tests' in-memory store)."""
         super().__init__(config, telemetry, client=client, client_factory=client_factory)
         if records is not None:  # a sync store's calls, awaited without suspending
             self._records = BlockingIO(records, self._turns)
@@ -365,7 +365,7 @@ class Deduplicator(DeduplicatorBase):
 
         Lease mode: a delivery that takes over an expired lease (the earlier attempt may have
         produced the effect) asks `reconcile(delivery)` first, then follows `on_ambiguous`
-        ("rerun" or "skip"; see `dedup.ambiguity`): outcomes `reconciled` and `ambiguous`.
+        ("rerun" or "skip"; see `dedup.kernel.ambiguity`): outcomes `reconciled` and `ambiguous`.
         """
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
         options = EventOptions(Mode(mode), *fields, source)
@@ -377,7 +377,7 @@ class Deduplicator(DeduplicatorBase):
         self, event_id: str | None, suffix: str, handler: Handler, options: EventOptions
     ) -> Outcome:
         """`run` with its options as one value, as the entrances call it: `options` and the
-        handler are taken as checked (`dedup.entrance.gate` checks a function's at import,
+        handler are taken as checked (`dedup.entrances.gate.gate` checks a function's at import,
         `run` its own arguments). Returns and raises as `run`."""
         with self.telemetry.delivery(suffix, options.mode) as observed:
             io, same_database = self.records_for(options.database)

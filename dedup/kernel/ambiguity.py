@@ -2,7 +2,7 @@
 
 Lease mode has one window (docs/guarantees.md): an attempt produced the effect, then died or
 lost the store for the rest of its lease before "sent" was recorded. The next delivery takes
-over an expired lease; that take-over is ambiguous (`dedup.claims.takeover_ambiguous`). What
+over an expired lease; that take-over is ambiguous (`dedup.kernel.claims.takeover_ambiguous`). What
 it does then is each function's choice, given to its entrance (`trigger_once`, `task_once`,
 `idempotent_http`, `idempotent_callable`) or to `Deduplicator.run`:
 
@@ -27,17 +27,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dedup.claims import AfterAmbiguity, after_ambiguity
-from dedup.delivery import NO_NOTES, SYNC_DELIVERIES, DeliveryKinds, Outcome, Reconcile, RunNotes
 from dedup.errors import ConfigError
-from dedup.handler_shape import is_async_handler
-from dedup.record import ON_AMBIGUOUS, RERUN, OutcomeKind, Record, State, error_text
-from dedup.transitions import finished, precondition
+from dedup.kernel.claims import AfterAmbiguity, after_ambiguity
+from dedup.kernel.delivery import (
+    NO_NOTES,
+    SYNC_DELIVERIES,
+    DeliveryKinds,
+    Outcome,
+    Reconcile,
+    RunNotes,
+)
+from dedup.kernel.handler_shape import is_async_handler
+from dedup.kernel.record import ON_AMBIGUOUS, RERUN, OutcomeKind, Record, State, error_text
+from dedup.kernel.transitions import finished, precondition
 
 if TYPE_CHECKING:
-    from dedup.flow_io import Ambiguity, FencedLease
-    from dedup.record import Snapshot
-    from dedup.runs import Run
+    from dedup.kernel.flow_io import Ambiguity, FencedLease
+    from dedup.kernel.record import Snapshot
+    from dedup.kernel.run import Run
 
 
 def check_ambiguity(where: str, reconcile: object, on_ambiguous: object) -> None:
@@ -110,7 +117,7 @@ class PastNotes:
         raise ConfigError(f"{self.run.path}: delivery.step is for a handler holding the lease")
 
 
-# The lease flow's two questions to `reconcile` (`dedup.lease`).
+# The lease flow's two questions to `reconcile` (`dedup.kernel.lease`).
 
 
 async def _ask(run: Run, choice: Ambiguity, notes: Any) -> bool | None:
@@ -129,7 +136,7 @@ async def _ask(run: Run, choice: Ambiguity, notes: Any) -> bool | None:
 
 
 async def settle_ambiguity(run: Run, lease: FencedLease, choice: Ambiguity) -> Outcome | None:
-    """An ambiguous take-over (`dedup.claims.after_ambiguity`): ask `reconcile`, then record
+    """An ambiguous take-over (`dedup.kernel.claims.after_ambiguity`): ask `reconcile`, then record
     "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
     verdict = await _ask(run, choice, lease)
     after = after_ambiguity(verdict, choice.on_ambiguous)

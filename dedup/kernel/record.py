@@ -1,7 +1,8 @@
 """The dedup record: one Firestore document per (event, function), its schema and its reader.
 
 Document `<collection>/<key>` (collection `triggerEvents` by default, key from
-`dedup.transitions.dedup_key`). Field names are camelCase and form a stable schema; tools such
+`dedup.kernel.transitions.dedup_key`). Field names are camelCase and form a stable schema; tools
+such
 as the CLI read records only through `Record.from_snapshot`.
 
 ==================  ===================  ===================================================
@@ -68,7 +69,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
 Fields = dict[str, Any]
-"""The fields of one record write, by `Field` name (`dedup.transitions` builds them)."""
+"""The fields of one record write, by `Field` name (`dedup.kernel.transitions` builds them)."""
 
 MAX_ERROR_CHARS = 1000
 """`lastError` is truncated to this many characters."""

@@ -2,7 +2,7 @@
 
 Every record read and write goes through the library's public API (`DocumentReference.get`,
 `create`, `update` with `option=`, `retry=` and `timeout=`, `WriteBatch.commit`, and
-transactions); see `dedup.store`. Two things the public API does not
+transactions); see `dedup.kernel.store`. Two things the public API does not
 offer are done here, sync and async side by side:
 
 * **A timeout on a transaction's own RPCs.** `Transaction` and `AsyncTransaction` pass no
@@ -13,7 +13,8 @@ offer are done here, sync and async side by side:
   `_commit` and `_rollback` with the same calls plus a timeout; commit is never retried (a
   lost response is resolved by reading the record).
 * **What a transaction or batch is about to write**, for the one-database rule of the atomic
-  modes (`dedup.marker.require_one_database`): the buffered writes and a reference's full name.
+  modes (`dedup.kernel.marker.require_one_database`): the buffered writes and a reference's full
+  name.
 * **Which database and credentials a client has, and a transaction's client**: for the
   records of an event from another database, and for `dedup.outbox`.
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from dedup.claims import AfterFailure, belongs_to, record_sent, retry_age
-from dedup.delivery import (
+from dedup.errors import BudgetSpent, ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
+from dedup.kernel.claims import AfterFailure, belongs_to, record_sent, retry_age
+from dedup.kernel.delivery import (
     NO_NOTES,
     SYNC_DELIVERIES,
     DeliveryKinds,
@@ -27,13 +28,12 @@ from dedup.delivery import (
     StepHook,
     TurnTimeout,
 )
-from dedup.errors import BudgetSpent, ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
-from dedup.record import GIVEN_UP, GIVING_UP, Mode, Record
+from dedup.kernel.record import GIVEN_UP, GIVING_UP, Mode, Record
 from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:
     from dedup.config import DedupConfig
-    from dedup.flow_io import Ambiguity, FlowIO
+    from dedup.kernel.flow_io import Ambiguity, FlowIO
 
 _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
     Mode.LEASE: (0, None),
@@ -56,12 +56,12 @@ class Run:
 
     config: DedupConfig
     io: FlowIO
-    """The store, pauses and per-key turns of this instance (sync or async, `dedup.flow_io`)."""
+    """The store, pauses and per-key turns of this instance (sync or async, `kernel.flow_io`)."""
     sent_keys: SentKeys
     live_leases: LiveLeases
     mode: Mode
     event_id: str
-    """The event id as stored and logged (lone surrogates escaped, see `dedup.transitions`)."""
+    """The event id as stored and logged (lone surrogates escaped, see `kernel.transitions`)."""
     suffix: str
     key: str
     payload_hash: str | None
@@ -80,7 +80,7 @@ class Run:
     """Lease mode: the function's choice for an ambiguous take-over (None: rerun)."""
     retry_age: float = 0.0
     """Seconds from the record's first attempt to the read this delivery claimed on (database
-    clock, `dedup.claims.retry_age`); 0 for a fresh event."""
+    clock, `kernel.claims.retry_age`); 0 for a fresh event."""
     deadline: float = 0.0
     """When this delivery's time budget ends (monotonic): `started` plus
     `DedupConfig.delivery_budget_seconds`, set on construction."""
@@ -114,7 +114,7 @@ class Run:
 
     def spent(self, action: str, cause: BaseException | None = None) -> NoReturn:
         """Raise `BudgetSpent`, chaining `cause` (the last store error, if any): the budget ran
-        out before `action` could start (`dedup.core.run_flow` logs the line, unavailable)."""
+        out before `action` could start (`kernel.front_door.run_flow` logs it, unavailable)."""
         budget = self.config.delivery_budget_seconds
         error = (
             f"the delivery's time budget of {budget:g} s is spent before it could {action} "
@@ -180,7 +180,7 @@ class Run:
         """What the handler is told about this run, at its current attempt: the delivery type
         of its mode among `kinds` (default: the sync ones), with `client` and the `writer` it
         writes into: the transaction (Mode.TRANSACTION), the batch (Mode.WRITE_ONLY), or in
-        lease mode where its notes go (`RunNotes`: the delivery's `dedup.lease.Lease`)."""
+        lease mode where its notes go (`RunNotes`: the delivery's `kernel.lease.Lease`)."""
         index, writer_field = _DELIVERY_OF[self.mode]
         identity = (*self.identity(), client)
         if writer_field is None:
@@ -195,7 +195,7 @@ class Run:
         return NO_NOTES
 
     def run_step(self, name: str, *call: Any) -> Coroutine[Any, Any, Any]:
-        """Refused (`ConfigError`): durable steps are run by a lease (`dedup.lease.Lease`)."""
+        """Refused (`ConfigError`): durable steps are run by a lease (`kernel.lease.Lease`)."""
         raise ConfigError(f"{self.path}: delivery.step serves lease mode only")
 
     def counted(self, attempt: int) -> None:
@@ -204,13 +204,13 @@ class Run:
 
     def saw(self, record: Record, read_time: datetime) -> None:
         """The claim read `record`: check that it is this event's, and take its attempt count
-        and age (`dedup.claims.retry_age`)."""
+        and age (`kernel.claims.retry_age`)."""
         self.check_record(record)
         self.attempt = record.attempts
         self.retry_age = retry_age(record, read_time)
 
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
-        """Refused (`ConfigError`): notes are written by a lease (`dedup.lease.Lease.note`)."""
+        """Refused (`ConfigError`): notes are written by a lease (`kernel.lease.Lease.note`)."""
         if self.mode is not Mode.LEASE:
             raise ConfigError(
                 f"delivery.note serves lease mode only ({self.path} runs in {self.mode.value} "
@@ -262,7 +262,7 @@ class Run:
         return self.finish(OutcomeKind.RAN, result=result)
 
     def failed(self, after: AfterFailure, error: str, exc: Exception) -> Outcome:
-        """Report what a failed handler left behind (`dedup.claims.after_failure`): failed or
+        """Report what a failed handler left behind (`kernel.claims.after_failure`): failed or
         dead end the delivery; released re-raises `exc` for the platform to retry."""
         outcome = self.finish(OutcomeKind(after.value), error=error)
         if after is AfterFailure.RELEASED:

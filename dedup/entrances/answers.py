@@ -56,8 +56,8 @@ from typing import Any
 import flask
 from werkzeug.exceptions import BadRequest, HTTPException, InternalServerError
 
-from dedup.delivery import ENTERED_FLAG
 from dedup.errors import GivenUp, LeaseHeld, MissingEventId
+from dedup.kernel.delivery import ENTERED_FLAG
 from dedup.telemetry import log_delivery
 
 
