@@ -52,6 +52,7 @@ from dedup.kernel.claims import (
     after_commit_failure,
     after_failure,
     after_state,
+    commit_failure,
     decide,
     retry_age,
     written_by,
@@ -60,7 +61,7 @@ from dedup.kernel.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.kernel.flow_io import Fill, FlowIO, Invoke
 from dedup.kernel.record import Fields, Record, Snapshot, State, error_text
 from dedup.kernel.run import Run
-from dedup.kernel.store import backoff, commit_failure
+from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
     attempt_finished,
     first_write,

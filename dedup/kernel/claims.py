@@ -46,7 +46,8 @@ What a handler that raised leaves behind, in every mode (`after_failure`):
 | any other, attempts used up (`AttemptLimit`) | DEAD            | stops             |
 | any other, attempts left                    | RELEASED (in progress, no lease) | retries |
 
-What an atomic commit that raised means, read back from the record (`after_commit_failure`):
+What an atomic commit that raised means (Firestore's error classified by `commit_failure`, which
+a durable step's transaction uses too), read back from the record (`after_commit_failure`):
 
 | the record read after the commit     | the commit failed with             | next      |
 |--------------------------------------|------------------------------------|-----------|
@@ -275,7 +276,7 @@ def after_state(state: State) -> AfterFailure:
 
 class CommitFailed(Enum):
     """How an atomic commit that raised failed, as far as the commit itself tells: the one
-    vocabulary of failed commits (`dedup.kernel.store.commit_failure` classifies Firestore's errors
+    vocabulary of failed commits (`commit_failure` classifies Firestore's errors
     into it)."""
 
     REFUSED = "refused"
@@ -346,3 +347,39 @@ def after_fenced_conflict(record: Record | None, owner: str, state: State) -> Af
     if record.state is State.IN_PROGRESS:
         return AfterConflict.REFRESH
     return AfterConflict.LOST
+
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
+    api_exceptions.DeadlineExceeded,
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.InternalServerError,
+    api_exceptions.TooManyRequests,
+    api_exceptions.ResourceExhausted,
+    api_exceptions.Unknown,
+    api_exceptions.Cancelled,
+)
+"""Errors after which the same call may succeed; for a write, it may also have been applied."""
+
+PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
+    api_exceptions.AlreadyExists,
+    api_exceptions.FailedPrecondition,
+    api_exceptions.NotFound,
+)
+"""What a write raises when its precondition (exists=false, or an update time) fails."""
+
+
+def commit_failure(exc: BaseException) -> CommitFailed | None:
+    """Classify a Google API error raised by a commit (`dedup.kernel.claims.CommitFailed`, the one
+    vocabulary of failed commits); None if `exc` is not one."""
+    if isinstance(exc, api_exceptions.InvalidArgument):
+        return CommitFailed.INVALID
+    if isinstance(exc, PRECONDITION_ERRORS):
+        return CommitFailed.REFUSED
+    if isinstance(exc, api_exceptions.Aborted):
+        return CommitFailed.CONTENTION
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return CommitFailed.AMBIGUOUS
+    if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
+        return CommitFailed.OTHER
+    return None

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from dedup.errors import LeaseLost
-from dedup.kernel.claims import written_by
+from dedup.kernel.claims import CommitFailed, commit_failure, written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import OutcomeKind, State
 from dedup.kernel.steps import DONE, STARTED, StepCall
@@ -54,7 +54,21 @@ async def _record(lease: FencedLease, steps: dict[str, Any], action: str) -> Non
 
 async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
     """`call(transaction)` and the step's record in one transaction guarded by the lease's last
-    write: both commit or neither. A commit whose answer was lost is recognised by reading."""
+    write: both commit or neither. A commit whose answer was lost is recognised by reading. A
+    transaction refused as invalid with nothing committed (one that expired: a long pause, a
+    database restart) runs once more in a fresh transaction, as the atomic modes' commits do
+    (`kernel.claims.after_commit_failure`); refused again, the error is the handler's."""
+    try:
+        return await _transaction_once(lease, name, call)
+    except Exception as exc:
+        if commit_failure(exc) is not CommitFailed.INVALID:
+            raise
+    return await _transaction_once(lease, name, call)
+
+
+async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> Any:
+    """One transaction of `_in_transaction`: the step's value, or what it raised once the
+    record showed nothing of it committed (`LeaseLost` when the lease is no longer ours)."""
     run = lease.run
     writers: list[Any] = []
 

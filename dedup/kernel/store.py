@@ -31,7 +31,7 @@ from google.cloud import firestore
 from google.cloud.firestore import AsyncClient
 
 from dedup.errors import StoreUnavailable
-from dedup.kernel.claims import CommitFailed
+from dedup.kernel.claims import PRECONDITION_ERRORS, TRANSIENT_ERRORS
 from dedup.kernel.delivery import KeyTurns, TurnTimeout, drive
 from dedup.kernel.marker import add_marker
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
@@ -43,25 +43,6 @@ from dedup.platform.firestore_internals import (
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import Fill
-
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
-    api_exceptions.DeadlineExceeded,
-    api_exceptions.ServiceUnavailable,
-    api_exceptions.InternalServerError,
-    api_exceptions.TooManyRequests,
-    api_exceptions.ResourceExhausted,
-    api_exceptions.Unknown,
-    api_exceptions.Cancelled,
-)
-"""Errors after which the same call may succeed; for a write, it may also have been applied."""
-
-PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
-    api_exceptions.AlreadyExists,
-    api_exceptions.FailedPrecondition,
-    api_exceptions.NotFound,
-)
-"""What a write raises when its precondition (exists=false, or an update time) fails."""
 
 ROLLBACK_FLOOR_SECONDS = 0.5
 """The least a transaction's rollback is given, even past the delivery's budget: one cut
@@ -75,22 +56,6 @@ BACKOFF_CAP_SECONDS = 1.0
 def backoff(round_: int) -> float:
     """Full-jitter exponential backoff for retry `round_` (0-based), in seconds."""
     return random.uniform(0, min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2**round_))
-
-
-def commit_failure(exc: BaseException) -> CommitFailed | None:
-    """Classify a Google API error raised by a commit (`dedup.kernel.claims.CommitFailed`, the one
-    vocabulary of failed commits); None if `exc` is not one."""
-    if isinstance(exc, api_exceptions.InvalidArgument):
-        return CommitFailed.INVALID
-    if isinstance(exc, PRECONDITION_ERRORS):
-        return CommitFailed.REFUSED
-    if isinstance(exc, api_exceptions.Aborted):
-        return CommitFailed.CONTENTION
-    if isinstance(exc, TRANSIENT_ERRORS):
-        return CommitFailed.AMBIGUOUS
-    if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
-        return CommitFailed.OTHER
-    return None
 
 
 class StoreBase[C]:

@@ -286,6 +286,28 @@ def test_an_expired_transaction_is_retried_not_a_terminal_failure(
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 
 
+def test_an_expired_transaction_of_a_step_is_retried_not_a_terminal_failure(
+    read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A transactional step whose commit is refused because its transaction expired
+    (INVALID_ARGUMENT) runs once more in a fresh transaction: its write commits once and the
+    event is sent (the chaos soak found the `steps` function's effects lost, recorded
+    `failed`, after a database restart). Commit 1 is the claim, 2 the step's first try."""
+    dedup = faulty_dedup("Commit", {2}, Fault.INVALID)
+    tries: list[int] = []
+
+    def write(transaction: firestore.Transaction, delivery: Delivery) -> None:
+        tries.append(1)
+        transaction.create(delivery.client.collection(EFFECTS).document(), {"key": delivery.key})
+
+    def handler(delivery: Delivery) -> None:
+        delivery.step("write", write, delivery, transactional=True)
+
+    assert dedup.run("e1", "s", handler).kind is OutcomeKind.RAN
+    assert (effects(firestore_client), len(tries)) == (1, 2)
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
 # --- 7. An operator's release -------------------------------------------------------------------
 
 

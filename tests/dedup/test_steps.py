@@ -29,6 +29,7 @@ from dedup import (
 from dedup.kernel.delivery import Step
 from dedup.kernel.steps import MAX_STEP_BYTES
 from dedup.kernel.transitions import dedup_key
+from tests.dedup.grpc_faults import Fault, nth
 from tests.matrix.kinds import Crash
 from tests.memory_store import AsyncMemoryStore, MemoryStore
 
@@ -168,6 +169,42 @@ def test_a_transactional_step_commits_with_its_record() -> None:
     stock = world.store.client.collection("stock").document("sku-1").get()
     assert stock.to_dict() == {"left": 9}
     assert world.calls == Counter(receipt=1)
+
+
+@pytest.mark.parametrize(
+    ("invalid", "outcome", "calls", "left"),
+    [
+        ({2}, OutcomeKind.RAN, 2, {"left": 9}),
+        ({2, 3}, OutcomeKind.FAILED, 2, None),
+    ],
+)
+def test_a_transactional_step_refused_as_invalid_is_tried_fresh_once(
+    invalid: set[int], outcome: OutcomeKind, calls: int, left: dict[str, int] | None
+) -> None:
+    """A step's transaction refused as invalid with nothing committed (it expired: a long pause,
+    a database restart) runs once more in a fresh transaction, as an atomic mode's commit does:
+    its write commits once and the event is sent. Refused again, the data is taken as bad: the
+    record is failed, nothing written. (Commit 1 is the claim, 2 and 3 the step's.)"""
+    world = World()
+    world.store = MemoryStore(
+        "triggerEvents", rpc_timeout_seconds=1, plan=nth("Commit", invalid, Fault.INVALID)
+    )
+    tried = []
+
+    def reserve(transaction: Any, item: str) -> int:
+        tried.append(item)
+        ref = world.store.client.collection("stock").document(item)
+        before = transaction.get(ref)
+        stock = (before.to_dict() or {}).get("left", 10) - 1
+        transaction.set(ref, {"left": stock})
+        return int(stock)
+
+    def handler(delivery: Delivery) -> None:
+        delivery.step("reserve", reserve, "sku-1", transactional=True)
+
+    assert world.instance().run(EVENT, SUFFIX, handler).kind is outcome
+    assert len(tried) == calls
+    assert world.store.client.collection("stock").document("sku-1").get().to_dict() == left
 
 
 def test_steps_called_out_of_their_recorded_order_are_refused() -> None:
