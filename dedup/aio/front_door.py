@@ -20,9 +20,8 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
 from dedup.config import DedupConfig
-from dedup.kernel.defaults import default_instance
 from dedup.kernel.delivery import EventOptions, HandlerResult, Outcome, Reconcile
-from dedup.kernel.front_door import DeduplicatorBase, run_flow
+from dedup.kernel.front_door import DeduplicatorBase, default_instance, run_flow
 from dedup.kernel.record import RERUN, Mode
 from dedup.kernel.store import RecordStore
 from dedup.platform.firestore_internals import credentials_of
@@ -156,5 +155,5 @@ def _timed(observed: DeliveryTrace, handler: AsyncHandler) -> AsyncHandler:
 
 def default_async_deduplicator(config: DedupConfig | None = None) -> AsyncDeduplicator:
     """The process's shared AsyncDeduplicator for `config`
-    (`dedup.kernel.defaults.default_instance`)."""
+    (`dedup.kernel.front_door.default_instance`)."""
     return default_instance(AsyncDeduplicator, config)

@@ -1,7 +1,5 @@
 """What a handler is told (`Delivery`), what a delivery did (`Outcome`), the points it passes
-(`Step`, for crash tests and tracing), and how a flow runs on the caller's thread (`drive`,
-`BlockingIO`, `KeyTurns`): the types every layer shares.
-"""
+(`Step`), and how a flow runs on the caller's thread (`drive`, `BlockingIO`, `KeyTurns`)."""
 
 from __future__ import annotations
 
@@ -23,8 +21,9 @@ from dedup.kernel.record import RERUN, STEP_NAME, Mode
 from dedup.kernel.record import OutcomeKind as OutcomeKind  # its home is the record's schema
 
 if TYPE_CHECKING:
+    from dedup.errors import StoreUnavailable
     from dedup.kernel.flow_io import Fill, Records
-    from dedup.kernel.record import Fields
+    from dedup.kernel.record import Conflict, Fields, Snapshot
 
 
 @dataclass(frozen=True)
@@ -285,18 +284,6 @@ def drive[T](flow: Coroutine[Any, Any, T]) -> T:
     )
 
 
-# A sync store's I/O: each method blocks (store, lock, `time.sleep`) and never suspends.
-
-
-def _blocking[**P, R](call: Callable[P, R]) -> Callable[P, Coroutine[Any, Any, R]]:
-    """`call` as a coroutine function that never suspends (what `drive` needs)."""
-
-    async def blocking(*args: P.args, **kwargs: P.kwargs) -> R:
-        return call(*args, **kwargs)
-
-    return blocking
-
-
 class BlockingIO:
     """The I/O of a sync store given as `Deduplicator(records=...)`: its `Records` operations
     (awaitable, never suspending), `KeyTurns`, `time.sleep`."""
@@ -306,11 +293,28 @@ class BlockingIO:
         self.store = store
         self.turns = turns
         self.client = store.client
-        self.path = store.path
-        self.unavailable = store.unavailable
-        self.read = _blocking(store.read)
-        self.create = _blocking(store.create)
-        self.update_if_unchanged = _blocking(store.update_if_unchanged)
+
+    def path(self, key: str) -> str:
+        """The store's path of the record."""
+        return self.store.path(key)
+
+    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
+        """The store's error for a failed `action`."""
+        return self.store.unavailable(action, key, exc)
+
+    async def read(self, key: str, **options: Any) -> Snapshot:
+        """The store's `read`."""
+        return self.store.read(key, **options)
+
+    async def create(self, key: str, fields: Fields, **options: Any) -> datetime | Conflict:
+        """The store's `create`."""
+        return self.store.create(key, fields, **options)
+
+    async def update_if_unchanged(
+        self, key: str, fields: Fields, update_time: datetime, **options: Any
+    ) -> datetime | Conflict:
+        """The store's `update_if_unchanged`."""
+        return self.store.update_if_unchanged(key, fields, update_time, **options)
 
     async def commit_batch(
         self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
@@ -344,8 +348,7 @@ def _driven(fill: Fill) -> Callable[[Any], tuple[Any, Fields]]:
 
 
 class TurnTimeout(TimeoutError):
-    """A delivery waited for its turn on a key (`KeyTurns.turn`) longer than it may: its time
-    budget ran out while other deliveries of the key on this instance held the turn."""
+    """A delivery's time budget ran out while it waited for its turn on a key (`KeyTurns`)."""
 
 
 class KeyTurns:

@@ -1,17 +1,15 @@
 """The front door: `Deduplicator.run` checks the event, picks the flow of its mode and holds the
-per-instance state (Firestore client, record stores, the instance's memory of keys).
-
-`DeduplicatorBase` is what the async front door (`dedup.aio.AsyncDeduplicator`) shares with it:
-the checks before any claim (`begin`) and the flow of each mode, chosen once (`FLOWS`, entered
-by `run_flow`). docs/architecture.md draws the layers and a delivery's path through them.
-"""
+per-instance state (Firestore client, record stores, the instance's memory of keys); and the
+process's shared instances (`default_instance`). `DeduplicatorBase` is what the async front
+door (`dedup.aio.AsyncDeduplicator`) shares with it: the checks before any claim (`begin`) and
+the flow of each mode, chosen once (`FLOWS`, entered by `run_flow`)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from google.cloud import firestore
 
@@ -19,7 +17,6 @@ from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.errors import StoreUnavailable
 from dedup.kernel.ambiguity import AmbiguityChoice, check_ambiguity, check_sync_reconcile
 from dedup.kernel.atomic import run_transaction, run_write_only
-from dedup.kernel.defaults import default_instance
 from dedup.kernel.delivery import (
     SYNC_DELIVERIES,
     BlockingIO,
@@ -44,9 +41,8 @@ from dedup.kernel.transitions import dedup_key, payload_hash, storable_event_id
 from dedup.platform.firestore_internals import credentials_of
 from dedup.telemetry import DeliveryTrace, Telemetry
 
-# The flow of each mode, chosen once (`FLOWS`, entered by `run_flow`): lease mode's effect
-# commits on its own under a lease, the atomic modes' in a transaction or batch with the marker.
-# Nothing else branches on the mode (the delivery a handler gets: `dedup.kernel.run.Run.delivery`).
+# The flow of each mode, chosen once: nothing else branches on the mode (the delivery a handler
+# gets aside: `dedup.kernel.run.Run.delivery`).
 
 type Flow = Callable[[Run, Invoke], Coroutine[Any, Any, Outcome]]
 """`await flow(run, invoke)`: claim, run the handler through `invoke`, record the outcome."""
@@ -91,10 +87,9 @@ class DeduplicatorBase:
         client_factory: Callable[[], Any] | None = None,
         records: Any = None,
     ) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
-        global OpenTelemetry providers); the first Firestore client is `client`, else
-        `client_factory()`, else the config's (`new_client`), made on first use; `records`
-        replaces Firestore (a test's in-memory store)."""
+        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the global
+        OpenTelemetry providers); the first client is `client`, else `client_factory()`, else
+        the config's (`new_client`), made on first use; `records` replaces Firestore."""
         self._records = records
         self._given_client = client
         self._client_factory = client_factory
@@ -117,16 +112,14 @@ class DeduplicatorBase:
     def new_store(self, client: Any) -> RecordStore:
         """The record store over `client` (of this front door's side), its deliveries taking
         turns per key in this instance's table."""
+        timeout = self.config.rpc_timeout_seconds
         return RecordStore(
-            client,
-            self.config.collection,
-            turns=self._turns,
-            rpc_timeout_seconds=self.config.rpc_timeout_seconds,
+            client, self.config.collection, turns=self._turns, rpc_timeout_seconds=timeout
         )
 
     def store_table(self) -> dict[str | None, Any]:
-        """The stores made so far, by database (None: the first client's), that a delivery
-        of this thread or event loop may use."""
+        """The stores made so far, by database (None: the first client's), for this thread or
+        event loop."""
         raise NotImplementedError
 
     def first_store(self) -> Any:
@@ -265,8 +258,8 @@ class DeduplicatorBase:
         return path == collection or path.startswith(collection + "/")
 
     def _too_old(self, event_time: datetime | None) -> bool:
-        """Judged on the instance clock: a skew of minutes is negligible next to the hours a
-        maximum event age is usually set to, and there is no database read to take a time from."""
+        # Judged on the instance clock: a skew of minutes is nothing next to the hours a
+        # maximum event age usually is, and no database read gives a time here.
         max_age = self.config.max_event_age_seconds
         if max_age is None or event_time is None:
             return False
@@ -277,10 +270,9 @@ class Deduplicator(DeduplicatorBase):
     """Runs handlers at most once per (event id, suffix), effectively once with retries.
 
     Thread-safe: one instance serves every request thread of a process. The Firestore client
-    is created lazily, once, on the first delivery (constructing a Deduplicator touches no
-    network and reads no environment when given a `config`), from `client`, else
-    `client_factory()`, else `firestore.Client(project, database)` of the config.
-    For `async def` handlers use `dedup.aio.AsyncDeduplicator`.
+    is made once, on the first delivery (a Deduplicator given a `config` touches no network and
+    reads no environment when made), from `client`, else `client_factory()`, else
+    `firestore.Client(project, database)` of the config. `async def` handlers: `dedup.aio`.
     """
 
     def __init__(
@@ -315,17 +307,13 @@ class Deduplicator(DeduplicatorBase):
     @property
     def store(self) -> RecordStore:
         """The record store of the first client, creating it on first use."""
-        store: RecordStore = self.first_store()
-        return store
+        return cast(RecordStore, self.first_store())
 
     @property
     def records(self) -> FlowIO:
-        """Where this instance keeps its records (awaitable, never suspending: read one with
-        `drive(records.read(key))`): the `records` it was given, else the Firestore record
-        store where the flows write an event without a database of its own (`records_for`).
-        Read a record through this, never `store`."""
-        records: FlowIO = self.records_for()[0]
-        return records
+        """Where this instance keeps its records (`records_for`; read one with
+        `drive(records.read(key))`, never through `store`)."""
+        return cast(FlowIO, self.records_for()[0])
 
     def records_database(self, event_database: str | None = None) -> str:
         """Where the records of an event from `event_database` live: the config's database
@@ -388,6 +376,23 @@ class Deduplicator(DeduplicatorBase):
                 return started
             invoke = invoker(started, io.client, observed.timed(handler))
             return drive(run_flow(started, invoke))
+
+
+_default_lock = threading.Lock()
+_defaults: dict[tuple[object, DedupConfig | None], object] = {}
+
+
+def default_instance[D](
+    kind: Callable[[DedupConfig | None], D], config: DedupConfig | None = None
+) -> D:
+    """The process's shared front door made by `kind` (a front door's class) for `config`
+    (None: from the environment): made on first request without touching the network; an equal
+    config later gets the same instance, so every function shares one Firestore client."""
+    with _default_lock:
+        found = _defaults.get((kind, config))
+        if found is None:
+            found = _defaults[(kind, config)] = kind(config)
+        return cast(D, found)
 
 
 def default_deduplicator(config: DedupConfig | None = None) -> Deduplicator:

@@ -13,7 +13,7 @@ offer are done here, sync and async side by side:
   `_commit` and `_rollback` with the same calls plus a timeout; commit is never retried (a
   lost response is resolved by reading the record).
 * **What a transaction or batch is about to write**, for the one-database rule of the atomic
-  modes (`dedup.kernel.marker.require_one_database`): the buffered writes and a reference's full
+  modes (`dedup.kernel.store.require_one_database`): the buffered writes and a reference's full
   name.
 * **Which database and credentials a client has, and a transaction's client**: for the
   records of an event from another database, and for `dedup.outbox`.

@@ -207,7 +207,6 @@ LAYERS: dict[str, int] = {
     "dedup.kernel.steps": 1,
     # 2, the store and telemetry
     "dedup.kernel.store": 2,
-    "dedup.kernel.marker": 2,
     "dedup.telemetry": 2,
     "dedup.logs": 2,
     # 3, the run of one delivery
@@ -219,7 +218,6 @@ LAYERS: dict[str, int] = {
     "dedup.kernel.step_writes": 4,
     # 5, the front doors
     "dedup.kernel.front_door": 5,
-    "dedup.kernel.defaults": 5,
     "dedup.aio.front_door": 5,
     "dedup.aio": 5,
     # 6, the entrances
