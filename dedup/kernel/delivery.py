@@ -320,14 +320,14 @@ class BlockingIO:
         self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
     ) -> Any:
         """The store's `commit_batch` (`budget` in `bounds`), `fill` driven on this thread."""
-        return self.store.commit_batch(key, _driven(fill), guard, **bounds)
+        return self.store.commit_batch(key, driven(fill), guard, **bounds)
 
     async def run_transaction(
         self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
     ) -> Any:
         """The store's `run_transaction` (`attempts`, `budget` in `bounds`), `fill` driven on
         this thread."""
-        return self.store.run_transaction(key, _driven(fill), guard, **bounds)
+        return self.store.run_transaction(key, driven(fill), guard, **bounds)
 
     async def sleep(self, seconds: float) -> None:
         """Block this thread for `seconds`."""
@@ -340,11 +340,10 @@ class BlockingIO:
             yield
 
 
-def _driven(fill: Fill) -> Callable[[Any], tuple[Any, Fields]]:
-    def driven(writer: Any) -> tuple[Any, Fields]:
-        return drive(fill(writer))
-
-    return driven
+def driven[T](step: Callable[[Any], Coroutine[Any, Any, T]]) -> Callable[[Any], T]:
+    """`step` as a plain function, its coroutine run by `drive` (a fill for a library's
+    transaction or batch, which calls plain functions)."""
+    return lambda writer: drive(step(writer))
 
 
 class TurnTimeout(TimeoutError):

@@ -32,7 +32,7 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.errors import DatabaseMismatch, StoreUnavailable
 from dedup.kernel.claims import PRECONDITION_ERRORS, TRANSIENT_ERRORS
-from dedup.kernel.delivery import KeyTurns, TurnTimeout, drive
+from dedup.kernel.delivery import KeyTurns, TurnTimeout, driven
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
 from dedup.platform.firestore_internals import (
     BoundedAsyncTransaction,
@@ -235,7 +235,7 @@ class RecordStore(StoreBase[Any]):
         transaction = self.transaction(max_attempts=attempts, budget=budget)
         if self.awaits:
             return await firestore.async_transactional(body)(transaction)
-        return firestore.transactional(lambda each: drive(body(each)))(transaction)
+        return firestore.transactional(driven(body))(transaction)
 
     async def sleep(self, seconds: float) -> None:
         """Pause this delivery: block this thread, or (async) let the event loop run."""
