@@ -8,7 +8,6 @@ event to the trigger's dead-letter topic (the whole route: `tests/deploy/test_gi
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable
@@ -20,7 +19,7 @@ import functions_framework
 import pytest
 from google.cloud import firestore
 
-from dedup import Deduplicator, GivenUp, OutcomeKind, State, TerminalError
+from dedup import Deduplicator, GivenUp, OutcomeKind, State, TerminalError, testing
 from dedup.config import DedupConfig
 from dedup.entrances.answers import GivenUpAnswer, LoggedRefusals
 from dedup.errors import ConfigError
@@ -62,14 +61,8 @@ def serve(tmp_path: Path, answer: str) -> Post:
     client = functions_framework.create_app("handle", str(source), "cloudevent").test_client()
 
     def post(event_id: str) -> Any:
-        headers = {
-            "ce-id": event_id,
-            "ce-source": "//test",
-            "ce-type": "com.example.thing",
-            "ce-specversion": "1.0",
-            "Content-Type": "application/json",
-        }
-        return client.post("/", headers=headers, data=json.dumps({"x": 1}))
+        event = testing.custom_event("com.example.thing", {"x": 1}, event_id=event_id)
+        return client.post("/", headers=dict(event.headers), data=event.body)
 
     return post
 
