@@ -41,6 +41,7 @@ import click
 import yaml
 
 from dedup.cli import discovery
+from dedup.cli.render import source_and_check
 from dedup.cli.settings import deploy_env, settings_problems
 from dedup.cli.target import Target
 from dedup.kinds import USES_DEDUP
@@ -216,10 +217,7 @@ def check_manifest(
 
 
 @click.command(name="manifest")
-@click.argument(
-    "source", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="SOURCE_DIR"
-)
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 naming what would not deploy.")
+@source_and_check("naming what would not deploy")
 @click.option(
     "--project-number",
     default=None,

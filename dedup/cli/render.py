@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import click
@@ -125,6 +126,18 @@ def json_option[F: Callable[..., Any]](command: F) -> F:
 def yes_option[F: Callable[..., Any]](command: F) -> F:
     """`--yes`/`-y`: do not ask for confirmation."""
     return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
+
+
+def source_and_check(stale: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The `SOURCE_DIR` argument (an existing folder, as `source`, a `Path`) and `--check` (as
+    `check`): write nothing, exit 1 when `stale` says (`dedup manifest`, `dedup vendor`)."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        checked = click.option("--check", is_flag=True, help=f"Write nothing; exit 1 {stale}.")
+        folder = click.Path(exists=True, file_okay=False, path_type=Path)
+        return click.argument("source", type=folder, metavar="SOURCE_DIR")(checked(command))
+
+    return add
 
 
 def iso(moment: datetime | None) -> str | None:

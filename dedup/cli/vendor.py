@@ -31,6 +31,8 @@ from typing import Any
 
 import click
 
+from dedup.cli.render import source_and_check
+
 DISTRIBUTION = "exactly-once-functions"
 """The library's distribution name (pyproject.toml)."""
 
@@ -219,10 +221,7 @@ def vendor(source: Path) -> list[str]:
 
 
 @click.command(name="vendor")
-@click.argument(
-    "source", type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="SOURCE_DIR"
-)
-@click.option("--check", is_flag=True, help="Write nothing; exit 1 if the copy is stale.")
+@source_and_check("if the copy is stale")
 def vendor_command(source: Path, check: bool) -> None:
     """Copy this dedup into SOURCE_DIR/dedup and add its requirements to requirements.txt.
 

@@ -22,12 +22,12 @@ runs a flow to its end in one `send`, on the caller's thread, without an event l
 decisions, record transitions and retry rules exist once for both.
 
 `Records` is the same operations as plain methods: a sync store given as
-`Deduplicator(records=...)`, awaited through `dedup.kernel.delivery.BlockingIO`. The tests'
-in-memory
-stores (`tests.memory_store.MemoryStore`, a `Records`, and `AsyncMemoryStore`, a `FlowIO`)
-serve the conformance matrix (`tests/matrix/`), which runs the same cases on them and on the
-Firestore emulator; they are trusted as far as they agree. This module holds the protocols
-only: no code of it runs on a delivery.
+`Deduplicator(records=...)`, awaited through `dedup.kernel.delivery.BlockingIO`. Both are one
+protocol, `RecordOperations`, the operations and their contracts written once. The tests'
+in-memory stores (`tests.memory_store.MemoryStore`, a `Records`, and `AsyncMemoryStore`, a
+`FlowIO`) serve the conformance matrix (`tests/matrix/`), which runs the same cases on them
+and on the Firestore emulator; they are trusted as far as they agree. This module holds the
+protocols only: no code of it runs on a delivery.
 """
 
 from __future__ import annotations
@@ -53,13 +53,17 @@ type SyncFill = Callable[[Any], tuple[Any, Fields]]
 """`fill(writer)` of a sync store (`Records`): `Fill` driven to its end."""
 
 
-class Records(Protocol):
-    """The record operations of a sync store (`Deduplicator(records=...)`): bounded in time,
-    a failed precondition returned as `Conflict`, other failures `StoreUnavailable` chaining
-    the cause. Safe to use from many threads."""
+class RecordOperations[Read, Written, Committed, FillT](Protocol):
+    """The five record operations and their three helpers, written once for both ways a store
+    offers them: `Records` (plain methods) and `RecordIO` (awaited), which name what each
+    operation returns (`Read`, `Written`, `Committed`) and the fill it takes (`FillT`).
+
+    Every operation is bounded in time; a failed precondition is returned as `Conflict`,
+    other failures raise `StoreUnavailable` chaining the cause."""
 
     client: Any
-    """The client a handler gets in its delivery (a `firestore.Client` for Firestore)."""
+    """The client a handler gets in its delivery (a `firestore.Client` or `AsyncClient` for
+    Firestore)."""
 
     def path(self, key: str) -> str:
         """The record's document path, `<collection>/<key>`."""
@@ -69,7 +73,7 @@ class Records(Protocol):
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
         ...
 
-    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
+    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Read:
         """The record (None if absent), its read time and update time. `budget`, here and
         below: the call's deadline when shorter than the store's RPC timeout (what is left of
         the delivery's time budget)."""
@@ -77,7 +81,7 @@ class Records(Protocol):
 
     def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
-    ) -> datetime | Conflict:
+    ) -> Written:
         """Create the record if absent: its update time, or `Conflict` if it exists."""
         ...
 
@@ -89,14 +93,14 @@ class Records(Protocol):
         *,
         action: str,
         budget: float | None = None,
-    ) -> datetime | Conflict:
+    ) -> Written:
         """Update the record if last written at `update_time`: the new update time, or
         `Conflict` if it changed or vanished."""
         ...
 
     def commit_batch(
-        self, key: str, fill: SyncFill, guard: datetime | None, *, budget: float | None = None
-    ) -> Any:
+        self, key: str, fill: FillT, guard: datetime | None, *, budget: float | None = None
+    ) -> Committed:
         """Open a batch, `fill` it, add the marker (a create if `guard` is None, else an update
         guarded by it), commit once (no retry: a lost response is resolved by reading).
         Returns what `fill` returned first; raises what `fill` or the commit raised."""
@@ -105,74 +109,34 @@ class Records(Protocol):
     def run_transaction(
         self,
         key: str,
-        fill: SyncFill,
+        fill: FillT,
         guard: datetime | None,
         *,
         attempts: int,
         budget: float | None = None,
-    ) -> Any:
+    ) -> Committed:
         """As `commit_batch` in a transaction, which the client retries `attempts` times on
         contention (Aborted), calling `fill` again."""
         ...
 
 
-class RecordIO(Protocol):
-    """`Records`, awaited: what the flows call (`dedup.kernel.store.RecordStore`, or `BlockingIO`
-    over
-    a sync store)."""
+class Records(RecordOperations["Snapshot", "datetime | Conflict", Any, SyncFill], Protocol):
+    """The record operations of a sync store (`Deduplicator(records=...)`), as plain methods
+    (`RecordOperations`), `fill` a plain function. Safe to use from many threads."""
 
-    client: Any
-    """The client a handler gets in its delivery (the store's Firestore client)."""
 
-    def path(self, key: str) -> str:
-        """The record's document path, `<collection>/<key>`."""
-        ...
-
-    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
-        """The error for a failed `action` on the record (chain `exc` with `from`)."""
-        ...
-
-    async def read(
-        self, key: str, *, action: str = "claim", budget: float | None = None
-    ) -> Snapshot:
-        """See `Records.read`."""
-        ...
-
-    async def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
-    ) -> datetime | Conflict:
-        """See `Records.create`."""
-        ...
-
-    async def update_if_unchanged(
-        self,
-        key: str,
-        fields: Fields,
-        update_time: datetime,
-        *,
-        action: str,
-        budget: float | None = None,
-    ) -> datetime | Conflict:
-        """See `Records.update_if_unchanged`."""
-        ...
-
-    async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
-    ) -> Any:
-        """See `Records.commit_batch` (`fill` awaited)."""
-        ...
-
-    async def run_transaction(
-        self,
-        key: str,
-        fill: Fill,
-        guard: datetime | None,
-        *,
-        attempts: int,
-        budget: float | None = None,
-    ) -> Any:
-        """See `Records.run_transaction` (`fill` awaited)."""
-        ...
+class RecordIO(
+    RecordOperations[
+        Coroutine[Any, Any, "Snapshot"],
+        Coroutine[Any, Any, "datetime | Conflict"],
+        Coroutine[Any, Any, Any],
+        Fill,
+    ],
+    Protocol,
+):
+    """`Records`, awaited (each operation a coroutine, as an `async def` gives): what the flows
+    call (`dedup.kernel.store.RecordStore`, or `BlockingIO` over a sync store); `fill`
+    awaited."""
 
 
 class Pacing(Protocol):
