@@ -142,7 +142,7 @@ async def _run_atomic(
         guard: datetime | None = None
         if snapshot is not None and record is not None:
             run.check_record(record)
-            run.attempt = record.attempts
+            run.counted(record.attempts)
             claim = decide(record, snapshot.read_time, run.config.attempt_limit)
             if claim is Claim.SKIP:
                 return run.skip(record)
@@ -155,7 +155,7 @@ async def _run_atomic(
                 snapshot = await store.read(run.key, budget=run.rpc_budget())
                 continue
             guard = precondition(snapshot)
-        run.attempt = (record.attempts if record is not None else 0) + 1
+        run.counted((record.attempts if record is not None else 0) + 1)
         # A record already read is decided on whatever the time (a duplicate costs nothing more);
         # a new try of the handler and the commit only starts within the budget.
         run.require_time("commit the writes and the marker of", last)
@@ -303,7 +303,7 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
         snapshot = await store.read(run.key, action="record a failed attempt on", budget=budget)
         record = snapshot.record
         if record is not None and written_by(record, token):
-            run.attempt = record.attempts  # our earlier try landed; its response was lost
+            run.counted(record.attempts)  # our earlier try landed; its response was lost
             return run.failed(after_state(record.state), error, exc)
         if record is not None:
             claim = decide(record, snapshot.read_time, run.config.attempt_limit)
@@ -328,7 +328,7 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
                 run.key, fields, precondition(snapshot), action=action, budget=budget
             )
         if isinstance(written, datetime):
-            run.attempt = attempts
+            run.counted(attempts)
             return run.failed(after, error, exc)
     run.finish(OutcomeKind.RELEASED, error=error)
     raise exc

@@ -195,6 +195,10 @@ class FencedLease(Protocol):
         """A write fenced by `token`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
         ...
 
+    def steps_landed(self, steps: Any, sent: float, token: datetime | None) -> None:
+        """A write of the step log committed (`dedup.kernel.lease.Lease.steps_landed`)."""
+        ...
+
 
 class EventFacts(Protocol):
     """What a first write records of its delivery (a `dedup.kernel.run.Run` has it)."""

@@ -114,6 +114,15 @@ class Lease:
         """Seconds left of the delivery's time budget."""
         return self.run.time_left()
 
+    def steps_landed(self, steps: Mapping[str, Any], sent: float, token: datetime | None) -> None:
+        """A write of the step log `steps`, sent at monotonic time `sent`, committed: the
+        record holds them and the lease runs `lease_seconds` from `sent`; `token` is the new
+        fence of a write made outside `write` (a step's transaction), None after `write`."""
+        if token is not None:
+            self.token = token
+        self.steps.landed(steps)
+        self.ends = sent + self.run.config.lease_seconds
+
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
         """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced like
         "sent" (retried until the lease's end on store errors). Raises `LeaseLost` when another

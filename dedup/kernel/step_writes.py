@@ -48,8 +48,7 @@ async def _record(lease: FencedLease, steps: dict[str, Any], action: str) -> Non
     """Write `steps`, fenced by the lease, which the write renews."""
     sent = time.monotonic()
     await lease.write(steps_recorded(steps), State.IN_PROGRESS, action, lease.ends, notes=True)
-    lease.steps.recorded = steps
-    lease.ends = sent + lease.run.config.lease_seconds
+    lease.steps_landed(steps, sent, None)
 
 
 async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
@@ -93,10 +92,9 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         entry = recorded.get(name)
         if entry is None or entry.get("state") != DONE:
             raise  # nothing committed: the step runs again on the next try
-        lease.token = precondition(snapshot)  # it committed; its answer was lost
+        token = precondition(snapshot)  # it committed; its answer was lost
         value, steps = entry.get("value"), recorded
     else:
-        lease.token = writers[-1].commit_time
-    lease.steps.recorded = steps
-    lease.ends = sent + run.config.lease_seconds
+        token = writers[-1].commit_time
+    lease.steps_landed(steps, sent, token)
     return value

@@ -124,6 +124,10 @@ class StepLog:
             "without recording its end: it is not called again"
         )
 
+    def landed(self, steps: Mapping[str, Any]) -> None:
+        """The record now holds `steps` (a write of this delivery's committed)."""
+        self.recorded = dict(steps)
+
     def with_entry(self, name: str, state: str, value: Any = None) -> dict[str, Any]:
         """The steps once `name` (this delivery's last called) is recorded in `state`; raises
         `StepTooLarge` past `MAX_STEP_BYTES`, `MAX_STEPS` or `MAX_STEPS_BYTES`."""
