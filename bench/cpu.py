@@ -21,8 +21,9 @@ from google.cloud import firestore
 
 from bench.impls import FACTORIES
 
-MODES = ("baseline", "lease", "lease_noop", "transaction", "write_only")
-"""The implementations measured (`bench.impls.FACTORIES`), the baseline first."""
+MODES = ("baseline", "lease", "lease_noop", "transaction", "write_only", "record_writes")
+"""The implementations measured (`bench.impls.FACTORIES`), the baseline first;
+`record_writes` is the floor of `lease_noop` on the library's public API."""
 
 WARMUP = 30
 """Untimed fresh deliveries per mode first (connections, caches, code paths)."""

@@ -8,14 +8,18 @@ back counts effects that really committed, whatever the implementation.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from google.cloud import firestore
 
 from bench.naive import NaiveTriggerOnce
 from dedup import DedupConfig, Deduplicator, Delivery, Mode
+from dedup.kernel.record import State
+from dedup.kernel.transitions import finished, new_record
 
 EFFECTS = "benchEffects"
 """Collection of the effect documents."""
@@ -132,6 +136,48 @@ class Project:
         return self.dedup.run(event_id, SUFFIX, handler, mode=self.mode).kind.value
 
 
+@dataclass
+class RecordWrites:
+    """Lease mode's two record writes, through google-cloud-firestore alone: the claim's
+    `create` and the fenced "sent" `update`, with the fields dedup writes
+    (`dedup.kernel.transitions`), and nothing of dedup's flow around them. What the library
+    costs the client for the record, the floor of `lease_noop` on the public API."""
+
+    client: firestore.Client
+    name: str = "record_writes"
+    has_cache: bool = False
+    has_lease: bool = True
+
+    def __post_init__(self) -> None:
+        """The records' collection and lease length of the default settings, read once."""
+        config = DedupConfig()
+        self.records = self.client.collection(config.collection)
+        self.lease_seconds = config.lease_seconds
+
+    def deliver(self, event_id: str, hook: Hook = _noop) -> str:
+        """Create the record as a fresh claim does, then mark it sent, fenced."""
+        hook()
+        expire_at = datetime.now(UTC) + timedelta(days=7)
+        owner = uuid.uuid4().hex
+        claim = new_record(
+            event_id=event_id,
+            suffix=SUFFIX,
+            mode=Mode.LEASE,
+            state=State.IN_PROGRESS,
+            owner=owner,
+            leased=True,
+            lease_seconds=self.lease_seconds,
+            payload_hash=None,
+            expire_at=expire_at,
+        )
+        ref = self.records.document(f"{event_id}-{SUFFIX}")
+        written = ref.create(claim, retry=None, timeout=10)
+        option = self.client.write_option(last_update_time=written.update_time)
+        sent = finished(State.SENT, owner=owner, expire_at=expire_at)
+        ref.update(sent, option=option, retry=None, timeout=10)
+        return "ran"
+
+
 Factory = Callable[[firestore.Client], Implementation]
 """Builds a fresh instance (own caches) of one implementation on a client."""
 
@@ -143,12 +189,14 @@ FACTORIES: dict[str, Factory] = {
     "write_only": lambda c: Project(c, Mode.WRITE_ONLY),
     "naive_noop": lambda c: Naive(c, effect=False, name="naive_noop"),
     "lease_noop": lambda c: Project(c, Mode.LEASE, effect=False, name="lease_noop"),
+    "record_writes": lambda c: RecordWrites(c),
     "lease_spread": lambda c: Project(
         c, Mode.LEASE, name="lease_spread", settings={"key_layout": "spread"}
     ),
 }
 """Every implementation; the `_noop` ones run a handler with no effect (dedup cost alone),
-`lease_spread` uses the spread key layout (docs/capacity.md)."""
+`lease_spread` uses the spread key layout (docs/capacity.md), `record_writes` is lease
+mode's two record writes through the library alone (no dedup flow)."""
 
 STORM_FACTORIES: dict[str, Factory] = {
     "naive": lambda c: Naive(c),

@@ -255,7 +255,7 @@ def cpu_markdown(results: dict[str, Any]) -> list[str]:
     vcpu = float(
         (results.get("cost") or {}).get("prices", {}).get("vcpu_second", DEFAULT_VCPU_SECOND_USD)
     )
-    for mode in CPU_MODES:
+    for mode in (m for m in CPU_MODES if m in cpu["mean_us"]):
         limit = CPU_RATIO_TARGETS.get(mode)
         lines.append(
             f"| {mode} | {cpu['mean_us'][mode]:.0f} | {cpu['median_us'][mode]:.0f} | "

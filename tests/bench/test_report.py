@@ -18,7 +18,7 @@ from bench.targets import SCALE_TARGET_KEYS, figure_costs
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results.json"
 BOUNDS = {
-    "cpu_ratio_lease_noop": ("target", "<= 3.2"),
+    "cpu_ratio_lease_noop": ("target", "<= 2.35"),
     "cpu_ratio_lease": ("target", "<= 4.4"),
     "cpu_ratio_transaction": ("target", "<= 4.8"),
     "cpu_ratio_write_only": ("target", "<= 2.1"),
