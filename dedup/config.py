@@ -62,7 +62,7 @@ DEFAULT_CACHE_SIZE = 1000
 DEFAULT_RPC_TIMEOUT_SECONDS = 10
 DEFAULT_DATABASE = "(default)"
 
-_COLLECTION_SEGMENT = re.compile(r"[^/]+")
+_COLLECTION_SEGMENT = r"[^/]+"
 
 ENVIRONMENT_VARIABLES = (
     "DEDUP_COLLECTION",
@@ -192,7 +192,9 @@ class DedupConfig:
     def __post_init__(self) -> None:
         """Validate every setting; raise `ConfigError` naming the first bad one."""
         segments = self.collection.split("/")
-        if len(segments) % 2 != 1 or not all(_COLLECTION_SEGMENT.fullmatch(s) for s in segments):
+        if len(segments) % 2 != 1 or not all(
+            re.fullmatch(_COLLECTION_SEGMENT, s) for s in segments
+        ):
             raise ConfigError(
                 f"collection (DEDUP_COLLECTION) must be a collection path such as "
                 f"'triggerEvents' or 'dedup/app/triggerEvents'; got {self.collection!r}"

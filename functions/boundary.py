@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
@@ -140,7 +141,7 @@ def _check_common(raw: CloudEvent, trigger: Trigger) -> None:
     if raw.get("type") != trigger.event_type:
         raise Malformed(f"the event type is not this function's {trigger.event_type}")
     time = raw.get("time")
-    if not isinstance(time, str) or not RFC3339.fullmatch(time):
+    if not isinstance(time, str) or not re.fullmatch(RFC3339, time):
         raise Malformed("the CloudEvent time is missing or not an RFC 3339 timestamp")
 
 
@@ -272,7 +273,7 @@ def scheduled(function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def guarded(request: flask.Request) -> Any:
         raw = request.headers.get(SCHEDULE_TIME_HEADER)
-        if raw is None or not RFC3339.fullmatch(raw):
+        if raw is None or not re.fullmatch(RFC3339, raw):
             why = (
                 f"a scheduled run needs the {SCHEDULE_TIME_HEADER} header (RFC 3339), which "
                 f"this request {'lacks' if raw is None else 'has malformed'}: nothing runs"

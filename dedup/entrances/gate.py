@@ -31,10 +31,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dedup.errors import ConfigError
-from dedup.kernel.ambiguity import check_ambiguity, check_sync_reconcile
 from dedup.kernel.delivery import EventOptions, Reconcile
 from dedup.kernel.front_door import Deduplicator, default_deduplicator
-from dedup.kernel.handler_shape import check_handler, is_async_handler
+from dedup.kernel.handler_shape import (
+    check_ambiguity,
+    check_handler,
+    check_sync_reconcile,
+    is_async_handler,
+)
 from dedup.kernel.record import RERUN, Mode
 from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.kernel.transitions import validate_suffix

@@ -37,36 +37,13 @@ from dedup.kernel.delivery import (
     Reconcile,
     RunNotes,
 )
-from dedup.kernel.handler_shape import is_async_handler
-from dedup.kernel.record import ON_AMBIGUOUS, RERUN, OutcomeKind, Record, State, error_text
+from dedup.kernel.record import RERUN, OutcomeKind, Record, State, error_text
 from dedup.kernel.transitions import finished, precondition
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import Ambiguity, FencedLease
     from dedup.kernel.record import Snapshot
     from dedup.kernel.run import Run
-
-
-def check_ambiguity(where: str, reconcile: object, on_ambiguous: object) -> None:
-    """Refuse, naming `where`, an `on_ambiguous` other than "rerun" or "skip", or a
-    `reconcile` that is not callable (`ConfigError`)."""
-    if on_ambiguous not in ON_AMBIGUOUS:
-        choices = ", ".join(repr(value) for value in ON_AMBIGUOUS)
-        raise ConfigError(f"{where}: on_ambiguous={on_ambiguous!r} is not one of {choices}")
-    if reconcile is not None and not callable(reconcile):
-        raise ConfigError(
-            f"{where}: reconcile={reconcile!r} is not callable; pass a function "
-            "reconcile(delivery) -> True | False | None"
-        )
-
-
-def check_sync_reconcile(where: str, reconcile: object) -> None:
-    """Refuse an `async def` reconcile for a `def` handler (nothing would await it)."""
-    if reconcile is not None and is_async_handler(reconcile):
-        raise ConfigError(
-            f"{where}: reconcile is an async function but the handler is not: write reconcile "
-            "with `def`, or make the handler `async def`"
-        )
 
 
 @dataclass(frozen=True)

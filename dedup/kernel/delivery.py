@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -131,7 +132,7 @@ class DeliveryIdentity:
     def step_key(self, name: str) -> str:
         """Step `name`'s idempotency key, `<key>/<name>`: the same on every delivery, different
         for each step; send it to the API the step calls (docs/steps.md)."""
-        if not isinstance(name, str) or not STEP_NAME.fullmatch(name):
+        if not isinstance(name, str) or not re.fullmatch(STEP_NAME, name):
             raise ConfigError(f"step name {name!r} must be 1 to 100 of [A-Za-z0-9_.-]")
         return f"{self.key}/{name}"
 

@@ -2,21 +2,20 @@
 per-instance state (Firestore client, record stores, the instance's memory of keys); and the
 process's shared instances (`default_instance`). `DeduplicatorBase` is what the async front
 door (`dedup.aio.AsyncDeduplicator`) shares with it: the checks before any claim (`begin`) and
-the flow of each mode, chosen once (`FLOWS`, entered by `run_flow`)."""
+the flow of each mode, chosen once (`flows`, entered by `run_flow`)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime, timedelta
-from typing import Any, cast
+from functools import cache
+from typing import TYPE_CHECKING, Any, cast
 
 from google.cloud import firestore
 
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.errors import StoreUnavailable
-from dedup.kernel.ambiguity import AmbiguityChoice, check_ambiguity, check_sync_reconcile
-from dedup.kernel.atomic import run_transaction, run_write_only
 from dedup.kernel.delivery import (
     SYNC_DELIVERIES,
     BlockingIO,
@@ -31,35 +30,39 @@ from dedup.kernel.delivery import (
     StepHook,
     drive,
 )
-from dedup.kernel.flow_io import FlowIO, Invoke, Records
-from dedup.kernel.handler_shape import check_handler_side
-from dedup.kernel.lease import run_lease
+from dedup.kernel.handler_shape import check_run
 from dedup.kernel.record import RERUN, Mode
 from dedup.kernel.run import LiveLeases, Run, SentKeys
-from dedup.kernel.store import RecordStore
 from dedup.kernel.transitions import dedup_key, payload_hash, storable_event_id
-from dedup.platform.firestore_internals import credentials_of
 from dedup.telemetry import DeliveryTrace, Telemetry
 
-# The flow of each mode, chosen once: nothing else branches on the mode (the delivery a handler
-# gets aside: `dedup.kernel.run.Run.delivery`).
+if TYPE_CHECKING:  # the flows and the store are imported by the first delivery, not at import
+    from dedup.kernel.flow_io import FlowIO, Invoke, Records
+    from dedup.kernel.store import RecordStore
 
 type Flow = Callable[[Run, Invoke], Coroutine[Any, Any, Outcome]]
 """`await flow(run, invoke)`: claim, run the handler through `invoke`, record the outcome."""
 
-FLOWS: Mapping[Mode, Flow] = {
-    Mode.LEASE: run_lease,
-    Mode.TRANSACTION: run_transaction,
-    Mode.WRITE_ONLY: run_write_only,
-}
-"""The flow of every mode."""
+
+@cache
+def flows() -> Mapping[Mode, Flow]:
+    """The flow of each mode, chosen once: nothing else branches on the mode (the delivery a
+    handler gets aside: `Run.delivery`). Imported by the first delivery, not with this module."""
+    from dedup.kernel.atomic import run_transaction, run_write_only
+    from dedup.kernel.lease import run_lease
+
+    return {
+        Mode.LEASE: run_lease,
+        Mode.TRANSACTION: run_transaction,
+        Mode.WRITE_ONLY: run_write_only,
+    }
 
 
 async def run_flow(run: Run, invoke: Invoke) -> Outcome:
     """Run the flow of `run.mode` (the handler through `invoke`); a store failure is logged
     as `unavailable` and re-raised."""
     try:
-        return await FLOWS[run.mode](run, invoke)
+        return await flows()[run.mode](run, invoke)
     except StoreUnavailable as exc:
         run.finish(OutcomeKind.UNAVAILABLE, error=str(exc))
         raise
@@ -112,10 +115,10 @@ class DeduplicatorBase:
     def new_store(self, client: Any) -> RecordStore:
         """The record store over `client` (of this front door's side), its deliveries taking
         turns per key in this instance's table."""
-        timeout = self.config.rpc_timeout_seconds
-        return RecordStore(
-            client, self.config.collection, turns=self._turns, rpc_timeout_seconds=timeout
-        )
+        from dedup.kernel.store import RecordStore
+
+        collection, timeout = self.config.collection, self.config.rpc_timeout_seconds
+        return RecordStore(client, collection, turns=self._turns, rpc_timeout_seconds=timeout)
 
     def store_table(self) -> dict[str | None, Any]:
         """The stores made so far, by database (None: the first client's), for this thread or
@@ -158,16 +161,10 @@ class DeduplicatorBase:
     """The side of this front door: True for `AsyncDeduplicator` (its handlers are awaited)."""
 
     def checked(self, options: EventOptions, where: str, handler: object) -> EventOptions:
-        """`options` of an explicit `run` call, once checked with its `handler`: `ConfigError`
-        naming `where` for a handler of the other side (`check_handler_side`), an
-        `on_ambiguous` that is not "rerun"/"skip", a `reconcile` that is not callable, or an
-        `async def` one given to the sync side. Entrances check theirs at import, so
-        `run_event` takes its arguments as checked."""
-        check_handler_side(handler, awaited=self.awaits_handlers)
-        if options.chooses_ambiguity:
-            check_ambiguity(where, options.reconcile, options.on_ambiguous)
-            if not self.awaits_handlers:
-                check_sync_reconcile(where, options.reconcile)
+        """`options` of an explicit `run` call, once checked with its `handler` (`check_run`:
+        `ConfigError` naming `where`). Entrances check theirs at import, so `run_event` takes
+        its arguments as checked."""
+        check_run(options, handler, where, awaited=self.awaits_handlers)
         return options
 
     def records_for(self, event_database: str | None = None) -> tuple[Any, bool]:
@@ -215,11 +212,15 @@ class DeduplicatorBase:
         applies only then). `kinds`: the handler's side's delivery types (`reconcile` too)."""
         key = self.record_key(event_id, suffix)
         assert event_id is not None  # record_key rejects a missing id
-        fingerprint = None
+        fingerprint = ambiguity = None
         payload, document_path = options.payload, options.document_path
         if payload is not None:
             raw = payload.encode("utf-8") if isinstance(payload, str) else payload
             fingerprint = payload_hash(raw)
+        if options.chooses_ambiguity:
+            from dedup.kernel.ambiguity import AmbiguityChoice
+
+            ambiguity = AmbiguityChoice(options.on_ambiguous, options.reconcile, io.client, kinds)
         run = Run(
             config=self.config,
             io=io,
@@ -233,9 +234,7 @@ class DeduplicatorBase:
             subject=options.subject if options.subject is not None else document_path,
             source=options.source,
             step_hooks=self._step_hooks,
-            ambiguity=None
-            if not options.chooses_ambiguity
-            else AmbiguityChoice(options.on_ambiguous, options.reconcile, io.client, kinds),
+            ambiguity=ambiguity,
         )
         if observed is not None:
             observed.watch(run)
@@ -296,9 +295,10 @@ class Deduplicator(DeduplicatorBase):
         """A sync `firestore.Client` on `database` (see `DeduplicatorBase.new_client`)."""
         if like is None:
             return firestore.Client(project=self.config.project, database=database)
-        return firestore.Client(
-            project=like.project, credentials=credentials_of(like), database=database
-        )
+        from dedup.platform.firestore_internals import credentials_of
+
+        credentials = credentials_of(like)
+        return firestore.Client(project=like.project, credentials=credentials, database=database)
 
     def store_table(self) -> dict[str | None, RecordStore]:
         """One table for every thread."""
@@ -307,13 +307,13 @@ class Deduplicator(DeduplicatorBase):
     @property
     def store(self) -> RecordStore:
         """The record store of the first client, creating it on first use."""
-        return cast(RecordStore, self.first_store())
+        return cast("RecordStore", self.first_store())
 
     @property
     def records(self) -> FlowIO:
         """Where this instance keeps its records (`records_for`; read one with
         `drive(records.read(key))`, never through `store`)."""
-        return cast(FlowIO, self.records_for()[0])
+        return cast("FlowIO", self.records_for()[0])
 
     def records_database(self, event_database: str | None = None) -> str:
         """Where the records of an event from `event_database` live: the config's database
@@ -368,9 +368,9 @@ class Deduplicator(DeduplicatorBase):
         handler are taken as checked (`dedup.entrances.gate.gate` checks a function's at import,
         `run` its own arguments). Returns and raises as `run`."""
         with self.telemetry.delivery(suffix, options.mode) as observed:
-            io, same_database = self.records_for(options.database)
+            io, same = self.records_for(options.database)
             started = self.begin(
-                io, event_id, suffix, options, observed=observed, same_database=same_database
+                io, event_id, suffix, options, observed=observed, same_database=same
             )
             if isinstance(started, Outcome):
                 return started

@@ -6,19 +6,32 @@ delivery would fail with a `TypeError`, be retried, and end dead).
 
 `check_handler` raises a `ConfigError` naming the function and what to write instead;
 `check_handler_side` refuses, on every explicit `run`, a handler of the other side (sync or
-async) than its front door.
+async) than its front door. The choice of what an ambiguous delivery does is checked here too
+(`check_ambiguity`, `check_sync_reconcile`; `dedup.kernel.ambiguity` runs it), at import by the
+entrances and on every explicit `run` (`check_run`), so that neither loads the lease flow.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dedup.errors import ConfigError
+from dedup.kernel.record import ON_AMBIGUOUS
 from dedup.platform.firebase_internals import platform_wrapped
 
-__all__ = ["check_handler", "check_handler_side", "is_async_handler"]
+if TYPE_CHECKING:
+    from dedup.kernel.delivery import EventOptions
+
+__all__ = [
+    "check_ambiguity",
+    "check_handler",
+    "check_handler_side",
+    "check_run",
+    "check_sync_reconcile",
+    "is_async_handler",
+]
 
 
 def check_handler(
@@ -84,3 +97,37 @@ def check_handler_side(handler: object, *, awaited: bool) -> None:
         "coroutine would never be awaited); await dedup.aio.AsyncDeduplicator().run(...) "
         "instead, or write the handler with `def`"
     )
+
+
+def check_ambiguity(where: str, reconcile: object, on_ambiguous: object) -> None:
+    """Refuse, naming `where`, an `on_ambiguous` other than "rerun" or "skip", or a
+    `reconcile` that is not callable (`ConfigError`)."""
+    if on_ambiguous not in ON_AMBIGUOUS:
+        choices = ", ".join(repr(value) for value in ON_AMBIGUOUS)
+        raise ConfigError(f"{where}: on_ambiguous={on_ambiguous!r} is not one of {choices}")
+    if reconcile is not None and not callable(reconcile):
+        raise ConfigError(
+            f"{where}: reconcile={reconcile!r} is not callable; pass a function "
+            "reconcile(delivery) -> True | False | None"
+        )
+
+
+def check_sync_reconcile(where: str, reconcile: object) -> None:
+    """Refuse an `async def` reconcile for a `def` handler (nothing would await it)."""
+    if reconcile is not None and is_async_handler(reconcile):
+        raise ConfigError(
+            f"{where}: reconcile is an async function but the handler is not: write reconcile "
+            "with `def`, or make the handler `async def`"
+        )
+
+
+def check_run(options: EventOptions, handler: object, where: str, *, awaited: bool) -> None:
+    """Refuse (`ConfigError` naming `where`) the arguments of an explicit `run` call of a front
+    door whose handlers are `awaited` or not: a handler of the other side
+    (`check_handler_side`), an `on_ambiguous` that is not "rerun"/"skip", a `reconcile` that is
+    not callable, or an `async def` one given to the sync side."""
+    check_handler_side(handler, awaited=awaited)
+    if options.chooses_ambiguity:
+        check_ambiguity(where, options.reconcile, options.on_ambiguous)
+        if not awaited:
+            check_sync_reconcile(where, options.reconcile)

@@ -256,7 +256,7 @@ class Record:
         return expires is not None and at < expires
 
 
-_URL_USERINFO_QUERY = re.compile(
+_URL_USERINFO_QUERY = (
     r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:[^/\s@]*@)?(?P<rest>[^\s?#]*)(?:[?#]\S*)?"
 )
 
@@ -267,7 +267,7 @@ def scrub_urls(text: str) -> str:
     `https://user:pw@host/path?token=1` becomes `https://host/path`: credentials and query
     strings of URLs often carry secrets, and records and logs are readable by operators.
     """
-    return _URL_USERINFO_QUERY.sub(lambda m: m.group("scheme") + m.group("rest"), text)
+    return re.sub(_URL_USERINFO_QUERY, lambda m: m.group("scheme") + m.group("rest"), text)
 
 
 def error_text(error: BaseException) -> str:
@@ -289,9 +289,9 @@ ON_AMBIGUOUS = (RERUN, SKIP_AMBIGUOUS)
 """The values of `on_ambiguous`."""
 
 
-STEP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+STEP_NAME = r"[A-Za-z0-9_.-]{1,100}"
 """A durable step's name, a key of the record's `steps`: 1 to 100 of `[A-Za-z0-9_.-]` (it ends
-the step's idempotency key, `<key>/<name>`)."""
+the step's idempotency key, `<key>/<name>`); a pattern for `re.fullmatch`."""
 
 
 class OutcomeKind(StrEnum):

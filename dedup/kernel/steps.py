@@ -22,6 +22,7 @@ n-th recorded name, and it calls each name once; otherwise `StepMismatch`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -47,7 +48,7 @@ transactional step, else None."""
 
 def check_name(name: object) -> None:
     """Refuse (`ConfigError`) a step name that is not 1 to 100 of `[A-Za-z0-9_.-]`."""
-    if not isinstance(name, str) or not STEP_NAME.fullmatch(name):
+    if not isinstance(name, str) or not re.fullmatch(STEP_NAME, name):
         raise ConfigError(f"step name {name!r} must be 1 to 100 of [A-Za-z0-9_.-]")
 
 

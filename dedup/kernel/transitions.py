@@ -61,17 +61,18 @@ SPREAD_PREFIX_CHARS = 4
 SPREAD_SEPARATOR = "."
 """Between the spread layout's prefix and the plain key."""
 
-SUFFIX_PATTERN = re.compile(r"[A-Za-z0-9_]{1,100}")
-"""What a suffix may be: it names one function and ends its keys, after their last "-"."""
+SUFFIX_PATTERN = r"[A-Za-z0-9_]{1,100}"
+"""What a suffix may be: it names one function and ends its keys, after their last "-" (a
+pattern for `re.fullmatch`, compiled on first use)."""
 
-_RESERVED_ID = re.compile(r"__.*__", re.DOTALL)
-_UNREADABLE = re.compile(r"[^A-Za-z0-9_.-]")
-_PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
+_RESERVED_ID = r"(?s)__.*__"
+_UNREADABLE = r"[^A-Za-z0-9_.-]"
+_PRINTABLE_ASCII = r"[\x21-\x7e]+"
 
 
 def validate_suffix(suffix: str) -> str:
     """`suffix` unchanged if it is 1-100 characters of `[A-Za-z0-9_]`, else `InvalidSuffix`."""
-    if not isinstance(suffix, str) or not SUFFIX_PATTERN.fullmatch(suffix):
+    if not isinstance(suffix, str) or not re.fullmatch(SUFFIX_PATTERN, suffix):
         raise InvalidSuffix(
             f"suffix {suffix!r} is invalid: use 1 to 100 characters of letters, digits and "
             "'_' (no '-': keys are <event id>-<suffix>), unique per function, e.g. "
@@ -136,18 +137,18 @@ def _needs_mapping(event_id: str, suffix: str, reserved_bytes: int = 0) -> bool:
     key = f"{event_id}-{suffix}"
     key_bytes = len(key.encode("utf-8", "surrogatepass")) + reserved_bytes
     return (
-        not _PRINTABLE_ASCII.fullmatch(event_id)
+        not re.fullmatch(_PRINTABLE_ASCII, event_id)
         or "/" in event_id
         or event_id in (".", "..")
         or event_id.startswith(MAPPED_PREFIX)
-        or _RESERVED_ID.fullmatch(event_id) is not None
-        or _RESERVED_ID.fullmatch(key) is not None
+        or re.fullmatch(_RESERVED_ID, event_id) is not None
+        or re.fullmatch(_RESERVED_ID, key) is not None
         or key_bytes > MAX_KEY_BYTES
     )
 
 
 def _mapped(event_id: str) -> str:
-    readable = _UNREADABLE.sub("_", event_id[:READABLE_PREFIX_CHARS])
+    readable = re.sub(_UNREADABLE, "_", event_id[:READABLE_PREFIX_CHARS])
     digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{MAPPED_PREFIX}{readable}{MAPPED_PREFIX}{digest}"
 

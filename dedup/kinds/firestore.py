@@ -43,9 +43,9 @@ from dedup.platform.document_ids import id_problem
 TYPES = "google.cloud.firestore.document.v1."
 MAX_BODY = 3 * 1024 * 1024
 """A document is at most 1 MiB and an event carries two versions of it, plus a little."""
-PROJECT_ID = re.compile(r"[a-z0-9][a-z0-9.:-]{0,99}")
-LOCATION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-DOCUMENT_NAME = re.compile(r"projects/([^/]+)/databases/([^/]+)/documents/(.+)")
+PROJECT_ID = r"[a-z0-9][a-z0-9.:-]{0,99}"
+LOCATION = r"[a-z0-9][a-z0-9-]{0,62}"
+DOCUMENT_NAME = r"projects/([^/]+)/databases/([^/]+)/documents/(.+)"
 VERSIONS_REQUIRED = {
     "created": ("value",),
     "deleted": ("old_value",),
@@ -168,7 +168,7 @@ def check_request(raw: Any, declared: Declared) -> Any:
     for name in ("location", "project", "database", "namespace", "document", "subject"):
         if not isinstance(raw.get(name), str) or not raw.get(name):
             raise Malformed(f"the Firestore event has no `{name}` attribute")
-    if not PROJECT_ID.fullmatch(raw["project"]) or not LOCATION.fullmatch(raw["location"]):
+    if not re.fullmatch(PROJECT_ID, raw["project"]) or not re.fullmatch(LOCATION, raw["location"]):
         raise Malformed("the Firestore event's project or location is malformed")
     database = declared.filters.get("database", "(default)")
     namespace = declared.filters.get("namespace", "(default)")
@@ -178,7 +178,7 @@ def check_request(raw: Any, declared: Declared) -> Any:
     paths = set()
     for version in ("value", "old_value"):
         if getattr(data, version):
-            match = DOCUMENT_NAME.fullmatch(getattr(data, version).name)
+            match = re.fullmatch(DOCUMENT_NAME, getattr(data, version).name)
             if match is None or match.group(1, 2) != (raw["project"], raw["database"]):
                 raise Malformed("a document version in the data is not named in this database")
             paths.add(match.group(3))

@@ -49,7 +49,7 @@ from dedup.platform.propagation import is_trace_attribute
 TYPE = "google.cloud.pubsub.topic.v1.messagePublished"
 MAX_BODY = 14 * 1024 * 1024
 """A message is at most 10 MB, base64 in a JSON envelope makes it 4/3 larger."""
-SOURCE = re.compile(r"//pubsub\.googleapis\.com/projects/([^/]+)/topics/([^/]+)")
+SOURCE = r"//pubsub\.googleapis\.com/projects/([^/]+)/topics/([^/]+)"
 MESSAGE_FIELDS = frozenset(
     {"data", "attributes", "messageId", "message_id", "publishTime", "publish_time", "orderingKey"}
 )
@@ -154,7 +154,7 @@ def check_request(raw: Any, declared: Declared) -> Any:
     if media_type(raw) != "application/json":
         raise Malformed("Pub/Sub events are read as application/json only", 415)
     project = os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("GCLOUD_PROJECT")
-    source = SOURCE.fullmatch(str(raw.get("source")))
+    source = re.fullmatch(SOURCE, str(raw.get("source")))
     other_project = source is not None and project is not None and source.group(1) != project
     if source is None or source.group(2) != topic or other_project:
         where = f" in project {project}" if project else ""
@@ -173,7 +173,7 @@ def check_request(raw: Any, declared: Declared) -> Any:
     if not isinstance(message_id, str) or not message_id:
         raise Malformed("the Pub/Sub message id is not a non-empty string")
     publish_time = one_spelling(message, "publishTime", "publish_time")
-    if not isinstance(publish_time, str) or not RFC3339.fullmatch(publish_time):
+    if not isinstance(publish_time, str) or not re.fullmatch(RFC3339, publish_time):
         raise Malformed("the Pub/Sub publish time is missing or not an RFC 3339 timestamp")
     if not isinstance(message.get("orderingKey", ""), str):
         raise Malformed("the Pub/Sub orderingKey is not a string")

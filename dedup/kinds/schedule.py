@@ -69,16 +69,15 @@ def _request_header(name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-_EVERY = re.compile(
-    r"every\s+(?:(?P<n>\d+)\s+(?P<unit>minutes?|mins?|hours?)|day\s+(?P<h>\d\d):(?P<m>\d\d))",
-    re.IGNORECASE,
+_EVERY = (
+    r"(?i)every\s+(?:(?P<n>\d+)\s+(?P<unit>minutes?|mins?|hours?)|day\s+(?P<h>\d\d):(?P<m>\d\d))"
 )
 
 
 def cron_equivalent(schedule: str) -> str | None:
     """The unix-cron form of an App Engine schedule ("every 5 minutes", "every 2 hours",
     "every day 08:00"), or None when there is none this simple (or it is not that form)."""
-    match = _EVERY.fullmatch(schedule.strip())
+    match = re.fullmatch(_EVERY, schedule.strip())
     if match is None:
         return None
     if match["h"] is not None:

@@ -49,9 +49,9 @@ CLOUD_EVENT_HEADER_PREFIX = "ce-"
 
 _TRACE_ATTRIBUTES = frozenset({TRACEPARENT, TRACESTATE})
 _W3C = TraceContextTextMapPropagator()
-_CLOUD_TRACE = re.compile(r"(?P<trace>[0-9a-fA-F]{32})/(?P<span>\d{1,20})(?:;o=(?P<o>\d+))?")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
-_HEX16 = re.compile(r"[0-9a-f]{16}")
+_CLOUD_TRACE = r"(?P<trace>[0-9a-fA-F]{32})/(?P<span>\d{1,20})(?:;o=(?P<o>\d+))?"
+_HEX32 = r"[0-9a-f]{32}"
+_HEX16 = r"[0-9a-f]{16}"
 
 
 class Headers(Protocol):
@@ -152,7 +152,7 @@ def _w3c(traceparent: object, tracestate: object) -> Context | None:
 
 
 def _cloud_trace(value: str | None) -> Context | None:
-    match = _CLOUD_TRACE.fullmatch(value.strip()) if value else None
+    match = re.fullmatch(_CLOUD_TRACE, value.strip()) if value else None
     if match is None:
         return None
     span_id = int(match["span"])
@@ -170,9 +170,9 @@ def _legacy_span_context(value: object) -> Context | None:
     if not isinstance(parsed, dict):
         return None
     trace_id, span_id = parsed.get("traceId"), parsed.get("spanId")
-    if not (isinstance(trace_id, str) and _HEX32.fullmatch(trace_id)):
+    if not (isinstance(trace_id, str) and re.fullmatch(_HEX32, trace_id)):
         return None
-    if not (isinstance(span_id, str) and _HEX16.fullmatch(span_id)):
+    if not (isinstance(span_id, str) and re.fullmatch(_HEX16, span_id)):
         return None
     flags = parsed.get("traceFlags")
     sampled = TraceFlags.SAMPLED if flags == 1 else TraceFlags.DEFAULT
