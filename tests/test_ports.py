@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from tests.deploy.test_emulator_signals import SHIFT as SIGNALS_SHIFT
 from tests.named.test_functions_emulator import PORT_SHIFT as NAMED_SHIFT
 from tests.plugin import receiver_port
@@ -28,6 +30,7 @@ def emulator_ports() -> list[int]:
     ]
 
 
+@pytest.mark.needs_emulators  # reads the installed Firebase CLI (make test installs it)
 def test_worker_band_is_what_firebase_tools_uses() -> None:
     """The installed Functions emulator starts a Python worker's port search where WORKER_BAND
     says: `8081 + randomInt(0, 1000)`."""
