@@ -60,7 +60,8 @@ def backoff(round_: int) -> float:
 
 
 class StoreBase[C]:
-    """The dedup collection of one Firestore client `C` (sync or async): what both stores share."""
+    """The dedup collection of one client `C`: what `RecordStore` shares with the tests'
+    in-memory stores (paths, time bounds, the error of a failed call)."""
 
     def __init__(self, client: C, collection: str, *, rpc_timeout_seconds: float = 10) -> None:
         """Operate on `collection` (a collection path) through `client`; each call gives up
