@@ -168,9 +168,32 @@ def describe_lease(record: Record, now: datetime) -> str:
         return f"live, owner {record.owner}, expires in {format_duration(expires - now)}"
     if status is LeaseStatus.EXPIRED and expires is not None:
         return f"expired {format_duration(now - expires)} ago (stuck until a redelivery)"
+    if status is LeaseStatus.RELEASED and record.ambiguous:
+        return (
+            "released, ambiguous (its owner may have run the handler): the next delivery asks "
+            "reconcile, then follows on_ambiguous"
+        )
     if status is LeaseStatus.RELEASED:
         return "released: the next delivery runs the handler"
     return "none (final state)"
+
+
+def what_to_check(record: Record) -> str | None:
+    """What an operator should check before deciding on an `unknown` record (None for any
+    other state)."""
+    if record.state is not State.UNKNOWN:
+        return None
+    return (
+        "an attempt's lease ended before 'sent' was recorded and nothing could tell whether its "
+        "effect happened: either its handler ran and its process died (or lost Firestore) "
+        "before 'sent', or its claim landed while Firestore stayed unreachable until its time "
+        "budget ended, and its handler never started. Check: (1) the receiver, for the effect "
+        f"under the key {record.key} (Idempotency-Key); (2) the log lines of this key: an "
+        "'unavailable' line saying the claim may have landed means that attempt never started "
+        "its handler; (3) notes and steps below, what the attempt recorded before its effect. "
+        f"Effect there: nothing to do. Not there: `dedup revive {record.key}`, then deliver the "
+        "event again"
+    )
 
 
 def record_json(record: Record, path: str, now: datetime) -> dict[str, Any]:
@@ -198,7 +221,9 @@ def record_json(record: Record, path: str, now: datetime) -> dict[str, Any]:
         Field.TRACE_ID: record.trace_id,
         Field.RECONCILED: record.reconciled,
         Field.NOTES: record.notes,
+        Field.AMBIGUOUS: record.ambiguous,
         "leaseExpiresAt": iso(record.lease_expires_at),
+        "check": what_to_check(record),
         "leaseStatus": lease_status(record, now).value,
         "readTime": iso(now),
     }
@@ -282,7 +307,10 @@ def record_grid(record: Record, path: str, now: datetime) -> Table:
         (Field.TRACE_ID, record.trace_id),
         (Field.RECONCILED, record.reconciled),
         (Field.NOTES, record.notes),
+        (Field.AMBIGUOUS, record.ambiguous),
     ]
+    if (check := what_to_check(record)) is not None:
+        rows.insert(2, ("check", check))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")

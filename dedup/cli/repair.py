@@ -92,11 +92,13 @@ happened; unknown: nobody could tell whether it did, and the function skips such
 @yes_option
 @click.pass_obj
 def release(target: Target, keys: tuple[str, ...], yes: bool) -> None:
-    """Hand in-progress leases back; the next delivery runs the handler.
+    """Hand in-progress leases back, as if they had expired now.
 
-    For a record whose handler crashed under a long lease. Releasing a live lease of a handler
-    that is still running lets a redelivery run it a second time: check `show` first.
-    Exits with status 1 if a key is missing or not in progress.
+    For a record whose handler crashed under a long lease. The next delivery takes the lease
+    over as an ambiguous one (the crashed handler may have produced the effect): it asks
+    `reconcile`, then follows `on_ambiguous` (rerun: the handler runs; skip: `unknown`).
+    Releasing a live lease of a handler that is still running lets a redelivery run it a second
+    time: check `show` first. Exits with status 1 if a key is missing or not in progress.
     """
     snapshots = [target.document(key).get() for key in dict.fromkeys(keys)]
     now = target.database_now()

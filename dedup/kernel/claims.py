@@ -27,9 +27,11 @@ exhausted record itself instead of releasing it, so a released one was handed ba
 
 A take-over of an expired lease is **ambiguous** (`takeover_ambiguous`): the attempt that held
 it may have produced the effect before it died, or before the store failed for the rest of its
-lease after the handler returned (that owner never releases its lease). A released lease is
-not: its handler raised, or an operator handed the record back. A fresh event never is. What
-an ambiguous take-over does (`after_ambiguity`, lease mode):
+lease after the handler returned (that owner never releases its lease). So is a take-over of
+a lease given back ambiguous (`release_ambiguous`: by a delivery that took over an expired
+lease and never started the handler, or by `dedup release`): a give-back settles nothing. A
+lease released by a handler that raised is not ambiguous; a fresh event never is. What an
+ambiguous take-over does (`after_ambiguity`, lease mode):
 
 | `reconcile(delivery)` returned    | `on_ambiguous` | next                                    |
 |-----------------------------------|----------------|-----------------------------------------|
@@ -113,11 +115,18 @@ def lease_released(record: Record) -> bool:
     return not record.has_lease
 
 
+def release_ambiguous(record: Record) -> bool:
+    """A released lease that keeps an ambiguity (not a handler's release after it raised): given
+    back by a delivery that took over an expired lease and never started the handler (its
+    budget was spent), or by `dedup release` (its owner may have run the handler)."""
+    return lease_released(record) and record.ambiguous
+
+
 def takeover_ambiguous(record: Record, read_time: datetime) -> bool:
     """Taking this record over is ambiguous: its lease expired, so the attempt that held it
     may have produced the effect without recording "sent" (it died, or the store failed until
-    its lease ran out after the handler returned). A released lease is not ambiguous."""
-    return lease_expired(record, read_time)
+    its lease ran out after the handler returned), or it was given back `release_ambiguous`."""
+    return lease_expired(record, read_time) or release_ambiguous(record)
 
 
 @dataclass(frozen=True)
@@ -367,6 +376,12 @@ PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
     api_exceptions.NotFound,
 )
 """What a write raises when its precondition (exists=false, or an update time) fails."""
+
+
+def store_down(error: BaseException) -> bool:
+    """`error` (a `StoreUnavailable`) chains transient errors until the call's deadline: a
+    write that failed so may have been applied, its response lost (a refusal was not)."""
+    return isinstance(error.__cause__, (*TRANSIENT_ERRORS, api_exceptions.RetryError))
 
 
 def commit_failure(exc: BaseException) -> CommitFailed | None:

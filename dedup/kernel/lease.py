@@ -18,11 +18,10 @@ succeeds or its lease runs out; a write whose response was lost is recognised by
 token and counts as done. The one window left: the process dies, or Firestore stays
 unreachable for the rest of the lease, after the effect and before "sent" is recorded. Such an
 owner never releases its lease, so the next delivery after the lease takes over an expired
-lease: an **ambiguous** delivery (`dedup.kernel.claims.takeover_ambiguous`). It asks `reconcile`
-first, if there is one (True: record "sent" with `reconciled: true`, handler not run), then
-follows `on_ambiguous`: "rerun" runs the handler again with the same `Delivery.key`, "skip"
-records `unknown` and returns (at most once). A `reconcile` that raises leaves the lease to
-expire: the next delivery after it is ambiguous again and asks again.
+lease: an **ambiguous** delivery (`dedup.kernel.claims.takeover_ambiguous`), which asks
+`reconcile` and follows `on_ambiguous` (`dedup.kernel.ambiguity`) before the handler; if it
+gives the lease back unstarted instead, the next delivery is as ambiguous. A claim write that
+may have landed with its response lost is read back until the budget ends (`_read_back`).
 
 A successful claim makes a `Lease`: the only fenced writer of the record in lease mode. It holds
 the owner token, the fencing token (the update time of its last write), a lower bound of the
@@ -37,6 +36,7 @@ drives it without an event loop, the async one awaits it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
@@ -53,11 +53,12 @@ from dedup.kernel.claims import (
     after_failure,
     after_fenced_conflict,
     decide,
+    store_down,
     takeover_ambiguous,
     written_by,
 )
 from dedup.kernel.delivery import NO_NOTES, Outcome, OutcomeKind, Step
-from dedup.kernel.record import Fields, State, error_text
+from dedup.kernel.record import Conflict, Fields, Snapshot, State, error_text
 from dedup.kernel.run import Run
 from dedup.kernel.step_writes import run_step
 from dedup.kernel.steps import StepLog, at_most_once, step_call
@@ -240,17 +241,21 @@ async def _claim(run: Run) -> Outcome | Lease:
     notes = NO_NOTES  # what the record it took over had noted
     steps: Mapping[str, Any] | None = None  # and the steps it had recorded
     sent_at = time.monotonic()  # when the latest claim write was sent: our lease starts later
+    maybe_ours = False  # the latest claim write may have landed, its response lost
     for _ in range(CLAIM_ROUNDS):
-        run.require_time("claim")
+        if not maybe_ours:  # else it must learn whether it holds a lease, whatever the time
+            run.require_time("claim")
         if try_create:
             ambiguous, notes, steps = False, NO_NOTES, None
             sent_at = time.monotonic()
             fields = first_write(run, State.IN_PROGRESS, owner, lease_seconds=config.lease_seconds)
-            created = await store.create(run.key, fields, budget=run.rpc_budget())
+            created = await _claim_write(store.create(run.key, fields, budget=run.rpc_budget()))
             if isinstance(created, datetime):
                 run.counted(1)
                 return _owned(Lease(run, owner, created, sent_at + config.lease_seconds))
-        snapshot = await store.read(run.key, budget=run.rpc_budget())
+            maybe_ours = created.maybe_applied
+        snapshot = await _read_back(run, maybe_ours)
+        maybe_ours = False
         record = snapshot.record
         if record is not None and written_by(record, owner):
             # Our own claim or burial landed although its response was lost.
@@ -284,27 +289,58 @@ async def _claim(run: Run) -> Outcome | Lease:
         ambiguous = takeover_ambiguous(record, snapshot.read_time)
         notes, steps = record.notes or NO_NOTES, record.steps
         sent_at = time.monotonic()
-        taken = await store.update_if_unchanged(
-            run.key,
-            lease_taken(
-                owner=owner,
-                lease_seconds=config.lease_seconds,
-                attempts=record.attempts + 1,
-                expire_at=run.expire_at(),
-            ),
-            precondition(snapshot),
-            action="take over the lease of",
-            budget=run.rpc_budget(),
+        fields = lease_taken(
+            owner=owner,
+            lease_seconds=config.lease_seconds,
+            attempts=record.attempts + 1,
+            expire_at=run.expire_at(),
         )
+        guard, action = precondition(snapshot), "take over the lease of"
+        write = store.update_if_unchanged(
+            run.key, fields, guard, action=action, budget=run.rpc_budget()
+        )
+        taken = await _claim_write(write)
         if isinstance(taken, datetime):
             run.counted(record.attempts + 1)
             ends = sent_at + config.lease_seconds
             return _owned(Lease(run, owner, taken, ends, ambiguous, notes, steps))
+        maybe_ours = taken.maybe_applied
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
         f"{run.path} changed {CLAIM_ROUNDS} times while this delivery tried to claim it; "
         "another delivery is working on it, the platform will retry"
     )
+
+
+async def _claim_write(write: Coroutine[Any, Any, datetime | Conflict]) -> datetime | Conflict:
+    """What a claim write (create or take-over) returned; one that failed `store_down` may have
+    landed with its response lost: a `Conflict` that may be ours, read back (`_read_back`)."""
+    try:
+        return await write
+    except StoreUnavailable as exc:
+        if not store_down(exc):
+            raise
+        return Conflict(maybe_applied=True)
+
+
+async def _read_back(run: Run, maybe_ours: bool) -> Snapshot:
+    """The record, to decide on; after a claim write that may have landed (`maybe_ours`), read
+    until the budget ends: the delivery learns whether it holds the lease (run, or give back)."""
+    for round_ in itertools.count():
+        try:
+            return await run.io.read(run.key, budget=run.rpc_budget())
+        except StoreUnavailable as exc:
+            pause = backoff(round_)
+            if not (maybe_ours and store_down(exc)):
+                raise
+            if run.time_left() <= pause:
+                raise StoreUnavailable(
+                    f"{exc}; this delivery's claim may have landed with its response lost, and "
+                    "the store stayed down until its time budget ended: if it landed, its lease "
+                    "expires unstarted and the next delivery is ambiguous (docs/guarantees.md)"
+                ) from exc
+            await run.io.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _owned(lease: Lease) -> Lease:
@@ -355,7 +391,10 @@ async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:
     """The claim took the whole time budget: give the lease back without starting the handler
     (the attempt it counted is handed back too), then raise `BudgetSpent`."""
     error = "the time budget was spent claiming the lease; the handler did not start"
-    fields = released(error=error, expire_at=run.expire_at(), attempts=run.attempt - 1)
+    if ambiguous := lease.ambiguous:  # a give-back settles nothing: the next is ambiguous too
+        error += " (the lease it took over had expired: the next delivery is ambiguous)"
+    expire_at, attempts = run.expire_at(), run.attempt - 1
+    fields = released(error=error, expire_at=expire_at, attempts=attempts, ambiguous=ambiguous)
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
         await lease.write(fields, State.IN_PROGRESS, "release", None)
     run.spent("start the handler of")

@@ -52,6 +52,12 @@ steps               map (absent)         A lease-mode handler's durable steps by
                                          (`delivery.step`): `{index, state, value}`, state
                                          "done" or "started" (docs/steps.md); absent when
                                          none.
+ambiguous           bool (absent)        Lease mode, read while the lease is released: true
+                                         when it was given back by a delivery that took
+                                         over an expired lease and never started the
+                                         handler, or by `dedup release`; the next delivery
+                                         is then ambiguous, as after an expired lease. False
+                                         after a handler's own release and `dedup revive`.
 ==================  ===================  ===================================================
 
 Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
@@ -141,6 +147,7 @@ class Field:
     RECONCILED = "reconciled"
     NOTES = "notes"
     STEPS = "steps"
+    AMBIGUOUS = "ambiguous"
 
 
 class SnapshotLike(Protocol):
@@ -191,6 +198,10 @@ class Record:
     steps: dict[str, Any] | None = None
     """Lease mode: the handler's durable steps by name (`delivery.step`, docs/steps.md), None
     when it recorded none."""
+    ambiguous: bool = False
+    """Lease mode: the lease was given back while an earlier attempt may have produced the
+    effect unrecorded (`dedup.kernel.claims.release_ambiguous`): the next delivery is an
+    ambiguous take-over, as after an expired lease."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -225,6 +236,7 @@ class Record:
             notes=data.get(Field.NOTES),
             source=data.get(Field.SOURCE),
             steps=data.get(Field.STEPS),
+            ambiguous=bool(data.get(Field.AMBIGUOUS, False)),
         )
 
     @property

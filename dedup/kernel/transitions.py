@@ -4,11 +4,9 @@ Defined once, used by the flows (`kernel.lease`, `kernel.atomic`) and by the ope
 line (`dedup.cli`), so a record means the same thing whoever wrote it. Each function returns
 the fields of one write; preconditions are the caller's business (`kernel.store`).
 
-`owner` is the token (uuid4 hex) of the attempt that wrote the transition. It is kept when the
-lease ends (sent, failed, dead, unknown, released): the lease is `leaseStartedAt`, and the
-owner says who wrote the record last, so an attempt can recognise its own write when the
-response to it was lost, and a running owner whose lease an operator released can still
-record its outcome.
+`owner` is the token (uuid4 hex) of the attempt that wrote the transition, kept when the lease
+(`leaseStartedAt`) ends: an attempt recognises its own write whose response was lost, and a
+running owner whose lease an operator released can still record its outcome.
 
 **Record ids** (`dedup_key`): `<event id>-<suffix>`. Suffixes hold no "-", so distinct
 (event id, suffix) pairs give distinct keys. An event id that Firestore would refuse as part of
@@ -16,8 +14,7 @@ a document id (a "/", "." or "..", `__.*__`, over 1,500 bytes), that starts with
 holds anything outside printable ASCII (the key travels as an `Idempotency-Key` header) is
 mapped to `"~" + readable prefix + "~" + sha256(id)`; unmapped ids never start with "~", so the
 two never meet. The `"spread"` layout (DEDUP_KEY_LAYOUT) puts `sha256(id)[:4] + "."` in front,
-to spread sequential ids over key ranges (docs/capacity.md); it is part of the collection's
-identity.
+to spread sequential ids over key ranges (docs/capacity.md); part of the collection's identity.
 """
 
 from __future__ import annotations
@@ -324,15 +321,18 @@ def attempt_finished(
     return fields
 
 
-def released(*, error: str, expire_at: datetime, attempts: int | None = None) -> Fields:
-    """The owner gives its lease back after a failed attempt (state stays in_progress);
-    `attempts`: the count to leave (an attempt whose handler never started hands its own
-    back), None to keep the count."""
+def released(
+    *, error: str, expire_at: datetime, attempts: int | None = None, ambiguous: bool = False
+) -> Fields:
+    """The owner gives its lease back after a failed attempt (in_progress); `attempts`: the
+    count to leave (an unstarted attempt hands its own back), None to keep it; `ambiguous`: it
+    took over an expired lease, never started the handler (`claims.release_ambiguous`)."""
     fields: Fields = {
         Field.STATE: State.IN_PROGRESS.value,
         Field.LEASE_STARTED_AT: None,
         Field.LAST_ERROR: error,
         Field.EXPIRE_AT: expire_at,
+        Field.AMBIGUOUS: ambiguous,
     }
     if attempts is not None:
         fields[Field.ATTEMPTS] = attempts
@@ -340,9 +340,10 @@ def released(*, error: str, expire_at: datetime, attempts: int | None = None) ->
 
 
 def operator_released() -> Fields:
-    """`dedup release`: the lease is handed back; the next delivery runs the handler, even if
-    the crashed attempt was the last allowed one (`kernel.claims`). Attempts, history kept."""
-    return {Field.STATE: State.IN_PROGRESS.value, Field.LEASE_STARTED_AT: None}
+    """`dedup release`: the lease handed back as if it expired now (the next delivery is
+    ambiguous, even after the last allowed attempt: `kernel.claims`); attempts, history kept."""
+    fields = {Field.STATE: State.IN_PROGRESS.value, Field.LEASE_STARTED_AT: None}
+    return {**fields, Field.AMBIGUOUS: True}
 
 
 def noted(notes: Mapping[str, Any]) -> Fields:
@@ -360,7 +361,7 @@ def steps_recorded(steps: Mapping[str, Any]) -> Fields:
 def revived() -> Fields:
     """`dedup revive`: a failed, dead or unknown record becomes runnable again with a full
     attempt budget (attempts back to 0, `lastError` and `notes` kept). The next delivery finds
-    a released lease, which is never ambiguous: it runs the handler.
+    a lease released with `ambiguous: false` (not ambiguous): it runs the handler.
 
     Attempts restart at 0 because a dead record has used `max_attempts` already: a revived
     event gets the full retry budget, as if it were new.
@@ -370,6 +371,7 @@ def revived() -> Fields:
         Field.SENT: False,
         Field.LEASE_STARTED_AT: None,
         Field.ATTEMPTS: 0,
+        Field.AMBIGUOUS: False,
     }
 
 
@@ -383,8 +385,7 @@ async def mark_dead(
 ) -> bool:
     """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, guarded
     by the update time of that read (its RPC bounded by `budget`); False if it changed."""
-    record = snapshot.record
-    error = record.last_error if record is not None else None
+    error = snapshot.record.last_error if snapshot.record is not None else None
     fields = finished(State.DEAD, owner=owner, expire_at=expire_at, error=error)
     result = await io.update_if_unchanged(
         key, fields, precondition(snapshot), action="mark dead", budget=budget
