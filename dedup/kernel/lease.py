@@ -12,22 +12,17 @@ Per delivery:
 4. run the handler, then record sent / failed / dead, or release and re-raise.
 
 Every write after the claim is fenced by the update time of this owner's last write: a stale
-owner gets `LeaseLost` and records nothing. Once the handler has returned, the delivery owns
-the outcome: it keeps trying to record "sent" (retrying is safe, the write is fenced) until it
-succeeds or its lease runs out; a write whose response was lost is recognised by the owner
-token and counts as done. The one window left: the process dies, or Firestore stays
-unreachable for the rest of the lease, after the effect and before "sent" is recorded. Such an
-owner never releases its lease, so the next delivery after the lease takes over an expired
-lease: an **ambiguous** delivery (`dedup.kernel.claims.takeover_ambiguous`), which asks
-`reconcile` and follows `on_ambiguous` (`dedup.kernel.ambiguity`) before the handler; if it
-gives the lease back unstarted instead, the next delivery is as ambiguous. A claim write that
-may have landed with its response lost is read back until the budget ends (`_read_back`).
+owner gets `LeaseLost` and records nothing. Once the handler has returned, the delivery keeps
+trying to record "sent" until it succeeds or its lease runs out; a write whose response was
+lost is recognised by the owner token. The one window left: the process dies, or Firestore
+stays unreachable for the rest of the lease, after the effect and before "sent". The next
+delivery then takes over an expired lease: an **ambiguous** delivery
+(`dedup.kernel.claims.takeover_ambiguous`), which asks `reconcile` and follows `on_ambiguous`
+(`dedup.kernel.ambiguity`); if it gives the lease back unstarted instead, the next one is as
+ambiguous. A claim write that may have landed unanswered is read back (`_read_back`).
 
-A successful claim makes a `Lease`: the only fenced writer of the record in lease mode. It holds
-the owner token, the fencing token (the update time of its last write), a lower bound of the
-lease's end, the notes and whether it took over an expired lease. `delivery.note(...)` writes
-the record's `notes` through it, fenced like "sent"; a handler that notes nothing writes
-nothing more.
+A successful claim makes a `Lease`, the only fenced writer of the record: owner token, fencing
+token, a lower bound of the lease's end, notes, steps, and whether it took over ambiguously.
 
 The flow is written once, as coroutines over `Run.io` (`dedup.kernel.flow_io`): the sync front door
 drives it without an event loop, the async one awaits it.
@@ -39,7 +34,7 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -241,21 +236,20 @@ async def _claim(run: Run) -> Outcome | Lease:
     notes = NO_NOTES  # what the record it took over had noted
     steps: Mapping[str, Any] | None = None  # and the steps it had recorded
     sent_at = time.monotonic()  # when the latest claim write was sent: our lease starts later
-    maybe_ours = False  # the latest claim write may have landed, its response lost
+    unsure: Conflict | StoreUnavailable | None = None  # how the latest claim write failed
     for _ in range(CLAIM_ROUNDS):
-        if not maybe_ours:  # else it must learn whether it holds a lease, whatever the time
+        if not _maybe_ours(unsure):  # else it learns whether it holds a lease, whatever the time
             run.require_time("claim")
         if try_create:
             ambiguous, notes, steps = False, NO_NOTES, None
             sent_at = time.monotonic()
             fields = first_write(run, State.IN_PROGRESS, owner, lease_seconds=config.lease_seconds)
-            created = await _claim_write(store.create(run.key, fields, budget=run.rpc_budget()))
+            created = await _claimed(store.create(run.key, fields, budget=run.rpc_budget()))
             if isinstance(created, datetime):
                 run.counted(1)
                 return _owned(Lease(run, owner, created, sent_at + config.lease_seconds))
-            maybe_ours = created.maybe_applied
-        snapshot = await _read_back(run, maybe_ours)
-        maybe_ours = False
+            unsure = created
+        snapshot = await _read_back(run, _maybe_ours(unsure))
         record = snapshot.record
         if record is not None and written_by(record, owner):
             # Our own claim or burial landed although its response was lost.
@@ -265,6 +259,9 @@ async def _claim(run: Run) -> Outcome | Lease:
             ends = sent_at + config.lease_seconds
             token = precondition(snapshot)
             return _owned(Lease(run, owner, token, ends, ambiguous, notes, steps))
+        if isinstance(unsure, StoreUnavailable):
+            raise unsure  # it did not land: the store fails writes, the platform retries
+        unsure = None
         claim = decide(record, snapshot.read_time, config.attempt_limit)
         try_create = claim is Claim.CREATE
         if record is None:  # vanished (TTL) between the create and the read
@@ -299,12 +296,12 @@ async def _claim(run: Run) -> Outcome | Lease:
         write = store.update_if_unchanged(
             run.key, fields, guard, action=action, budget=run.rpc_budget()
         )
-        taken = await _claim_write(write)
+        taken = await _claimed(write)
         if isinstance(taken, datetime):
             run.counted(record.attempts + 1)
             ends = sent_at + config.lease_seconds
             return _owned(Lease(run, owner, taken, ends, ambiguous, notes, steps))
-        maybe_ours = taken.maybe_applied
+        unsure = taken
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
         f"{run.path} changed {CLAIM_ROUNDS} times while this delivery tried to claim it; "
@@ -312,15 +309,19 @@ async def _claim(run: Run) -> Outcome | Lease:
     )
 
 
-async def _claim_write(write: Coroutine[Any, Any, datetime | Conflict]) -> datetime | Conflict:
-    """What a claim write (create or take-over) returned; one that failed `store_down` may have
-    landed with its response lost: a `Conflict` that may be ours, read back (`_read_back`)."""
+async def _claimed(write: Awaitable[datetime | Conflict]) -> datetime | Conflict | StoreUnavailable:
+    """A claim write's result, or its error if it failed `store_down` (it may have landed)."""
     try:
         return await write
     except StoreUnavailable as exc:
         if not store_down(exc):
             raise
-        return Conflict(maybe_applied=True)
+        return exc
+
+
+def _maybe_ours(failed: Conflict | StoreUnavailable | None) -> bool:
+    """A claim write that failed so may have landed (its response lost)."""
+    return isinstance(failed, StoreUnavailable) or (failed is not None and failed.maybe_applied)
 
 
 async def _read_back(run: Run, maybe_ours: bool) -> Snapshot:
@@ -335,9 +336,8 @@ async def _read_back(run: Run, maybe_ours: bool) -> Snapshot:
                 raise
             if run.time_left() <= pause:
                 raise StoreUnavailable(
-                    f"{exc}; this delivery's claim may have landed with its response lost, and "
-                    "the store stayed down until its time budget ended: if it landed, its lease "
-                    "expires unstarted and the next delivery is ambiguous (docs/guarantees.md)"
+                    f"{exc}; its claim may have landed unanswered, the store down until the budget"
+                    " ended: the handler never started, the next delivery is ambiguous"
                 ) from exc
             await run.io.sleep(pause)
     raise AssertionError("unreachable")  # pragma: no cover

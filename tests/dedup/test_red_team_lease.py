@@ -12,6 +12,7 @@ looked for and not found).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -21,8 +22,12 @@ import grpc
 import pytest
 from click.testing import CliRunner
 from google.cloud import firestore
+from google.cloud.firestore import AsyncClient
+from google.cloud.firestore_v1.base_client import _GRPC_MSG_SIZE_OPTIONS
 
 from dedup import (
+    AsyncDeduplicator,
+    AsyncDelivery,
     DedupConfig,
     Deduplicator,
     Delivery,
@@ -34,6 +39,7 @@ from dedup import (
 from dedup.cli import cli
 from dedup.kernel.delivery import Step
 from tests.dedup.grpc_faults import (
+    PROJECT,
     Fault,
     FaultInterceptor,
     FaultyClient,
@@ -200,6 +206,67 @@ def test_a_slow_take_over_given_back_leaves_the_event_ambiguous(
         1,
     )
     assert read_record(KEY).state is State.UNKNOWN  # type: ignore[union-attr]
+
+
+class HeldCommit(grpc.aio.UnaryUnaryClientInterceptor):
+    """The async client's slow write: the `number`-th Commit is applied, and its response held
+    until `until` (monotonic)."""
+
+    def __init__(self, number: int, until: float) -> None:
+        self.number, self.until, self.commits = number, until, 0
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        call = await continuation(details, request)
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if method.endswith("/Commit"):
+            self.commits += 1
+            if self.commits == self.number:
+                await call  # applied and answered; the client sees it late
+                await asyncio.sleep(max(0.0, self.until - time.monotonic()))
+        return call
+
+
+class HeldAsyncClient(AsyncClient):
+    """An `AsyncClient` on the emulator whose channel goes through a `HeldCommit`."""
+
+    def __init__(self, held: HeldCommit) -> None:
+        super().__init__(project=PROJECT)
+        self.held = held
+
+    def _emulator_channel(self, transport: Any) -> Any:
+        options = [("Authorization", "Bearer owner"), *_GRPC_MSG_SIZE_OPTIONS]
+        host = self._emulator_host
+        return grpc.aio.insecure_channel(host, options=options, interceptors=[self.held])
+
+
+def test_a_slow_take_over_given_back_on_the_async_path_leaves_the_event_ambiguous(
+    firestore_client: firestore.Client,
+) -> None:
+    """The same invariant on the async front door (`AsyncDeduplicator`): B's take-over is slow,
+    B gives the lease back unstarted, and C under "skip" records `unknown`: one effect."""
+    crash_after_effect(firestore_client)
+    time.sleep(CRASHED_LEASE + 0.5)
+
+    async def effect_async(delivery: AsyncDelivery) -> None:
+        await delivery.client.collection(EFFECTS).document().create({"key": delivery.key})
+
+    async def late_then_next() -> OutcomeKind:
+        held = HeldCommit(2, past_the_budget())  # its create (1) found the record
+        config = DedupConfig(
+            cache_size=0, min_retry_seconds=0, rpc_timeout_seconds=1, lease_seconds=SLOW_LEASE
+        )
+        late = AsyncDeduplicator(config, client_factory=lambda: HeldAsyncClient(held))
+        with pytest.raises(StoreUnavailable, match="start the handler"):
+            await late.run(EVENT, SUFFIX, effect_async)
+        fresh = AsyncDeduplicator(
+            DedupConfig(cache_size=0, lease_seconds=CRASHED_LEASE, rpc_timeout_seconds=1),
+            client_factory=lambda: AsyncClient(project=PROJECT),
+        )
+        outcome = await fresh.run(EVENT, SUFFIX, effect_async, on_ambiguous="skip")
+        return outcome.kind
+
+    assert asyncio.run(late_then_next()) is OutcomeKind.AMBIGUOUS
+    assert effects(firestore_client) == 1
 
 
 def test_an_operator_release_leaves_the_event_ambiguous(
