@@ -23,7 +23,6 @@ import pytest
 from click.testing import CliRunner
 from google.cloud import firestore
 from google.cloud.firestore import AsyncClient
-from google.cloud.firestore_v1.base_client import _GRPC_MSG_SIZE_OPTIONS
 
 from dedup import (
     AsyncDeduplicator,
@@ -38,6 +37,7 @@ from dedup import (
 )
 from dedup.cli import cli
 from dedup.kernel.delivery import Step
+from tests.dedup.aio_faults import AsyncFaultInterceptor, FaultyAsyncClient
 from tests.dedup.grpc_faults import (
     PROJECT,
     Fault,
@@ -208,35 +208,21 @@ def test_a_slow_take_over_given_back_leaves_the_event_ambiguous(
     assert read_record(KEY).state is State.UNKNOWN  # type: ignore[union-attr]
 
 
-class HeldCommit(grpc.aio.UnaryUnaryClientInterceptor):
+class HeldCommit(AsyncFaultInterceptor):
     """The async client's slow write: the `number`-th Commit is applied, and its response held
     until `until` (monotonic)."""
 
     def __init__(self, number: int, until: float) -> None:
-        self.number, self.until, self.commits = number, until, 0
+        super().__init__(lambda method, n: Fault.PASS)
+        self.number, self.until, self.held = number, until, False
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        call = await continuation(details, request)
-        method = details.method.decode() if isinstance(details.method, bytes) else details.method
-        if method.endswith("/Commit"):
-            self.commits += 1
-            if self.commits == self.number:
-                await call  # applied and answered; the client sees it late
-                await asyncio.sleep(max(0.0, self.until - time.monotonic()))
+        call = await super().intercept_unary_unary(continuation, details, request)
+        if self.calls["Commit"] == self.number and not self.held:
+            self.held = True
+            await call  # applied and answered; the client sees it late
+            await asyncio.sleep(max(0.0, self.until - time.monotonic()))
         return call
-
-
-class HeldAsyncClient(AsyncClient):
-    """An `AsyncClient` on the emulator whose channel goes through a `HeldCommit`."""
-
-    def __init__(self, held: HeldCommit) -> None:
-        super().__init__(project=PROJECT)
-        self.held = held
-
-    def _emulator_channel(self, transport: Any) -> Any:
-        options = [("Authorization", "Bearer owner"), *_GRPC_MSG_SIZE_OPTIONS]
-        host = self._emulator_host
-        return grpc.aio.insecure_channel(host, options=options, interceptors=[self.held])
 
 
 def test_a_slow_take_over_given_back_on_the_async_path_leaves_the_event_ambiguous(
@@ -255,7 +241,7 @@ def test_a_slow_take_over_given_back_on_the_async_path_leaves_the_event_ambiguou
         config = DedupConfig(
             cache_size=0, min_retry_seconds=0, rpc_timeout_seconds=1, lease_seconds=SLOW_LEASE
         )
-        late = AsyncDeduplicator(config, client_factory=lambda: HeldAsyncClient(held))
+        late = AsyncDeduplicator(config, client_factory=lambda: FaultyAsyncClient(held))
         with pytest.raises(StoreUnavailable, match="start the handler"):
             await late.run(EVENT, SUFFIX, effect_async)
         fresh = AsyncDeduplicator(
