@@ -300,6 +300,32 @@ def test_a_handler_that_ran_settles_the_ambiguity(
     assert (outcome.kind, reconcile.asked, effects(firestore_client)) == (OutcomeKind.RAN, 0, 2)
 
 
+def test_a_reconcile_that_raises_leaves_the_event_ambiguous(
+    firestore_client: firestore.Client, read_record: ReadRecord
+) -> None:
+    """Guards the class: B's `reconcile` raises on its ambiguous take-over; B writes nothing
+    (no give-back), its lease expires, and C is ambiguous again: asked, `unknown`, one effect."""
+    crash_after_effect(firestore_client)
+    time.sleep(CRASHED_LEASE + 0.5)
+
+    def broken(delivery: Delivery) -> bool | None:
+        raise OSError("receiver unreachable")
+
+    dedup = dedup_on(Weather(), lease_seconds=CRASHED_LEASE)
+    with pytest.raises(OSError, match="unreachable"):
+        dedup.run(EVENT, SUFFIX, effect, reconcile=broken, on_ambiguous="skip")
+    time.sleep(CRASHED_LEASE + 0.5)
+    reconcile = Asks()
+
+    outcome = dedup.run(EVENT, SUFFIX, effect, reconcile=reconcile, on_ambiguous="skip")
+
+    assert (outcome.kind, reconcile.asked, effects(firestore_client)) == (
+        OutcomeKind.AMBIGUOUS,
+        1,
+        1,
+    )
+
+
 # --- The unstarted claim narrowed and named ----------------------------------------------------
 
 
