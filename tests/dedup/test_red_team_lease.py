@@ -16,6 +16,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -30,12 +31,14 @@ from dedup import (
     DedupConfig,
     Deduplicator,
     Delivery,
+    Mode,
     OutcomeKind,
     Record,
     State,
     StoreUnavailable,
 )
 from dedup.cli import cli
+from dedup.kernel.claims import AttemptLimit, Claim, decide, takeover_ambiguous
 from dedup.kernel.delivery import Step
 from tests.dedup.aio_faults import AsyncFaultInterceptor, FaultyAsyncClient
 from tests.dedup.grpc_faults import (
@@ -277,6 +280,25 @@ def test_an_operator_release_leaves_the_event_ambiguous(
         1,
     )
     assert "revive" in show(firestore_client, KEY)["check"]
+
+
+def test_a_lease_released_ambiguous_is_an_ambiguous_take_over() -> None:
+    """The claim decision: a released lease is taken over; it is ambiguous when it was given
+    back `ambiguous` (an unstarted give-back of an expired lease, `dedup release`), not after a
+    handler's own release."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def released(ambiguous: bool) -> Record:
+        return Record(
+            key=KEY, event_id=EVENT, suffix=SUFFIX, state=State.IN_PROGRESS, sent=False,
+            owner="o", lease_started_at=None, lease_seconds=CRASHED_LEASE, attempts=1,
+            first_attempt_at=None, last_attempt_at=None, sent_at=None, expire_at=None,
+            last_error=None, payload_hash=None, mode=Mode.LEASE, ambiguous=ambiguous,
+        )  # fmt: skip
+
+    for ambiguous in (True, False):
+        assert decide(released(ambiguous), now, AttemptLimit(1)) is Claim.TAKE_OVER
+        assert takeover_ambiguous(released(ambiguous), now) is ambiguous
 
 
 def test_a_handler_that_ran_settles_the_ambiguity(
