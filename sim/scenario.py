@@ -95,18 +95,28 @@ class Scenario:
         return "\n  ".join(parts)
 
 
-def make(seed: int, *, concurrency: str | None = None, mode: str | None = None) -> Scenario:
-    """The scenario of `seed` (`concurrency`, `mode`: fixed instead of drawn)."""
+def make(
+    seed: int,
+    *,
+    concurrency: str | None = None,
+    mode: str | None = None,
+    program: str | None = None,
+    on_ambiguous: str | None = None,
+) -> Scenario:
+    """The scenario of `seed`; `concurrency`, `mode`, `program`, `on_ambiguous`: fixed instead
+    of drawn (a family of runs pointed at one kind of function; every other choice, the faults
+    and the schedule included, is still the seed's)."""
     rng = random.Random(seed)
     concurrency = concurrency or MODES[seed % 2]
     mode = mode or rng.choice(("lease", "lease", "lease", "transaction", "write_only"))
-    program = rng.choice(PROGRAMS[mode])
+    drawn = rng.choice(PROGRAMS[mode])
     if mode != "write_only" and rng.random() < BIG_RESULTS:
-        program = "big"
+        drawn = "big"
+    program = program or drawn
     lease = rng.choice((3, 5, 8, 12, 20, 60))
     rpc = rng.randint(1, min(10, max(1, lease // 2)))
     timeout = rng.choice((None, None, max(1, lease - rpc - rng.randint(0, 2))))
-    on_ambiguous = rng.choice(("rerun", "skip"))
+    on_ambiguous = on_ambiguous or rng.choice(("rerun", "skip"))
     reconcile = rng.choice((None, None, "truthful", "unsure", "flaky")) if mode == "lease" else None
     events = ["e1"] if rng.random() < 0.8 else ["e1", "e2"]
     instances = rng.randint(1, 3)

@@ -111,6 +111,7 @@ class Server:
         self.next_txn = 1
         self.open: dict[int, Txn] = {}
         self.soonest = 0  # no open transaction expires before this (microseconds)
+        self.waiting: dict[int, set[str]] = {}  # transactions whose commit waits on a lock
         self.refusals: list[tuple[str, str]] = []
         """(path, reason) of every write refused as INVALID_ARGUMENT for its value."""
 
@@ -142,6 +143,7 @@ class Server:
 
     def _end(self, txn: Txn, state: str) -> None:
         txn.state = state
+        self.waiting.pop(txn.id, None)
         if state != "aborted":
             self.open.pop(txn.id, None)
         for path in list(txn.reads):
@@ -253,10 +255,9 @@ class Server:
         if not holders:
             return
         if txn is not None:
-            younger = {h for h in holders if self.txns[h].began > txn.began}
-            for holder in younger:  # wound-wait: the older transaction wins
-                self._end(self.txns[holder], "aborted")
-            holders -= younger
-            if not holders:
-                return
+            waits_on_us = {h for h in holders if self.waiting.get(h, set()) & set(txn.reads)}
+            if waits_on_us:  # a deadlock: the commit that closes the cycle is aborted
+                self._end(txn, "aborted")
+                raise api.Aborted("Transaction lock timeout: a deadlock on a document's lock.")
+            self.waiting[txn.id] = {w.path for w in writes}
         raise Waits(holders, min(self.expiry(self.txns[h]) for h in holders))
