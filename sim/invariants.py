@@ -27,7 +27,7 @@ each names the promise of docs/guarantees.md (or docs/steps.md) it stands for.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from dedup import Outcome, OutcomeKind
@@ -80,9 +80,13 @@ def check(scenario: Any, world: Any, env: Any, platform: Any) -> list[tuple[str,
                 fail("final-or-leased", f"{key} ends {state} with no lease, and no retry is coming")
     for what in env.mismatches:
         fail("replay", what)
-    for path, reason in world.server.refusals:
-        if path.startswith("triggerEvents/"):
-            fail("record-fits", f"Firestore refused a write of {path}: {reason[:200]}")
+    refused = Counter(
+        (path, reason[:200])
+        for path, reason in world.server.refusals
+        if path.startswith("triggerEvents/")
+    )
+    for (path, reason), times in refused.items():
+        fail("record-fits", f"Firestore refused {times} write(s) of {path}: {reason}")
     for path, reason in getattr(world, "unencodable", []):
         fail("record-fits", f"the client cannot encode a write of {path}: {reason[:200]}")
     _budget(scenario, world, fail)

@@ -34,6 +34,7 @@ from dedup.kernel.claims import TRANSIENT_ERRORS
 from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Snapshot
 from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
+from sim.seams import SimTurns
 from sim.server import Write, at, us_of
 from sim.values import encode
 
@@ -347,6 +348,7 @@ class SimFlowIO:
         self.path = records.path
         self.unavailable = records.unavailable
         self.world = records.world
+        self.turns = SimTurns(records.world)
 
     async def read(self, key: str, **options: Any) -> Snapshot:
         return self.records.read(key, **options)
@@ -372,9 +374,5 @@ class SimFlowIO:
 
     @asynccontextmanager
     async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
-        task = self.world.current
-        self.world.ask(("turn", key, timeout))
-        try:
+        with self.turns.turn(key, timeout):
             yield
-        finally:
-            self.world.release_turn(task, key)

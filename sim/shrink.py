@@ -5,11 +5,11 @@ number, `Faults.disabled`) and keeps each one off while the same invariant still
 is left is a run with only the faults the violation needs, and a trace that much shorter.
 The schedule itself (latencies, which delivery goes where) stays the seed's.
 
-Why not Hypothesis here: a run's choices are drawn while the real kernel runs, and how many it
-draws depends on what the kernel does with the earlier ones, so a failing seed has no fixed
-choice sequence for Hypothesis to shrink; its search from scratch (`tests/sim/test_search.py`
-drives the generator with `st.randoms()`, whose draws Hypothesis controls and shrinks) is the
-place it serves.
+Why not Hypothesis here: a run's choices are drawn while the real kernel runs, and how many
+it draws depends on what the kernel did with the earlier ones, so a failing seed has no fixed
+choice sequence for Hypothesis to shrink. Numbering the faults gives the one knob that keeps
+the rest of the run the seed's, and greedy removal over it is enough to find what a
+violation needs.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from sim.runner import run_one
 from sim.scenario import make
 from sim.server import MODES
 
-SEEDS_PER_MODE = 700
-"""About 10 s a mode on a quiet machine of two cores (a few ms a run)."""
+SEEDS_PER_MODE = 500
+"""About 5 s a mode on a quiet machine (a few ms a run), 10 s on a busy one."""
 
 
 @pytest.mark.parametrize("concurrency", MODES)
