@@ -1,16 +1,15 @@
 """The holes the simulator knows how to find, each recognised in a run's violations, with the
 kernel behaviour it depends on and the family of runs that finds it soonest.
 
-A hole stays here after its fix merges: its test then takes the fix back (`take_back`, a
-context manager that puts the old behaviour in place, e.g. by monkeypatching one kernel
-function) and asserts the simulator still finds it. A simulator that stops finding a known
-hole fails (`tests/sim/test_holes.py`).
+A hole stays here after its fix merges: every search for it (`search`) runs with the fix
+taken back (`sim.old_kernel.taken_back`: the kernel's functions as they were while the hole
+was open, put back in place), and `tests/sim/test_holes.py` asserts the simulator still finds
+it. A simulator that stops finding a known hole fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +27,6 @@ class Hole:
     """Whether a violation's detail (of one of `invariants`) is this hole."""
     family: dict[str, Any] = field(default_factory=dict)
     """`sim.scenario.make` keywords of the runs that find it soonest."""
-    take_back: Callable[[], AbstractContextManager[None]] = nullcontext
-    """Puts the behaviour the fix removed back in place (a no-op while it is unfixed)."""
 
     def found_in(self, violations: list[tuple[str, str, str]]) -> bool:
         return any(name in self.invariants and self.recognise(d) for name, _, d in violations)
@@ -111,11 +108,12 @@ def search(hole: Hole, seeds: Iterator[int], limit: int) -> tuple[int | None, in
     """The first seed of `seeds` (at most `limit` runs of the hole's family) whose run shows
     `hole`, and how many runs it took."""
     from sim.batch import quiet
+    from sim.old_kernel import taken_back
     from sim.runner import run_one
     from sim.scenario import make
 
     runs = 0
-    with hole.take_back(), quiet():
+    with taken_back(hole.name), quiet():
         for seed in seeds:
             if runs >= limit:
                 break
