@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from dedup import TerminalError
@@ -147,6 +148,13 @@ def steps_program(
             elif kind == "reserve":
                 name = f"s{place}reserve"
                 done[name] = await f.step(name, reserve, f.d.key, transactional=True)
+            elif kind == "odd":
+                name = "__s0__" if scenario.odd == "reserved" else f"s{place}odd"
+                sent = odd_value(scenario.odd)
+                value = await f.step(name, charge_odd, f.d.step_key(name), sent)
+                if value != sent or type(value) is not type(sent):
+                    env.mismatch(f"step {name} returned {sent!r}; its replay gave {value!r}")
+                done[name] = value
             elif kind == "receipt":
                 name = f"s{place}receipt"
                 done[name] = await f.step(name, receipt, f.d.step_key(name), on_interrupted="skip")
@@ -160,6 +168,10 @@ def steps_program(
     async def charge(key: str, item: str) -> dict[str, Any]:
         env.effect("charge", key, item, step=True)
         return {"item": item}
+
+    async def charge_odd(key: str, value: Any) -> Any:
+        env.effect("charge", key, f"odd@{key}", step=True)
+        return value
 
     async def receipt(key: str) -> dict[str, Any]:
         env.effect("receipt", key, "receipt", step=True)
@@ -177,6 +189,17 @@ def steps_program(
         return {"n": n}
 
     return body
+
+
+def odd_value(kind: str) -> Any:
+    """A step value Firestore would not keep as given."""
+    if kind == "decimal":
+        return Decimal("9.99")
+    if kind == "nested":
+        return [[1, 2], [3]]
+    if kind == "set":
+        return {"a", "b"}
+    return {"ok": True}
 
 
 def handler_for(scenario: Scenario, env: Any) -> Any:

@@ -77,6 +77,20 @@ HOLES = [
         {"mode": "lease", "program": "steps"},
     ),
     Hole(
+        "step values Firestore cannot keep",
+        "a step whose value is a Decimal (the client cannot encode it), nested arrays or a name "
+        "Firestore reserves (refused as INVALID_ARGUMENT) fails its record write, which is "
+        "retried as an outage and the step runs again; a set comes back from a replay as a list",
+        "dedup.kernel.steps.StepLog.with_entry checks a value's JSON size only, "
+        "dedup.kernel.steps.check_name allows `__.*__`, and "
+        "dedup.kernel.store.ConditionalTries.after wraps INVALID_ARGUMENT as StoreUnavailable",
+        ("record-fits", "replay"),
+        lambda d: any(
+            mark in d for mark in ("odd", "__s0__", "cannot encode", "array value in an array")
+        ),
+        {"mode": "lease", "program": "steps"},
+    ),
+    Hole(
         "step check read past the budget",
         "after a transactional step's transaction failed, the record is read with the whole "
         "RPC timeout, not what is left of the budget",

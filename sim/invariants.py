@@ -87,7 +87,7 @@ def check(scenario: Any, world: Any, env: Any, platform: Any) -> list[tuple[str,
     )
     for (path, reason), times in refused.items():
         fail("record-fits", f"Firestore refused {times} write(s) of {path}: {reason}")
-    for path, reason in getattr(world, "unencodable", []):
+    for path, reason in sorted(set(world.unencodable)):
         fail("record-fits", f"the client cannot encode a write of {path}: {reason[:200]}")
     _budget(scenario, world, fail)
     _answers(platform, fail)

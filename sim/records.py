@@ -239,11 +239,22 @@ class SimRecords(StoreBase[SimClient]):
                 self.get(self.path(key), timeout=self.timeout_within(budget), action=action)
             )
 
+    def encoded(self, key: str, fields: Fields) -> Fields:
+        """`fields` as the client sends them; what it cannot encode is noted as a refused
+        record write (`sim.invariants`: record-fits) before the `TypeError` is raised."""
+        try:
+            return dict(encode(fields))
+        except TypeError as exc:
+            self.world.unencodable.append(
+                (self.path(key), f"TypeError: {exc.args[0]}: {exc.args[1:]}")
+            )
+            raise
+
     def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
     ) -> datetime | Conflict:
         return self._conditional(
-            action, key, Write("create", self.path(key), encode(fields)), budget
+            action, key, Write("create", self.path(key), self.encoded(key, fields)), budget
         )
 
     def update_if_unchanged(
@@ -255,7 +266,7 @@ class SimRecords(StoreBase[SimClient]):
         action: str,
         budget: float | None = None,
     ) -> datetime | Conflict:
-        write = Write("update", self.path(key), encode(fields), us_of(update_time))
+        write = Write("update", self.path(key), self.encoded(key, fields), us_of(update_time))
         return self._conditional(action, key, write, budget)
 
     def _conditional(

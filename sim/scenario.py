@@ -22,6 +22,10 @@ PROGRAMS = {
 BIG_RESULTS = 0.015
 """The share of lease and transaction runs whose handler returns a long list of zeros (each
 costs the kernel tens of milliseconds of JSON, so they are kept rare)."""
+ODD_VALUES = 0.05
+"""The share of step handlers with one step whose value or name Firestore would not keep as
+given (`ODD_KINDS`): a `Decimal`, nested arrays, a `set`, a name Firestore reserves."""
+ODD_KINDS = ("decimal", "nested", "set", "reserved")
 STEP_KINDS = ("charges", "reserve", "receipt", "branch")
 """The steps a `steps` handler may take (`sim.handlers.steps_program`)."""
 
@@ -52,6 +56,8 @@ class Scenario:
     steps: list[str] = field(default_factory=list)
     items: int = 2
     reorder: bool = False
+    odd: str = ""
+    """The `odd` step's kind (`ODD_KINDS`), when there is one."""
     zeros: int = 0
     handler_failure: float = 0.0
     terminal: float = 0.0
@@ -168,6 +174,9 @@ def make(
     if program == "steps":
         count = rng.randint(1, 4)
         scenario.steps = [rng.choice(STEP_KINDS) for _ in range(count)]
+        if rng.random() < ODD_VALUES:
+            scenario.steps[rng.randrange(count)] = "odd"
+            scenario.odd = rng.choice(ODD_KINDS)
         scenario.items = rng.randint(1, 3)
         scenario.reorder = rng.random() < 0.3
     if program == "big":

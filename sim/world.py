@@ -112,6 +112,8 @@ class World:
         self.closing = False
         self.schedule_hash = 0
         self.lock_waiters: list[tuple[Any, ...]] = []
+        self.unencodable: list[tuple[str, str]] = []
+        """(path, why) of record writes the client could not encode."""
 
     # --- the loop ----------------------------------------------------------------------
 

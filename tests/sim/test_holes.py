@@ -24,6 +24,7 @@ LIMITS = {
     "result fits JSON, not the document": 50,
     "plain step after the lease": 600,
     "replay with other arguments": 600,
+    "step values Firestore cannot keep": 600,
     "step check read past the budget": 200,
     "stale deadline past the budget": 400,
 }
