@@ -173,7 +173,7 @@ def value_size(value: Any) -> int:
         for k, v in value.items():
             total += len(k.encode("utf-8", "surrogatepass")) + 1
             kv = type(v)
-            if kv is int or kv is float or v.__class__ is DatetimeWithNanoseconds:
+            if kv is int or kv is float or kv is datetime or kv is DatetimeWithNanoseconds:
                 total += 8
             elif kv is str:
                 total += len(v.encode("utf-8", "surrogatepass")) + 1

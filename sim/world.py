@@ -219,20 +219,8 @@ class World:
     def _handle(self, task: Task, request: tuple[Any, ...]) -> None:
         kind = request[0]
         self.schedule_hash = hash((self.schedule_hash, task.id, kind))
-        instance = task.instance
-        if kind != "sleep" and self.fault("kill", self.faults.kill):
-            before = self.fault_rng.random() < 0.5
-            if before or kind not in ("rpc", "effect"):
-                self.kill(instance, f"{kind} (before sending)")
-                return
-            self.kill(instance, f"{kind} (after sending)")
-        elif self.fault("pause", self.faults.pause):
-            pause = self.fault_rng.uniform(0.1, self.faults.pause_seconds)
-            instance.frozen_until = max(instance.frozen_until, self.now + pause)
-            if self.tracing:
-                self.trace.add(
-                    self.now, instance.name, "FAULT", "process frozen for {:.3f} s", pause
-                )
+        if self.now < self.faults.until and self._strikes(task, kind):
+            return
         if kind == "sleep":
             if self.tracing:
                 self.trace.add(self.now, task.name, "sleeps", "{:.3f} s", request[1])
@@ -245,6 +233,25 @@ class World:
             self._effect(task, request[1])
         else:  # pragma: no cover
             raise AssertionError(request)
+
+    def _strikes(self, task: Task, kind: str) -> bool:
+        """The process of `task` dies at this await (True: the request never leaves), or
+        freezes, or neither."""
+        instance = task.instance
+        if kind != "sleep" and self.fault("kill", self.faults.kill):
+            before = self.fault_rng.random() < 0.5
+            if before or kind not in ("rpc", "effect"):
+                self.kill(instance, f"{kind} (before sending)")
+                return True
+            self.kill(instance, f"{kind} (after sending)")
+        elif self.fault("pause", self.faults.pause):
+            pause = self.fault_rng.uniform(0.1, self.faults.pause_seconds)
+            instance.frozen_until = max(instance.frozen_until, self.now + pause)
+            if self.tracing:
+                self.trace.add(
+                    self.now, instance.name, "FAULT", "process frozen for {:.3f} s", pause
+                )
+        return False
 
     # --- per-key turns of one instance -------------------------------------------------
 
@@ -281,7 +288,7 @@ class World:
     # --- RPCs ----------------------------------------------------------------------------
 
     def latency(self) -> float:
-        if self.fault("slow", self.faults.slow):
+        if self.now < self.faults.until and self.fault("slow", self.faults.slow):
             return self.fault_rng.uniform(0.5, self.faults.slow_seconds)
         return self.rng.uniform(0.001, 0.02)
 
