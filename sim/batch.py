@@ -31,6 +31,9 @@ class Summary:
     invariants: Counter[str] = field(default_factory=Counter)
     violations: list[dict[str, Any]] = field(default_factory=list)
     violating_runs: int = 0
+    unexplained: int = 0
+    """Runs with a violation no known hole (`sim.holes`) explains."""
+    by_hole: Counter[str] = field(default_factory=Counter)
     deliveries: int = 0
     first_seed: int = 0
 
@@ -42,6 +45,8 @@ class Summary:
         self.faults.update(other.faults)
         self.invariants.update(other.invariants)
         self.violating_runs += other.violating_runs
+        self.unexplained += other.unexplained
+        self.by_hole.update(other.by_hole)
         self.deliveries += other.deliveries
         self.violations.extend(other.violations[: MAX_KEPT - len(self.violations)])
 
@@ -57,6 +62,8 @@ class Summary:
             "modes": {m: dict(self.by_mode[m]) for m in MODES},
             "faults": dict(sorted(self.faults.items())),
             "invariants_broken": dict(sorted(self.invariants.items())),
+            "runs_by_known_hole": dict(sorted(self.by_hole.items())),
+            "unexplained": self.unexplained,
             "first_seed": self.first_seed,
             "violating_seeds": self.violations,
         }
@@ -66,7 +73,8 @@ class Summary:
         lines = [
             f"{data['runs']} runs in {data['seconds']} s ({data['runs_per_second']} a second), "
             f"{data['deliveries']} deliveries, {data['interleavings']} distinct interleavings, "
-            f"{data['violations']} runs broke an invariant",
+            f"{data['violations']} runs broke an invariant "
+            f"({data['unexplained']} by no known hole)",
             "  modes: "
             + ", ".join(f"{m} {c.get('runs', 0)} runs" for m, c in self.by_mode.items()),
             "  faults: " + ", ".join(f"{k} {v}" for k, v in data["faults"].items()),
@@ -94,6 +102,7 @@ def quiet() -> Iterator[None]:
 
 def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
     """Run `seeds` (until `deadline`, a `time.monotonic()`), in this process."""
+    from sim.holes import HOLES, known
     from sim.runner import run_one
 
     summary = Summary()
@@ -112,6 +121,8 @@ def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
             summary.faults.update(result.world.fault_counts)
             if result.violations:
                 summary.violating_runs += 1
+                summary.unexplained += bool(known(result.violations))
+                summary.by_hole.update(h.name for h in HOLES if h.found_in(result.violations))
                 mode["violations"] += 1
                 for name, row, detail in result.violations:
                     summary.invariants[name] += 1
