@@ -35,6 +35,10 @@ DEDUP_COLLECTION ?= triggerEvents
 # The Firestore database of the records, for make ttl; empty: (default).
 DATABASE ?=
 SOAK_SECONDS ?= 600# how long `make soak` injects faults before it drains and checks
+# make simulate: for SIM_SECONDS, or SEEDS runs, or replay the one run SEED (docs/simulation.md).
+SIM_SECONDS ?= 60
+SEEDS ?=
+SEED ?=
 DEPLOY := $(PY) -m tools.deploy
 DEPLOY_ARGS = --project=$(PROJECT) --region=$(REGION) --firestore-location=$(FIRESTORE_LOCATION) \
   --service-account=$(SERVICE_ACCOUNT) --project-number=$(PROJECT_NUMBER) --topics="$(TOPICS)" \
@@ -52,7 +56,7 @@ planned = $(subst ;;,$(newline),$(shell $(DEPLOY) plan $(1) $(DEPLOY_ARGS) --mak
   $(filter-out 0,$(.SHELLSTATUS)),$(error make $(1): the plan was refused (the error above)))
 
 .PHONY: help install demo test unit docs lint format check emulators bench soak deploy-firebase \
-        deploy-gcloud deploy-run run-names bootstrap rules ttl topics queues monitoring \
+        deploy-gcloud deploy-run run-names bootstrap rules ttl topics queues monitoring simulate \
         guard-project clean
 
 help: ## List the targets.
@@ -116,7 +120,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy tools/deploy_run.py tools/run_service.py tools/run_build.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples
+	  tools/deploy tools/deploy_run.py tools/run_service.py tools/run_build.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples sim
 
 # Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.
@@ -132,6 +136,11 @@ bench: install ## The price of exactly-once, measured on the Firestore emulator 
 
 soak: $(STAMP_PY) ## Chaos soak on its own emulator (soak/results.json): make soak SOAK_SECONDS=600
 	$(PY) -m soak --seconds $(SOAK_SECONDS)
+
+# The real kernel over a simulated Firestore (both concurrency modes) on virtual time, with
+# faults from each seed; writes sim/results.json, exits 1 printing the seed of any violation.
+simulate: $(STAMP_PY) ## Simulate the kernel under faults: SIM_SECONDS=60, or SEEDS=n runs, or SEED=n to replay one with its trace
+	$(PY) -m sim $(if $(SEED),--seed $(SEED),$(if $(SEEDS),--seeds $(SEEDS),--seconds $(SIM_SECONDS)))
 
 bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service account, its roles.
 	$(call planned,bootstrap)

@@ -27,7 +27,7 @@ NOT_PROJECT = ("tools/firebase",)
 OVER_MAX_LINES: set[str] = set()
 """The modules still over `MAX_LINES` lines; each comes off when it is split."""
 
-IMPORTED = ("dedup", "functions", "tools", "demo", "bench", "soak", "main.py")
+IMPORTED = ("dedup", "functions", "tools", "demo", "bench", "soak", "sim", "main.py")
 """Where an import circle between files is refused."""
 
 KNOWN_CIRCLES: set[frozenset[str]] = set()
@@ -147,7 +147,7 @@ def test_no_module_is_over_400_lines() -> None:
 
 
 def test_no_import_circle_between_files() -> None:
-    """No two files of dedup/, functions/, tools/, demo/, bench/, soak/ and main.py import
+    """No two files of dedup/, functions/, tools/, demo/, bench/, soak/, sim/ and main.py import
     each other, directly or in a loop, except the circles still listed in `KNOWN_CIRCLES`,
     and each listed circle still exists (else it comes off the list)."""
     circles = import_circles()

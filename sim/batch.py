@@ -1,0 +1,161 @@
+"""Many runs: seeds spread over worker processes (one per core), for a time or a count, and
+what they add up to (`Summary`, written to sim/results.json)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim import seams
+from sim.server import MODES
+
+MAX_KEPT = 50
+"""Violations kept with their seed (all are counted)."""
+
+
+@dataclass
+class Summary:
+    """What a batch of runs did."""
+
+    runs: int = 0
+    seconds: float = 0.0
+    interleavings: set[int] = field(default_factory=set)
+    by_mode: dict[str, Counter[str]] = field(default_factory=lambda: {m: Counter() for m in MODES})
+    faults: Counter[str] = field(default_factory=Counter)
+    invariants: Counter[str] = field(default_factory=Counter)
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    violating_runs: int = 0
+    unexplained: int = 0
+    """Runs with a violation no known hole (`sim.holes`) explains."""
+    by_hole: Counter[str] = field(default_factory=Counter)
+    deliveries: int = 0
+    first_seed: int = 0
+
+    def add(self, other: Summary) -> None:
+        self.runs += other.runs
+        self.interleavings |= other.interleavings
+        for mode in MODES:
+            self.by_mode[mode].update(other.by_mode[mode])
+        self.faults.update(other.faults)
+        self.invariants.update(other.invariants)
+        self.violating_runs += other.violating_runs
+        self.unexplained += other.unexplained
+        self.by_hole.update(other.by_hole)
+        self.deliveries += other.deliveries
+        self.violations.extend(other.violations[: MAX_KEPT - len(self.violations)])
+
+    def as_json(self) -> dict[str, Any]:
+        rate = self.runs / self.seconds if self.seconds else 0.0
+        return {
+            "runs": self.runs,
+            "seconds": round(self.seconds, 2),
+            "runs_per_second": round(rate, 1),
+            "deliveries": self.deliveries,
+            "interleavings": len(self.interleavings),
+            "violations": self.violating_runs,
+            "modes": {m: dict(self.by_mode[m]) for m in MODES},
+            "faults": dict(sorted(self.faults.items())),
+            "invariants_broken": dict(sorted(self.invariants.items())),
+            "runs_by_known_hole": dict(sorted(self.by_hole.items())),
+            "unexplained": self.unexplained,
+            "first_seed": self.first_seed,
+            "violating_seeds": self.violations,
+        }
+
+    def text(self) -> str:
+        data = self.as_json()
+        lines = [
+            f"{data['runs']} runs in {data['seconds']} s ({data['runs_per_second']} a second), "
+            f"{data['deliveries']} deliveries, {data['interleavings']} distinct interleavings, "
+            f"{data['violations']} runs broke an invariant "
+            f"({data['unexplained']} by no known hole)",
+            "  modes: "
+            + ", ".join(f"{m} {c.get('runs', 0)} runs" for m, c in self.by_mode.items()),
+            "  faults: " + ", ".join(f"{k} {v}" for k, v in data["faults"].items()),
+        ]
+        for v in self.violations:
+            lines.append(
+                f"VIOLATION seed {v['seed']} [{v['invariant']}] ({v['row']}): {v['detail']}"
+            )
+            lines.append(f"  replay: make simulate SEED={v['seed']}")
+        return "\n".join(lines)
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """The kernel's seams taken over and its log line off (every delivery logs one)."""
+    logger = logging.getLogger("dedup")
+    was = logger.disabled
+    logger.disabled = True
+    try:
+        with seams.kernel_seams():
+            yield
+    finally:
+        logger.disabled = was
+
+
+def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
+    """Run `seeds` (until `deadline`, a `time.monotonic()`), in this process."""
+    from sim.holes import HOLES, known
+    from sim.runner import run_one
+
+    summary = Summary()
+    started = time.monotonic()
+    with quiet():
+        for seed in seeds:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            result = run_one(seed)
+            summary.runs += 1
+            summary.deliveries += result.deliveries
+            summary.interleavings.add(result.interleaving)
+            mode = summary.by_mode[result.scenario.concurrency]
+            mode["runs"] += 1
+            mode[f"{result.scenario.mode} mode"] += 1
+            summary.faults.update(result.world.fault_counts)
+            if result.violations:
+                summary.violating_runs += 1
+                summary.unexplained += bool(known(result.violations))
+                summary.by_hole.update(h.name for h in HOLES if h.found_in(result.violations))
+                mode["violations"] += 1
+                for name, row, detail in result.violations:
+                    summary.invariants[name] += 1
+                    if len(summary.violations) < MAX_KEPT:
+                        summary.violations.append(
+                            {"seed": seed, "invariant": name, "row": row, "detail": detail}
+                        )
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _worker(args: tuple[int, int, int, float | None, int | None]) -> Summary:
+    first, index, workers, seconds, count = args
+    deadline = None if seconds is None else time.monotonic() + seconds
+    total = count if count is not None else 10**12
+    seeds = iter(range(first + index, first + total, workers))
+    return run_seeds(seeds, deadline)
+
+
+def run_batch(
+    first: int, *, seconds: float | None = None, count: int | None = None, workers: int = 1
+) -> Summary:
+    """Seeds from `first` on, for `seconds` or `count` runs, over `workers` processes."""
+    started = time.monotonic()
+    jobs = [(first, i, workers, seconds, count) for i in range(workers)]
+    if workers == 1:
+        parts = [_worker(jobs[0])]
+    else:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            parts = pool.map(_worker, jobs)
+    summary = Summary(first_seed=first)
+    for part in parts:
+        summary.add(part)
+    summary.violations.sort(key=lambda v: v["seed"])
+    summary.seconds = time.monotonic() - started
+    return summary

@@ -1,0 +1,137 @@
+"""The holes the simulator knows how to find, each recognised in a run's violations, with the
+kernel behaviour it depends on and the family of runs that finds it soonest.
+
+A hole stays here after its fix merges: every search for it (`search`) runs with the fix
+taken back (`sim.old_kernel.taken_back`: the kernel's functions as they were while the hole
+was open, put back in place), and `tests/sim/test_holes.py` asserts the simulator still finds
+it. A simulator that stops finding a known hole fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Hole:
+    """One known way to break a promise."""
+
+    name: str
+    what: str
+    depends_on: str
+    """The kernel behaviour the hole needs (what a fix changes)."""
+    invariants: tuple[str, ...]
+    recognise: Callable[[str], bool]
+    """Whether a violation's detail (of one of `invariants`) is this hole."""
+    family: dict[str, Any] = field(default_factory=dict)
+    """`sim.scenario.make` keywords of the runs that find it soonest."""
+
+    def found_in(self, violations: list[tuple[str, str, str]]) -> bool:
+        return any(name in self.invariants and self.recognise(d) for name, _, d in violations)
+
+
+HOLES = [
+    Hole(
+        "give-back erases ambiguity",
+        "an ambiguous take-over that gives the lease back unstarted leaves a released lease; "
+        "the next delivery runs the handler again: a second effect under on_ambiguous='skip'",
+        "dedup.kernel.lease._give_back_unstarted writes `released` (leaseStartedAt: null) after "
+        "an ambiguous take-over, and dedup.kernel.claims.takeover_ambiguous counts a released "
+        "lease as not ambiguous",
+        ("at-most-once",),
+        lambda d: "on_ambiguous='skip'" in d,
+        {"mode": "lease", "program": "plain", "on_ambiguous": "skip"},
+    ),
+    Hole(
+        "result fits JSON, not the document",
+        "a handler result under the library's 512 KiB of JSON but over Firestore's 1 MiB "
+        "document (170,000 zeros: 8 bytes each to Firestore): 'sent' is refused, retried as an "
+        "outage until the lease ends, and the handler reruns",
+        "dedup.kernel.transitions.storable_result measures a result as JSON (MAX_RESULT_BYTES), "
+        "and dedup.kernel.store.ConditionalTries.after wraps INVALID_ARGUMENT as StoreUnavailable",
+        ("record-fits",),
+        lambda d: "maximum entity size" in d,
+        {"mode": "lease", "program": "big"},
+    ),
+    Hole(
+        "plain step after the lease",
+        "a delivery whose lease ended (a pause, a slow answer) calls its next plain step's "
+        "function; only the step's record write finds the lease lost",
+        "dedup.kernel.step_writes.run_step calls a plain step's function with no check of the "
+        "lease's end (Lease.ends)",
+        ("lease-fence",),
+        lambda d: True,
+        {"mode": "lease", "program": "steps"},
+    ),
+    Hole(
+        "replay with other arguments",
+        "steps named by their place in a list whose order changed between deliveries: a "
+        "replay hands one item's recorded value to another, which is never charged, and the "
+        "first is charged again under another key",
+        "dedup.kernel.steps.StepLog.replay matches a recorded step by name and place only, "
+        "never by its function or arguments",
+        ("replay", "one-key"),
+        lambda d: "@s" in d or "charge" in d,
+        {"mode": "lease", "program": "steps"},
+    ),
+    Hole(
+        "step values Firestore cannot keep",
+        "a step whose value is a Decimal (the client cannot encode it), nested arrays or a name "
+        "Firestore reserves (refused as INVALID_ARGUMENT) fails its record write, which is "
+        "retried as an outage and the step runs again; a set comes back from a replay as a list",
+        "dedup.kernel.steps.StepLog.with_entry checks a value's JSON size only, "
+        "dedup.kernel.steps.check_name allows `__.*__`, and "
+        "dedup.kernel.store.ConditionalTries.after wraps INVALID_ARGUMENT as StoreUnavailable",
+        ("record-fits", "replay"),
+        lambda d: any(
+            mark in d for mark in ("odd", "__s0__", "cannot encode", "array value in an array")
+        ),
+        {"mode": "lease", "program": "steps"},
+    ),
+    Hole(
+        "step check read past the budget",
+        "after a transactional step's transaction failed, the record is read with the whole "
+        "RPC timeout, not what is left of the budget",
+        "dedup.kernel.step_writes._transaction_once reads the record without `budget=`",
+        ("budget",),
+        lambda d: "(check step " in d,
+        {"mode": "lease", "program": "steps"},
+    ),
+    Hole(
+        "stale deadline past the budget",
+        "a deadline computed before one RPC is given to the next one (the read after a "
+        "conflict, a failed attempt's write after its read): after a slow answer or a pause "
+        "it runs past the function's timeout",
+        "dedup.kernel.lease.Lease.write, dedup.kernel.lease._claim and "
+        "dedup.kernel.atomic._record_failed_attempt reuse a round's budget for a second RPC",
+        ("budget",),
+        lambda d: "(check step " not in d,
+        {},
+    ),
+]
+
+
+def known(violations: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The violations no known hole explains."""
+    return [v for v in violations if not any(h.found_in([v]) for h in HOLES)]
+
+
+def search(hole: Hole, seeds: Iterator[int], limit: int) -> tuple[int | None, int]:
+    """The first seed of `seeds` (at most `limit` runs of the hole's family) whose run shows
+    `hole`, and how many runs it took."""
+    from sim.batch import quiet
+    from sim.old_kernel import taken_back
+    from sim.runner import run_one
+    from sim.scenario import make
+
+    runs = 0
+    with taken_back(hole.name), quiet():
+        for seed in seeds:
+            if runs >= limit:
+                break
+            runs += 1
+            if hole.found_in(run_one(seed, scenario=make(seed, **hole.family)).violations):
+                return seed, runs
+    return None, runs

@@ -1,0 +1,122 @@
+"""Where the kernel reads clocks, sleeps and draws randomness, and how the simulator takes
+them over while it runs (and gives them back after: `kernel_seams`).
+
+What the kernel offers as a seam, and what it does not (docs/simulation.md):
+
+* `DedupConfig.clock` (the instance's wall clock, for `expireAt` and the maximum event age) is
+  injectable: each simulated instance gets its own, skewed or standing still.
+* The sync front door's pauses and per-key turns go through `BlockingIO` (`time.sleep`, a
+  `KeyTurns`), the async one's through its `FlowIO` (`sleep`, `turn`): the simulated store
+  serves both.
+* **No seam**: the kernel reads `time.monotonic()` directly for its time budget, lease ends and
+  retry deadlines (`dedup.kernel.run`, `lease`, `store`, `step_writes`, `atomic`); draws its
+  backoff jitter from the `random` module (`dedup.kernel.store.backoff`) and owner tokens from
+  `uuid.uuid4()` (`lease`, `atomic`). The simulator replaces the `time`, `random` and `uuid`
+  names inside those modules while a run is going on.
+* **Bypasses even that**: `Run.started` is a dataclass field whose `default_factory` is the
+  builtin `time.monotonic`, bound when `dedup.kernel.run` was imported; no module name
+  reaches it. The simulator sets `started` again at the top of `Run.__post_init__` (before the
+  deadline is computed from it).
+* `Deduplicator(records=...)` builds its `KeyTurns` itself (`BlockingIO.turns`); the simulator
+  replaces that attribute with a turn table on virtual time (`SimTurns`).
+"""
+
+from __future__ import annotations
+
+import time as real_time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from dedup.kernel import atomic, delivery, lease, run, step_writes, store
+from dedup.kernel.delivery import KeyTurns
+
+CURRENT: Any = None
+"""The world of the run going on (`sim.world.World`)."""
+
+
+class _Time:
+    """The `time` module as the kernel's modules see it during a run."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return float(CURRENT.monotonic())
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        CURRENT.sleep(seconds)
+
+    time = staticmethod(real_time.time)
+    perf_counter = staticmethod(real_time.perf_counter)
+
+
+class _Random:
+    """The `random` module as `dedup.kernel.store.backoff` sees it: the run's seeded stream."""
+
+    @staticmethod
+    def uniform(low: float, high: float) -> float:
+        return float(CURRENT.backoff_rng.uniform(low, high))
+
+
+class _Token:
+    def __init__(self, hex_: str) -> None:
+        self.hex = hex_
+
+
+class _Uuid:
+    """The `uuid` module as the flows see it: deterministic owner tokens, each remembered as
+    the current delivery's (so the invariants know whose a record's owner is)."""
+
+    @staticmethod
+    def uuid4() -> _Token:
+        return _Token(CURRENT.token())
+
+
+_ORIGINAL_POST_INIT = run.Run.__post_init__
+
+
+def _post_init(self: run.Run) -> None:
+    self.started = _Time.monotonic()
+    task = CURRENT.current
+    if task is not None:
+        task.run = self
+    _ORIGINAL_POST_INIT(self)
+
+
+_PATCHES: list[tuple[Any, str, Any]] = [
+    *((module, "time", _Time) for module in (run, lease, store, step_writes, atomic, delivery)),
+    (store, "random", _Random),
+    (lease, "uuid", _Uuid),
+    (atomic, "uuid", _Uuid),
+    (run.Run, "__post_init__", _post_init),
+]
+
+
+@contextmanager
+def kernel_seams() -> Iterator[None]:
+    """The kernel's clocks, sleeps and randomness are the simulator's inside this block."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in _PATCHES]
+    for owner, name, value in _PATCHES:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+class SimTurns(KeyTurns):
+    """An instance's per-key turns on virtual time, for `BlockingIO` (the sync front door)."""
+
+    def __init__(self, world: Any) -> None:
+        super().__init__()
+        self.world = world
+
+    @contextmanager
+    def turn(self, key: str, timeout: float | None = None) -> Iterator[None]:
+        task = self.world.current
+        self.world.ask(("turn", key, timeout))
+        try:
+            yield
+        finally:
+            self.world.release_turn(task, key)
