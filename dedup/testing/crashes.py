@@ -165,6 +165,13 @@ class _Watch:
         if self.started >= self.step:
             name = _step_name(deduplicator, self.key, self.started, self.step)
             named = f"step {self.step}" + (f" ({name!r})" if name else "")
+            seen = self.reached.get(self.step, [])
+            if Step.AFTER_STEP_CALL in seen or Step.AFTER_STEP_RECORD not in seen:
+                reached = ", ".join(boundary.value for boundary in seen)
+                raise AssertionError(
+                    f"{named} reached {reached} but not {self.at.value}, and the delivery ran to "
+                    "its end"
+                )
             return Crash(
                 self.step,
                 self.at,
@@ -180,9 +187,9 @@ class _Watch:
             )
         if outcome.kind is not OutcomeKind.RAN:
             raise AssertionError(
-                f"the delivery did not run the handler (outcome {outcome.kind.value} for "
-                f"{outcome.key}): a delivery earlier recorded this event; clear the emulator "
-                "(testing.firestore_emulator().clear()) or use another event"
+                f"the delivery did not run the handler: its outcome is {outcome.kind.value} for "
+                f"{outcome.key} (a duplicate: an earlier delivery recorded this event; clear the "
+                "emulator with testing.firestore_emulator().clear(), or use another event)"
             )
         raise AssertionError(
             f"the delivery ran to its end having run {self.started} step(s) (steps replayed "
@@ -245,7 +252,7 @@ def _function_target(where: str, function: Any, event: Any) -> _Target:
             f"{where}: {_described(function)} is an async function; the crash helpers run "
             "`def` handlers (dedup.Deduplicator) only"
         )
-    called = _as_called(where, function, event)
+    function, called = _as_called(where, function, event)
 
     def deliver() -> Outcome | None:
         with _outcomes(deduplicator) as seen:
@@ -255,26 +262,34 @@ def _function_target(where: str, function: Any, event: Any) -> _Target:
     return _Target(deduplicator, deliver)
 
 
-def _as_called(where: str, function: Any, event: Any) -> Any:
-    """`event` as `function` is called with it: an `HttpEvent` of a builder as the CloudEvent
-    the platform passes; any other event as it is, except that a firebase-functions decorator
-    takes a CloudEvent only."""
+def _as_called(where: str, function: Any, event: Any) -> tuple[Any, Any]:
+    """(the function to call, the event to call it with): an `HttpEvent` of a builder becomes
+    the CloudEvent the platform passes; an event firebase-functions already made (a
+    `firestore_fn.Event`) goes to the function under its decorator, as the SDK passes it;
+    any other event goes as it is, except to a firebase-functions function."""
     from cloudevents.abstract import CloudEvent
+    from firebase_functions.core import CloudEvent as SdkEvent
 
     if isinstance(event, HttpEvent):
         if not any(name.lower() == "ce-id" for name in event.headers):
             raise TypeError(f"{where}: {event.description or event.id} is not a CloudEvent")
         from cloudevents.http import from_http
 
-        return from_http(dict(event.headers), event.body)
-    if platform_wrapped(function) and not isinstance(event, CloudEvent):
-        raise TypeError(
-            f"{where}(function, event): {_described(function)} is decorated by "
-            "firebase-functions, which is called with the CloudEvent the platform sends: pass "
-            "a builder's event (testing.firestore_event(...)) or a cloudevents CloudEvent, not "
-            f"{_described(event)}"
-        )
-    return event
+        return function, from_http(dict(event.headers), event.body)
+    if not platform_wrapped(function) or isinstance(event, CloudEvent):
+        return function, event
+    if isinstance(event, SdkEvent):
+        inner = function
+        while platform_wrapped(inner) and callable(getattr(inner, "__wrapped__", None)):
+            inner = inner.__wrapped__
+        if not platform_wrapped(inner):
+            return inner, event
+    raise TypeError(
+        f"{where}(function, event): {_described(function)} is decorated by firebase-functions, "
+        "which is called with the CloudEvent the platform sends: pass a builder's event "
+        "(testing.firestore_event(...)), a cloudevents CloudEvent or the firebase-functions "
+        f"event, not {_described(event)}"
+    )
 
 
 def _check_delivery_handler(where: str, handler: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -74,7 +75,8 @@ def cloud_event() -> CloudEvent:
 def test_a_transactional_steps_missing_boundary_is_named_not_ended_before() -> None:
     """A transactional step has no after_step_call: asked for it, the delivery runs to its end
     and the `Crash` names the step and its kind; the other kinds' boundaries all die; a step
-    past the last is told the delivery ran to its end, never that it "ended before"."""
+    past the last is told the delivery ran to its end, never that it "ended before"; an event
+    already recorded is told it was not run."""
     assert testing.BOUNDARIES_OF_KIND["transactional"] == (Step.BEFORE_STEP, Step.AFTER_STEP_RECORD)
     calls: Counter[str] = Counter()
     function = memory_function(calls)
@@ -89,6 +91,10 @@ def test_a_transactional_steps_missing_boundary_is_named_not_ended_before() -> N
     with pytest.raises(AssertionError, match="ran to its end having run 3") as told:
         testing.crash_at_step(function, cloud_event(), step=4, at=Step.BEFORE_STEP)
     assert "ended before" not in str(told.value)
+    delivered = cloud_event()
+    function(delivered)
+    with pytest.raises(AssertionError, match="did not run the handler: its outcome is duplicate"):
+        testing.crash_at_step(function, delivered, step=1, at=Step.BEFORE_STEP)
 
 
 def test_a_wrong_shape_is_told_both_shapes_and_what_it_gave() -> None:
@@ -119,6 +125,24 @@ def test_a_wrong_shape_is_told_both_shapes_and_what_it_gave() -> None:
             assert "(function, event)" in str(refused.value) or "event, step=" in str(
                 refused.value
             ), refused.value
+
+
+def test_a_firebase_functions_event_goes_to_the_function_under_its_decorator() -> None:
+    """The event firebase-functions makes (`firestore_fn.Event`), given with the decorated
+    function, is passed as the SDK passes it: the delivery dies at the boundary asked for."""
+    calls: Counter[str] = Counter()
+    inner = memory_function(calls)
+    function = firestore_fn.on_document_created(document="orders/{orderId}")(inner)
+    event = firestore_fn.Event(
+        specversion="1.0", id=uuid.uuid4().hex, type="google.cloud.firestore.document.v1.created",
+        source="//firestore.googleapis.com/projects/demo-p/databases/(default)",
+        time=datetime.now(UTC), data=None, subject="documents/orders/o1", location="nam5",
+        project="demo-p", database="(default)", namespace="(default)", document="orders/o1",
+        params={"orderId": "o1"},
+    )  # fmt: skip
+    crash = testing.crash_at_step(function, event, step=2, at=Step.AFTER_STEP_CALL)
+    assert crash.died, crash
+    assert calls == Counter(reserve=1, charge=1)
 
 
 def seeded(db: firestore.Client, order_id: str) -> testing.HttpEvent:

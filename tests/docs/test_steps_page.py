@@ -10,7 +10,6 @@ project the test writes to and the one the functions read must agree by default.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -18,6 +17,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.packaging.conftest import new_user_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "steps.md"
@@ -87,13 +88,7 @@ def test_every_python_block_runs_as_typed(tmp_path: Path) -> None:
     (tmp_path / "test_place_order.py").write_text(block_with("from main import place_order"))
     (tmp_path / "greet.py").write_text(block_with("def greet("))
     assert len(blocks) == 4, "a new block of docs/steps.md: run it here too"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "PYTHONPATH")
-        and not k.startswith("DEDUP_")
-    }
-    env["DEDUP_LEASE_SECONDS"] = "2"
+    env = new_user_environment(DEDUP_LEASE_SECONDS="2")
     for command in (
         [sys.executable, "check_checkout.py"],
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_place_order.py"],
