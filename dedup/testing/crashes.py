@@ -25,7 +25,8 @@ library handles: the lease is left held, as a killed process leaves it. A transa
 has no `AFTER_STEP_CALL` (its call and its record commit in one transaction): there the
 delivery runs to its end and the `Crash` returned says so, so a loop over every boundary of
 every step works. `deliver_after_crash` then waits for the dead delivery's lease to expire
-(`lease_seconds`; give the deduplicator a short one) and delivers the event again.
+(`lease_seconds`, then while the database still counts it live; give the deduplicator a short
+one) and delivers the event again.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dedup.entrances.triggers import DEDUPLICATOR_OF
+from dedup.errors import LeaseHeld
 from dedup.kernel.delivery import Outcome, OutcomeKind, Step, drive
 from dedup.kernel.front_door import Deduplicator, DeduplicatorBase
 from dedup.kinds import USES_DEDUP
@@ -114,11 +116,25 @@ def deliver_after_crash(
     chosen = _target("deliver_after_crash", target, options)
     crash, outcome = _crash(chosen, step, at)
     if crash.died:
-        time.sleep(chosen.deduplicator.config.lease_seconds + 0.5)
-        outcome = chosen.deliver()
+        outcome = _after_lease(chosen)
     if outcome is None:
         raise AssertionError("the delivery after the crash never reached its deduplicator")
     return outcome
+
+
+def _after_lease(chosen: _Target) -> Outcome | None:
+    """Deliver once the dead delivery's lease expired: after `lease_seconds`, again every
+    0.1 s while the database still counts it live (`LeaseHeld`), for one more lease at most."""
+    lease = chosen.deduplicator.config.lease_seconds
+    time.sleep(lease)
+    deadline = time.monotonic() + lease + 1
+    while True:
+        try:
+            return chosen.deliver()
+        except LeaseHeld:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _crash(chosen: _Target, step: int, at: Step) -> tuple[Crash, Outcome | None]:
