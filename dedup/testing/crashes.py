@@ -14,6 +14,7 @@ Each helper takes one of two shapes:
 * `(deduplicator, event_id, suffix, handler)`: `handler(delivery)` run by
   `deduplicator.run(event_id, suffix, handler, **options)`.
 
+Either may name its parameters (`function=`, `event=`; `deduplicator=`, `event_id=`, ...).
 Anything else is a `TypeError` naming both shapes and what was given.
 
 `crash_at_step` delivers once and dies, as a process would, at a boundary of the `step`-th step
@@ -64,6 +65,9 @@ SHAPES = (
     "with handler(delivery)"
 )
 """The two ways to call the crash helpers, as their errors name them."""
+FUNCTION_PARAMETERS = ("function", "event")
+DEDUPLICATOR_PARAMETERS = ("deduplicator", "event_id", "suffix", "handler")
+"""The parameters of each shape, by name (either shape may give them by keyword)."""
 
 
 class SimulatedCrash(BaseException):
@@ -231,6 +235,7 @@ def _step_name(deduplicator: Deduplicator, key: str | None, started: int, step: 
 def _target(where: str, target: tuple[Any, ...], options: dict[str, Any]) -> _Target:
     """The delivery `target` describes (see the module docstring); `TypeError` naming the
     shapes and what was given otherwise."""
+    target = _completed(target, options)
     if len(target) == 2 and not isinstance(target[0], DeduplicatorBase):
         function, event = target
         if options:
@@ -250,6 +255,20 @@ def _target(where: str, target: tuple[Any, ...], options: dict[str, Any]) -> _Ta
         return _Target(deduplicator, run)
     given = ", ".join(_described(value) for value in target)
     raise TypeError(f"{where} takes {SHAPES}; it was given ({given})")
+
+
+def _completed(target: tuple[Any, ...], options: dict[str, Any]) -> tuple[Any, ...]:
+    """`target` with the parameters of its shape given by name taken out of `options`
+    (`function=`, `event=`; `deduplicator=`, `event_id=`, `suffix=`, `handler=`)."""
+    deduplicator = target[0] if target else options.get("deduplicator")
+    names: tuple[str, ...] = FUNCTION_PARAMETERS
+    if isinstance(deduplicator, DeduplicatorBase):
+        names = DEDUPLICATOR_PARAMETERS
+    completed = list(target)
+    for name in names[len(target) :]:
+        if name in options:
+            completed.append(options.pop(name))
+    return tuple(completed)
 
 
 def _function_target(where: str, function: Any, event: Any) -> _Target:

@@ -76,7 +76,7 @@ def test_a_transactional_steps_missing_boundary_is_named_not_ended_before() -> N
     """A transactional step has no after_step_call: asked for it, the delivery runs to its end
     and the `Crash` names the step and its kind; the other kinds' boundaries all die; a step
     past the last is told the delivery ran to its end, never that it "ended before"; an event
-    already recorded is told it was not run."""
+    already recorded is told it was not run; the parameters may be given by name."""
     assert testing.BOUNDARIES_OF_KIND["transactional"] == (Step.BEFORE_STEP, Step.AFTER_STEP_RECORD)
     calls: Counter[str] = Counter()
     function = memory_function(calls)
@@ -91,6 +91,8 @@ def test_a_transactional_steps_missing_boundary_is_named_not_ended_before() -> N
     with pytest.raises(AssertionError, match="ran to its end having run 3") as told:
         testing.crash_at_step(function, cloud_event(), step=4, at=Step.BEFORE_STEP)
     assert "ended before" not in str(told.value)
+    by_name = testing.crash_at_step(function=function, event=cloud_event(), step=2)
+    assert by_name.died, by_name
     delivered = cloud_event()
     function(delivered)
     with pytest.raises(AssertionError, match="did not run the handler: its outcome is duplicate"):
