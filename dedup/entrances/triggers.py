@@ -33,6 +33,7 @@ from dedup.kinds import USES_DEDUP, describe
 from dedup.platform.propagation import continued, from_event
 
 __all__ = [
+    "DEDUPLICATOR_OF",
     "DEFAULT_REGISTRY",
     "AsyncEventFunction",
     "AsyncEventHandler",
@@ -48,6 +49,12 @@ if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async 
     from dedup.config import DedupConfig
     from dedup.kernel.delivery import EventOptions, Outcome, Reconcile
     from dedup.kernel.front_door import Deduplicator
+
+DEDUPLICATOR_OF = "__dedup_deduplicator__"
+"""The attribute `trigger_once` sets on the function it returns: a function of no argument that
+returns the deduplicator its deliveries run on (made on the first call). The SDK's decorators
+copy it onto theirs, as they copy `dedup.kinds.USES_DEDUP`; `dedup.testing`'s crash helpers read
+it to watch a function's deliveries."""
 
 type EventHandler[E] = Callable[[E, Delivery], None]
 """A decorated handler: `handler(event, delivery) -> None`."""
@@ -152,6 +159,7 @@ def trigger_once(
                     _settle(runner.config, outcome)
 
             setattr(once_async, USES_DEDUP, suffix)
+            setattr(once_async, DEDUPLICATOR_OF, async_deduplicator)
             return admitted.identify(once_async)
 
         def once(event: Any) -> None:
@@ -167,6 +175,7 @@ def trigger_once(
                 _settle(runner.config, runner.run_event(event_id, suffix, run_handler, options))
 
         setattr(once, USES_DEDUP, suffix)
+        setattr(once, DEDUPLICATOR_OF, deduplicator)
         return admitted.identify(once)
 
     return cast(HandlerDecorator, decorate)

@@ -47,14 +47,20 @@ triggers). `emulator_trigger("welcome")` finds the current key and returns an
 content mode, the form that route passes on whatever the data (a binary-mode protobuf body,
 such as `firestore_event`'s, makes it wait 60 s and fail).
 
-**The Firestore emulator.** `firestore_emulator()` reads `FIRESTORE_EMULATOR_HOST` (and the
-project from `GCLOUD_PROJECT` / `GOOGLE_CLOUD_PROJECT`); its `clear()` deletes every document
-of the emulator's `(default)` database (the dedup records included) through the emulator's
-REST endpoint, and `client()` opens a Firestore client on it.
+**The Firestore emulator.** `firestore_emulator()` reads `FIRESTORE_EMULATOR_HOST`, for the
+project a handler's `delivery.client` uses (`client_project()`: `GOOGLE_CLOUD_PROJECT`, else
+`GCLOUD_PROJECT`, else the Firestore client's emulator default), so a test and the handler
+share one database; settings that would split them are refused at once. Its `clear()` deletes
+every document of the emulator's `(default)` database (the dedup records included) through
+the emulator's REST endpoint, and `client()` opens a Firestore client on it.
 
-**A crash at a durable step.** `crash_at_step(dedup, event_id, suffix, handler, step=2)`
-delivers once and dies at a boundary of the handler's second step, as a killed process would;
-`deliver_after_crash(...)` then delivers again once the lease expired (docs/steps.md).
+**A crash at a durable step.** `crash_at_step(function, event, step=2, at=...)` delivers the
+event to a `@trigger_once` function (under its firebase-functions decorator or not) once and
+dies at a boundary of the second step the delivery runs, as a killed process would (a
+`Crash`); `deliver_after_crash(...)` then delivers again once the lease expired and returns
+that `Outcome`. `(deduplicator, event_id, suffix, handler)` runs a `handler(delivery)` instead.
+A transactional step has no `after_step_call` (`BOUNDARIES_OF_KIND`): asked for it, the
+delivery runs to its end and the `Crash` says so (docs/steps.md).
 
 **Its modules**, each name above imported from here: `event` (`HttpEvent` and the CloudEvent
 envelope the builders share), `firestore_builder` and `builders` (the events), `delivering`
@@ -76,7 +82,9 @@ from dedup.testing.builders import (
     storage_event,
 )
 from dedup.testing.crashes import (
+    BOUNDARIES_OF_KIND,
     STEP_BOUNDARIES,
+    Crash,
     SimulatedCrash,
     crash_at_step,
     deliver_after_crash,
@@ -89,9 +97,11 @@ from dedup.testing.delivering import (
     via_test_client,
 )
 from dedup.testing.emulator import (
+    CLIENT_EMULATOR_PROJECT,
     DEFAULT_REGION,
     EmulatorTrigger,
     FirestoreEmulator,
+    client_project,
     emulator_trigger,
     firestore_emulator,
 )
@@ -99,11 +109,14 @@ from dedup.testing.event import DEFAULT_PROJECT, HttpEvent
 from dedup.testing.firestore_builder import FIRESTORE_TYPES, FirestoreChange, firestore_event
 
 __all__ = [
+    "BOUNDARIES_OF_KIND",
+    "CLIENT_EMULATOR_PROJECT",
     "DEFAULT_PROJECT",
     "DEFAULT_REGION",
     "FIRESTORE_TYPES",
     "PUBSUB_TYPE",
     "STEP_BOUNDARIES",
+    "Crash",
     "DatabaseChange",
     "EmulatorTrigger",
     "FirestoreChange",
@@ -113,6 +126,7 @@ __all__ = [
     "StorageChange",
     "Target",
     "alert_event",
+    "client_project",
     "crash_at_step",
     "custom_event",
     "database_event",

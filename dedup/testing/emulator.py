@@ -19,12 +19,18 @@ if TYPE_CHECKING:
     from google.cloud import firestore
 
 __all__ = [
+    "CLIENT_EMULATOR_PROJECT",
     "DEFAULT_REGION",
     "EmulatorTrigger",
     "FirestoreEmulator",
     "emulator_trigger",
     "firestore_emulator",
 ]
+
+CLIENT_EMULATOR_PROJECT = "google-cloud-firestore-emulator"
+"""The project a Firestore client opens on the emulator when none is given or set
+(google-cloud-firestore's own default): the one `Deduplicator`, `delivery.client` and a
+plain `firestore.Client()` use when GOOGLE_CLOUD_PROJECT and GCLOUD_PROJECT are unset."""
 
 DEFAULT_REGION = "us-central1"
 """The region firebase-functions deploys to, and the emulator keys triggers by, by default."""
@@ -140,13 +146,47 @@ class FirestoreEmulator:
 
 
 def firestore_emulator(project: str | None = None) -> FirestoreEmulator:
-    """The Firestore emulator `FIRESTORE_EMULATOR_HOST` points at, for `project` (default:
-    `GCLOUD_PROJECT`, `GOOGLE_CLOUD_PROJECT`, else `DEFAULT_PROJECT`); `RuntimeError` when the
-    variable is unset, so a test never reaches a real database by mistake."""
+    """The Firestore emulator `FIRESTORE_EMULATOR_HOST` points at, for the project a handler's
+    `delivery.client` uses (`client_project`), so what a test writes there the handler reads;
+    `RuntimeError` when the variable is unset, so a test never reaches a real database by
+    mistake. `project`: another project, refused (`ValueError`) when it is not the clients' one,
+    which would have the test and the handler in two databases."""
     host = os.environ.get("FIRESTORE_EMULATOR_HOST")
     if not host:
         raise RuntimeError(
             "FIRESTORE_EMULATOR_HOST is not set: start the Firestore emulator "
             "(`gcloud emulators firestore start` or `firebase emulators:exec`) and export it"
         )
-    return FirestoreEmulator(host=host, project=project_or_default(project))
+    used = client_project()
+    if project is not None and project != used:
+        raise ValueError(
+            f"firestore_emulator({project!r}): the handlers' Firestore client (Deduplicator, "
+            f"delivery.client) uses project {used!r} here ({_project_source()}), so the test "
+            f"and the handler would use two databases; set GOOGLE_CLOUD_PROJECT={project} "
+            "before the first delivery, or call firestore_emulator() without a project"
+        )
+    return FirestoreEmulator(host=host, project=used)
+
+
+def client_project() -> str:
+    """The project a Firestore client made without one uses, as `Deduplicator` makes its
+    client: GOOGLE_CLOUD_PROJECT, else GCLOUD_PROJECT, else `CLIENT_EMULATOR_PROJECT` on the
+    emulator (google-cloud-firestore's order). `ValueError` when the two variables name
+    different projects: the Firestore client reads one, the Firebase tools the other."""
+    google = os.environ.get("GOOGLE_CLOUD_PROJECT")
+    gcloud = os.environ.get("GCLOUD_PROJECT")
+    if google and gcloud and google != gcloud:
+        raise ValueError(
+            f"GOOGLE_CLOUD_PROJECT is {google!r} and GCLOUD_PROJECT is {gcloud!r}: the Firestore "
+            "client (and so Deduplicator and delivery.client) uses the first, the Firebase "
+            "emulators the second; set both to one project, or unset one"
+        )
+    return google or gcloud or CLIENT_EMULATOR_PROJECT
+
+
+def _project_source() -> str:
+    """Where `client_project` took its project from, in words."""
+    for name in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"):
+        if os.environ.get(name):
+            return f"from {name}"
+    return "GOOGLE_CLOUD_PROJECT and GCLOUD_PROJECT unset: google-cloud-firestore's default"

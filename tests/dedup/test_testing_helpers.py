@@ -292,13 +292,14 @@ def test_firestore_emulator_reads_the_environment_and_clears_through_rest(
     host = recorder.url.removeprefix("http://").rstrip("/")
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", host)
     monkeypatch.setenv("GCLOUD_PROJECT", "demo-p")
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     emulator = testing.firestore_emulator()
     assert (emulator.host, emulator.project) == (host, "demo-p")
     emulator.clear()
     assert recorder.deleted == ["/emulator/v1/projects/demo-p/databases/(default)/documents"]
     recorder.delete_status = 500
     with pytest.raises(RuntimeError, match="refused to clear"):
-        testing.firestore_emulator("other").clear()
+        testing.firestore_emulator("demo-p").clear()
 
 
 def test_import_dedup_does_not_load_the_testing_module() -> None:

@@ -28,7 +28,7 @@ from google.cloud import firestore
 
 from dedup import testing
 from tests.conftest import PROJECT
-from tests.packaging.conftest import ROOT, run
+from tests.packaging.conftest import ROOT, python_313, run
 
 pytestmark = [pytest.mark.packaging, pytest.mark.needs_emulators]
 
@@ -69,16 +69,6 @@ def pinned(name: str) -> str:
         if line.split("==")[0].strip() == name:
             return line.strip()
     raise AssertionError(f"{name} is not pinned in requirements.txt")
-
-
-def python_313() -> str:
-    """A Python 3.13 (the runtime `firebase init functions` gives), as `make install` finds
-    one (tools/find-python.sh, whose first choice is 3.13)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
-    found = run("sh", ROOT / "tools" / "find-python.sh", env=env).stdout.strip()
-    version = run(found, "-c", "import sys; print(sys.version_info[:2])").stdout.strip()
-    assert version == "(3, 13)", f"the journey runs on 3.13: install one ({found} is {version})"
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -290,30 +280,13 @@ def audit(event, delivery: Delivery) -> None:
     count(delivery.client, delivery.key)
 '''
 
-FIREBASE_INIT_REQUIREMENTS = "firebase_functions~=0.5.0\n"
-"""What `firebase init functions` writes into functions/requirements.txt today."""
-
 
 @pytest.fixture(scope="module")
-def first_hour(tmp_path_factory: pytest.TempPathFactory, built_wheel: Path) -> tuple[Path, Path]:
+def first_hour(firebase_init_project: tuple[Path, Path]) -> tuple[Path, Path]:
     """(functions folder, venv bin) of a `firebase init functions` project on Python 3.13 with
-    `firebase_functions~=0.5.0`, the wheel installed beside that requirements file in one
-    resolution (pip would stop with ResolutionImpossible if they could not go together)."""
-    app = tmp_path_factory.mktemp("first-hour") / "my-app"
-    functions = app / "functions"
-    functions.mkdir(parents=True)
-    (app / "firebase.json").write_text(
-        json.dumps({"functions": [{"source": "functions", "runtime": "python313"}]})
-    )
+    `firebase_functions~=0.5.0` and the wheel (`firebase_init_project`), its main.py written."""
+    functions, bin_ = firebase_init_project
     (functions / "main.py").write_text(FIRST_HOUR_MAIN)
-    (functions / "requirements.txt").write_text(FIREBASE_INIT_REQUIREMENTS)
-    venv = functions / "venv"
-    run(python_313(), "-m", "venv", venv)
-    bin_ = venv / "bin"
-    run(
-        bin_ / "python", "-m", "pip", "install", "-q", "-r", functions / "requirements.txt",
-        f"{built_wheel}[cli]", "functions-framework",
-    )  # fmt: skip
     return functions, bin_
 
 
