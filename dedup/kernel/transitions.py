@@ -16,8 +16,7 @@ a document id (a "/", "." or "..", `__.*__`, over 1,500 bytes), that starts with
 holds anything outside printable ASCII (the key travels as an `Idempotency-Key` header) is
 mapped to `"~" + readable prefix + "~" + sha256(id)`; unmapped ids never start with "~", so the
 two never meet. The `"spread"` layout (DEDUP_KEY_LAYOUT) puts `sha256(id)[:4] + "."` in front,
-to spread sequential ids over key ranges (docs/capacity.md); it is part of the collection's
-identity.
+to spread sequential ids over key ranges (docs/capacity.md), for the collection's whole life.
 """
 
 from __future__ import annotations
@@ -86,8 +85,7 @@ def dedup_key(event_id: str | None, suffix: str, layout: KeyLayout = "plain") ->
 
     Distinct `(event_id, suffix)` pairs give distinct keys in each `layout` (see the module
     docstring). Raises `MissingEventId` for a missing or empty id, `InvalidSuffix` for a bad
-    suffix and `ValueError` for an unknown layout.
-    """
+    suffix and `ValueError` for an unknown layout."""
     if layout not in KEY_LAYOUTS:
         raise ValueError(f"key layout must be one of {KEY_LAYOUTS}; got {layout!r}")
     validate_suffix(suffix)
@@ -209,8 +207,7 @@ def new_record(
     """Every field of a record written for the first time (an attempt starting now).
 
     `leased`: the attempt holds a lease from now (lease mode); atomic modes write no lease.
-    `traceId` is the trace of the current span (the delivery's), None outside a trace.
-    """
+    `traceId` is the trace of the current span (the delivery's), None outside a trace."""
     sent = state is State.SENT
     return {
         Field.EVENT_ID: event_id,
@@ -267,15 +264,23 @@ def first_write(
 
 def lease_taken(*, owner: str, lease_seconds: int, attempts: int, expire_at: datetime) -> Fields:
     """A new attempt takes the lease of an existing record (lease mode)."""
-    return {
-        Field.STATE: State.IN_PROGRESS.value,
-        Field.OWNER: owner,
-        Field.LEASE_STARTED_AT: SERVER_TIMESTAMP,
-        Field.LEASE_SECONDS: lease_seconds,
-        Field.ATTEMPTS: attempts,
-        Field.LAST_ATTEMPT_AT: SERVER_TIMESTAMP,
-        Field.EXPIRE_AT: expire_at,
-    }
+    return counted(
+        {
+            Field.STATE: State.IN_PROGRESS.value,
+            Field.OWNER: owner,
+            Field.LEASE_STARTED_AT: SERVER_TIMESTAMP,
+            Field.LEASE_SECONDS: lease_seconds,
+            Field.EXPIRE_AT: expire_at,
+        },
+        attempts,
+    )
+
+
+def counted(fields: Fields, attempts: int) -> Fields:
+    """`fields` with attempt `attempts` made now; attempt 1 (of a revived record too) starts
+    `firstAttemptAt`, whence `min_retry_seconds` protects the event (`claims.AttemptLimit`)."""
+    first = {Field.FIRST_ATTEMPT_AT: SERVER_TIMESTAMP} if attempts == 1 else {}
+    return {**fields, Field.ATTEMPTS: attempts, Field.LAST_ATTEMPT_AT: SERVER_TIMESTAMP, **first}
 
 
 def finished(
@@ -319,9 +324,7 @@ def attempt_finished(
     """An attempt that ran outside any lease (atomic modes) ends: sent with its writes, or
     failed / dead / still in progress after its writes were discarded. Counts the attempt."""
     fields = finished(state, owner=owner, expire_at=expire_at, error=error, result=result)
-    fields[Field.ATTEMPTS] = attempts
-    fields[Field.LAST_ATTEMPT_AT] = SERVER_TIMESTAMP
-    return fields
+    return counted(fields, attempts)
 
 
 def released(*, error: str, expire_at: datetime, attempts: int | None = None) -> Fields:
@@ -358,18 +361,16 @@ def steps_recorded(steps: Mapping[str, Any]) -> Fields:
 
 
 def revived() -> Fields:
-    """`dedup revive`: a failed, dead or unknown record becomes runnable again with a full
-    attempt budget (attempts back to 0, `lastError` and `notes` kept). The next delivery finds
-    a released lease, which is never ambiguous: it runs the handler.
-
-    Attempts restart at 0 because a dead record has used `max_attempts` already: a revived
-    event gets the full retry budget, as if it were new.
-    """
+    """`dedup revive`: a failed, dead or unknown record becomes runnable again, as if it were
+    new (`lastError` and `notes` kept): attempts back to 0, `firstAttemptAt` now and again at
+    attempt 1 (`counted`), so `max_attempts` and `min_retry_seconds` both protect it anew. The
+    next delivery finds a released lease, which is never ambiguous: it runs the handler."""
     return {
         Field.STATE: State.IN_PROGRESS.value,
         Field.SENT: False,
         Field.LEASE_STARTED_AT: None,
         Field.ATTEMPTS: 0,
+        Field.FIRST_ATTEMPT_AT: SERVER_TIMESTAMP,
     }
 
 
