@@ -39,9 +39,10 @@ refused then, with the `ConfigError` that names the value to set.
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 
 def global_timeout_seconds() -> int | None:
@@ -64,16 +65,35 @@ def declared_timeout(function: object) -> int | None:
 
 def platform_function_of(inner: Callable[..., Any]) -> object | None:
     """The firebase-functions function that wraps `inner` (a dedup entrance's wrapper, which
-    the platform decorator above it wrapped with `functools.wraps`), found among the attributes
-    of `inner`'s module; None when it is not there (a function declared inside another, or not
-    under a firebase-functions decorator)."""
+    the platform decorator above it wrapped with `functools.wraps`): an attribute of `inner`'s
+    module whose `__wrapped__` chain reaches it; else, for a function declared inside another,
+    the function whose `__wrapped__` is `inner` (or wraps one that is, up to four decorators),
+    found through the garbage collector's referrers, once; None when there is none (no
+    firebase-functions decorator)."""
     module = sys.modules.get(getattr(inner, "__module__", None) or "")
-    if module is None:
-        return None
-    named = getattr(module, getattr(inner, "__name__", ""), None)
-    candidates = [named, *vars(module).values()] if named is not None else [*vars(module).values()]
-    found: list[object] = [c for c in candidates if platform_wrapped(c) and _wraps(c, inner)]
-    return found[0] if found else None
+    if module is not None:
+        named = getattr(module, getattr(inner, "__name__", ""), None)
+        candidates = [named, *vars(module).values()]
+        found: list[object] = [c for c in candidates if platform_wrapped(c) and _wraps(c, inner)]
+        if found:
+            return found[0]
+    current: object = inner
+    for _ in range(4):
+        outer = _wrapper_of(current)
+        if outer is None or platform_wrapped(outer):
+            return outer
+        current = outer
+    return None
+
+
+def _wrapper_of(inner: object) -> object | None:
+    """The function `functools.wraps` made over `inner` (its `__dict__` holds `__wrapped__`)."""
+    for holder in gc.get_referrers(inner):
+        if isinstance(holder, dict) and holder.get("__wrapped__") is inner:
+            for owner in gc.get_referrers(holder):
+                if getattr(owner, "__dict__", None) is holder:
+                    return cast(object, owner)
+    return None
 
 
 def function_timeout_of(inner: Callable[..., Any]) -> int | None:
