@@ -11,6 +11,8 @@ deduplicator of each delivery (`Entrance.deduplicator`).
 
 Each factory's `reconcile` and `on_ambiguous` (what a delivery that may repeat an effect does,
 `dedup.kernel.ambiguity`) are checked here too, and every delivery of the function passes them on.
+So does its time budget: the timeout the function declares to firebase-functions, found at its
+first delivery (`DeclaredTimeout`, `Entrance.options`; `DedupConfig.time_budget`).
 
 The configuration of the process is read from the environment once, by the process's default
 deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
@@ -158,7 +160,7 @@ class DeclaredTimeout:
     (`dedup.platform.firebase_internals.function_timeout_of`)."""
 
     def __init__(self) -> None:
-        """Nothing found yet; `serve` names the wrapper to look for."""
+        """Nothing found yet; `Entrance.identify` names the wrapper to look for."""
         self.wrapper: object = None
         """The entrance's wrapper, which the platform's decorator wraps (`Entrance.identify`)."""
         self._found: list[int | None] = []
