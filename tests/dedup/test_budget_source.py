@@ -17,12 +17,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import flask
 import pytest
 from cloudevents.http import CloudEvent
-from firebase_functions import pubsub_fn
+from firebase_functions import https_fn, pubsub_fn
 
 from dedup import ConfigError, DedupConfig, Deduplicator, Delivery, SuffixRegistry, trigger_once
 from dedup.config import TimeBudget
+from dedup.http import IdempotentRequest, idempotent_http
 from tests.memory_store import MemoryStore
 
 
@@ -137,3 +139,27 @@ def test_on_the_platform_a_declared_timeout_the_lease_does_not_cover_is_refused(
         with pytest.raises(ConfigError, match="Set DEDUP_LEASE_SECONDS to at least 710"):
             refused(message(uuid.uuid4().hex))
     assert len(lines.records) == len(left) == 1
+
+
+def test_an_http_function_runs_under_its_declared_timeout() -> None:
+    """`idempotent_http` under `https_fn.on_request(timeout_sec=20)`, lease 600 s: its
+    request's delivery has 20 s (less the margin), not the lease's 590 s."""
+    left: list[float] = []
+    config = DedupConfig(lease_seconds=600, on_payload_mismatch="raise", cache_size=0)
+    deduplicator = Deduplicator(config, records=MemoryStore())
+
+    @https_fn.on_request(timeout_sec=20)
+    @idempotent_http(
+        "budgetHttp", anonymous=True, deduplicator=deduplicator, registry=SuffixRegistry()
+    )
+    def handle(call: IdempotentRequest) -> flask.Response:
+        left.append(call.delivery.time_left() or 0.0)
+        return flask.jsonify({"ok": True})
+
+    app = flask.Flask("budget")
+    headers = {"Idempotency-Key": uuid.uuid4().hex}
+    with app.test_request_context("/", method="POST", json={"a": 1}, headers=headers):
+        answer = handle(flask.request)
+    assert answer.status_code == 200, answer.get_data()
+    [seconds] = left
+    assert 10 < seconds <= 20, seconds
