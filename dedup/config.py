@@ -5,32 +5,9 @@ DEDUP_* variables. Every value is validated on construction, so a bad setting fa
 `ConfigError` naming the setting, not in the middle of an event. A DEDUP_* variable that is not
 one of `ENVIRONMENT_VARIABLES` (a misspelling such as DEDUP_RETENTON_DAYS) is refused too.
 
-How `lease_seconds` relates to the function timeout
----------------------------------------------------
-A lease is taken when a delivery starts the handler and lasts `lease_seconds` on the
-database's clock. Two consequences:
-
-* The lease must outlast the handler's worst-case run time, i.e. the function timeout
-  (Cloud Functions 2nd gen: 60 s by default for event functions, up to 540 s). If the
-  handler is still running when its lease expires, a redelivery can take the lease over and
-  run the handler a second time; the slow run then gets `LeaseLost` and its outcome is not
-  recorded, but its side effect may already have happened.
-* The margin beyond the timeout is `rpc_timeout_seconds`. functions-framework does not stop a
-  handler at the platform timeout: a run whose effect finished just before the timeout still
-  has to write "sent" (within the timeout when the handler kept to its budget; a handler that
-  overran it gets one try of 0.1 s, past the timeout). The lease starts
-  after the request does (it is taken by the claim), so a lease of at least
-  timeout + `rpc_timeout_seconds` outlives that last write, and the platform's retry (which
-  comes after the timeout plus a backoff) finds the event `sent` instead of taking the lease
-  over and running the effect again. `DedupConfig(function_timeout_seconds=...)` enforces it:
-  the deploy tooling (`tools/deploy`) checks every function, and an instance on the
-  platform checks its own function at start-up (`functions.runtime`).
-* A run whose process crashed (out of memory, instance killed) holds its lease until it
-  expires: redeliveries before that raise `LeaseHeld`, and the first one after it runs
-  the handler again. A longer lease therefore delays recovery from a crash.
-
-The default of 60 s fits the functions' declared timeout of 50 s (`main.py`) plus the default
-`rpc_timeout_seconds` of 10 s.
+The lease must outlast the function's timeout plus `rpc_timeout_seconds`, and a delivery's
+time budget is that timeout (`DedupConfig.time_budget`): docs/configuration.md, "The lease and
+the function timeout" and "The time budget of a delivery".
 """
 
 from __future__ import annotations
@@ -42,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, partial
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from dedup.errors import ConfigError
 from dedup.kernel.claims import AttemptLimit
@@ -78,8 +55,27 @@ ENVIRONMENT_VARIABLES = (
     "DEDUP_DATABASE",
     "DEDUP_OTEL",
     "DEDUP_ON_GIVE_UP",
+    "DEDUP_FUNCTION_TIMEOUT_SECONDS",
 )
 """Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
+
+FUNCTION_TIMEOUT_VARIABLE = "DEDUP_FUNCTION_TIMEOUT_SECONDS"
+"""The deployed timeout of the function an instance serves: `make deploy-gcloud` and `make
+deploy-run` put it in each function's environment, equal to the `--timeout` it is deployed with
+(`DedupConfig.function_timeout_seconds`)."""
+
+BudgetSource = Literal["function_timeout", "declared_timeout", "lease"]
+"""Which bound a delivery's time budget is (`DedupConfig.time_budget`), as its log line says
+(`budget_source`): the config's `function_timeout_seconds` (DEDUP_FUNCTION_TIMEOUT_SECONDS), the
+timeout the function declares to firebase-functions, or the longest timeout the lease covers."""
+
+
+class TimeBudget(NamedTuple):
+    """How long one delivery may take, and which bound that is."""
+
+    seconds: float
+    source: BudgetSource
+
 
 GIVE_UP_ANSWERS = ("ack", "nack")
 """The values of DEDUP_ON_GIVE_UP (case-insensitive; empty or unset: "ack")."""
@@ -108,7 +104,7 @@ class DedupConfig:
 
     lease_seconds: int = DEFAULT_LEASE_SECONDS
     """Lease length on the database clock; at least the function timeout plus
-    `rpc_timeout_seconds` (see module doc). DEDUP_LEASE_SECONDS."""
+    `rpc_timeout_seconds` (docs/configuration.md). DEDUP_LEASE_SECONDS."""
 
     retention_days: int = DEFAULT_RETENTION_DAYS
     """How long records are kept: `expireAt` = now + this, for a Firestore TTL policy.
@@ -154,8 +150,11 @@ class DedupConfig:
     `PayloadMismatch`. DEDUP_ON_PAYLOAD_MISMATCH."""
 
     function_timeout_seconds: int | None = None
-    """The timeout of the function this config serves, when known: `lease_seconds` must then be
-    at least this plus `rpc_timeout_seconds` (see the module docstring). None: not checked."""
+    """The timeout of the function this config serves, when known: the delivery's time budget
+    (`time_budget`); `lease_seconds` must be at least this plus `rpc_timeout_seconds`. The
+    gcloud and Cloud Run deploys set it per function to the `--timeout` they deploy it with (not
+    by hand: refused in `.env`). None: the function's declared timeout (firebase-functions),
+    else the lease's bound. DEDUP_FUNCTION_TIMEOUT_SECONDS."""
 
     otel: bool = False
     """Whether the functions install the OpenTelemetry SDK with the Cloud Trace and Cloud
@@ -243,18 +242,23 @@ class DedupConfig:
 
     @cached_property
     def delivery_budget_seconds(self) -> float:
-        """How long one delivery may take (docs/configuration.md, "The time budget of a
-        delivery"): `function_timeout_seconds` when known, else the longest timeout the lease
-        covers (`lease_seconds` - `rpc_timeout_seconds`, at least 1 s).
+        """How long one delivery may take when its function declares no timeout of its own
+        (`time_budget()`): `function_timeout_seconds` when known, else the lease's bound."""
+        return self.time_budget().seconds
 
-        Claims, rounds, backoff pauses and the start of the handler happen only within it, and
-        every dedup RPC's deadline is cut to what is left of it; once it is spent the delivery
-        answers `BudgetSpent` (retryable) with nothing half-written. The writes after the
-        handler (its outcome, a release, a failed attempt) may use the budget's margin too,
-        and end within the budget itself (`dedup.kernel.run.Run.outcome_deadline`)."""
+    def time_budget(self, declared_timeout: int | None = None) -> TimeBudget:
+        """How long one delivery may take, and which bound that is (docs/configuration.md,
+        "The time budget of a delivery"): `function_timeout_seconds` when set; else
+        `declared_timeout` (the function's `timeout_sec`) when the lease covers it; else the
+        longest timeout the lease covers, `lease_seconds` - `rpc_timeout_seconds` (at least
+        1 s). Claims, rounds, pauses and the handler's start happen within it, every dedup RPC
+        is cut to what is left, and once it is spent the delivery answers `BudgetSpent`."""
         if self.function_timeout_seconds is not None:
-            return float(self.function_timeout_seconds)
-        return float(max(1, self.lease_seconds - self.rpc_timeout_seconds))
+            return TimeBudget(float(self.function_timeout_seconds), "function_timeout")
+        covered = max(1, self.lease_seconds - self.rpc_timeout_seconds)
+        if declared_timeout is not None and 0 < declared_timeout <= covered:
+            return TimeBudget(float(declared_timeout), "declared_timeout")
+        return TimeBudget(float(covered), "lease")
 
     def check_lease_covers(self, timeout: int) -> None:
         """Refuse (`ConfigError`, saying what to set) a function timeout of `timeout` seconds
@@ -286,7 +290,8 @@ class DedupConfig:
         `environ` defaults to `os.environ`. Empty variables count as unset. Raises
         `ConfigError` naming the variable and the accepted form when a value is malformed, when
         a DEDUP_* variable is not one of `ENVIRONMENT_VARIABLES` (the message lists them), and
-        when `function_timeout_seconds` is given and the lease does not cover it.
+        when the function's timeout (`function_timeout_seconds` when given, else
+        DEDUP_FUNCTION_TIMEOUT_SECONDS) is one the lease does not cover.
         """
         env = os.environ if environ is None else environ
         _refuse_unknown_variables(env)
@@ -306,6 +311,9 @@ class DedupConfig:
                 "up on) or 'nack' (answer 500: its dead-letter topic keeps it); got "
                 f"{env['DEDUP_ON_GIVE_UP']!r}"
             )
+        timeout = function_timeout_seconds
+        if timeout is None and get(FUNCTION_TIMEOUT_VARIABLE) is not None:
+            timeout = _int_var(get, FUNCTION_TIMEOUT_VARIABLE, 50)  # the deployed --timeout
         layout = get("DEDUP_KEY_LAYOUT") or "plain"
         if layout not in KEY_LAYOUTS:
             raise ConfigError(
@@ -328,7 +336,7 @@ class DedupConfig:
                 get, "DEDUP_RPC_TIMEOUT_SECONDS", DEFAULT_RPC_TIMEOUT_SECONDS
             ),
             on_payload_mismatch="raise" if policy == "raise" else "log",
-            function_timeout_seconds=function_timeout_seconds,
+            function_timeout_seconds=timeout,
             key_layout="spread" if layout == "spread" else "plain",
             on_give_up="nack" if give_up == "nack" else "ack",
         )

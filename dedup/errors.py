@@ -90,8 +90,8 @@ class StoreUnavailable(DedupError):
 
 
 class BudgetSpent(StoreUnavailable):
-    """The delivery's time budget (`DedupConfig.delivery_budget_seconds`, the function's
-    timeout) ran out before its work was done, usually while Firestore was contended or
+    """The delivery's time budget (`DedupConfig.time_budget`: the function's timeout, else the
+    lease's bound) ran out before its work was done, usually while Firestore was contended or
     failing; retryable.
 
     Nothing is half-written: the handler's writes were not committed (transaction and

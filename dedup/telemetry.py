@@ -283,7 +283,18 @@ def _duplicate_event(span: trace.Span, found: Record | None) -> None:
 LOGGER_NAME = "dedup"
 logger = logging.getLogger(LOGGER_NAME)
 
-_FIELDS = ("eventId", "suffix", "key", "outcome", "attempt", "ms", "error", "path", "subject")
+_FIELDS = (
+    "eventId",
+    "suffix",
+    "key",
+    "outcome",
+    "attempt",
+    "ms",
+    "error",
+    "path",
+    "subject",
+    "budget_source",
+)
 _setup_lock = threading.Lock()
 _first_use_done = False
 """Set once the first delivery line has decided whether to attach the handler."""
@@ -345,9 +356,11 @@ def log_delivery(
     error: str | None = None,
     path: str | None = None,
     subject: str | None = None,
+    budget_source: str | None = None,
 ) -> None:
     """Emit the one line describing a delivery's outcome (no traceback, no payload); fields
-    left None are omitted from the line. The first one configures the "dedup" logger if the
+    left None are omitted from the line. `budget_source`: which bound the delivery's time
+    budget was (`dedup.config.BudgetSource`). The first one configures the "dedup" logger if the
     application has not (`configure_logging`)."""
     _configure_on_first_use()
     logger.log(
@@ -363,6 +376,7 @@ def log_delivery(
             "error": error,
             "path": path,
             "subject": subject,
+            "budget_source": budget_source,
         },
     )
 

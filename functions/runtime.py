@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from dedup.config import DedupConfig
 from dedup.entrances.gate import process_config
-from dedup.platform.firebase_internals import on_the_platform
+from dedup.platform.firebase_internals import declared_timeout, on_the_platform
 
 Check = TypeVar("Check", bound=Callable[[], object])
 
@@ -51,13 +51,6 @@ def check_function_settings(environ: Mapping[str, str] | None = None) -> None:
     check = _STARTUP_CHECKS.get(env.get("FUNCTION_TARGET", ""))
     if check is not None:
         check()
-
-
-def declared_timeout(function: object) -> int | None:
-    """The `timeout_sec` a firebase-functions function declares (its manifest endpoint)."""
-    endpoint = getattr(function, "__firebase_endpoint__", None)
-    timeout = getattr(endpoint, "timeoutSeconds", None)
-    return timeout if isinstance(timeout, int) else None
 
 
 def refuse_unsafe_settings(

@@ -44,7 +44,7 @@ from tools.deploy import (
     deploy_manifest,
     deploy_runtime,
     endpoints,
-    env_kind,
+    env_file,
     kind_of_trigger,
     queue_flags,
     runtime_flags,
@@ -65,7 +65,7 @@ from tools.run_service import (
     delivery_attempts,
     refuse_unreachable_services,
     run_env_dir,
-    run_env_files,
+    run_function_env_files,
     service_names,
     write_run_env_files,
 )
@@ -119,7 +119,7 @@ def deploy_command(
             f"{function} has a trigger ({', '.join(kinds) or 'unknown'}) that `make deploy-run` "
             "does not deploy: deploy it with `make deploy-firebase`."
         )
-    env_file = run_env_dir(target) / f"{env_kind(endpoint)}.env.yaml"
+    variables = env_file(run_env_dir(target), function)
     access = "--allow-unauthenticated" if is_public(endpoint) else "--no-allow-unauthenticated"
     return [
         "gcloud", "run", "deploy", service, "--source=.",
@@ -127,7 +127,7 @@ def deploy_command(
         f"--base-image={base_image(target)}",
         f"--region={endpoint['region'][0]}", f"--project={target.project}",
         f"--service-account={endpoint['serviceAccountEmail']}",
-        f"--env-vars-file={env_file.relative_to(target.source)}",
+        f"--env-vars-file={variables.relative_to(target.source)}",
         access, *run_flags(endpoint, versions), "--quiet",
     ]  # fmt: skip
 
@@ -360,13 +360,14 @@ def plan(what: str, target: Target) -> list[str]:
 
 
 def service_environment(function: str, target: Target) -> dict[str, str]:
-    """Exactly what the plan gives `function`'s service: its env file's variables, and
-    `FUNCTION_TARGET` from its `--function` (what the buildpack sets)."""
+    """Exactly what the plan gives `function`'s service: its env file's variables (its
+    deployed timeout among them), and `FUNCTION_TARGET` from its `--function` (what the
+    buildpack sets)."""
     manifest = deploy_manifest(
         sdk_manifest(target.source), target, deploy_env(target), for_deploy=False
     )
     endpoint = dict(endpoints(manifest))[function]
-    values = run_env_files(target, deploy_env(target))[env_kind(endpoint)]
+    values = run_function_env_files(target, manifest)[function]
     command = deploy_command(function, endpoint, service_names(manifest)[function], target, {})
     entry = next(w for w in command if w.startswith("--function=")).partition("=")[2]
     return {**values, "FUNCTION_TARGET": entry}

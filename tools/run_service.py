@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dedup.platform.run_names import run_app_problem, run_app_url, service_of
 from functions.region import RUN_URL_VARIABLE
 from tools.deploy import (
@@ -22,6 +20,9 @@ from tools.deploy import (
     deploy_env,
     endpoints,
     env_files,
+    function_env_files,
+    sdk_manifest,
+    write_function_env_files,
 )
 
 SERVICE_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -147,14 +148,16 @@ def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str,
     return files
 
 
+def run_function_env_files(
+    target: Target, manifest: Mapping[str, Any]
+) -> dict[str, dict[str, str]]:
+    """Each function's env file on this path: its kind's `run_env_files`, and its deployed
+    timeout (`tools.deploy.function_env_files`)."""
+    return function_env_files(manifest, run_env_files(target, deploy_env(target)))
+
+
 def write_run_env_files(target: Target) -> list[Path]:
-    """Write `run_env_files` under `run_env_dir`; their paths."""
-    folder = run_env_dir(target)
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for kind, values in run_env_files(target, deploy_env(target)).items():
-        path = folder / f"{kind}.env.yaml"
-        path.write_text(yaml.safe_dump(values, default_flow_style=False))
-        path.chmod(0o600)
-        written.append(path)
-    return written
+    """Write each function's env file (`run_function_env_files`) under `run_env_dir`; their
+    paths."""
+    files = run_function_env_files(target, sdk_manifest(target.source))
+    return write_function_env_files(run_env_dir(target), files)

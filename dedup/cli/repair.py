@@ -145,11 +145,13 @@ def _release_problem(record: Record | None) -> str | None:
 def revive(
     target: Target, keys: tuple[str, ...], state: str | None, suffix: str | None, yes: bool
 ) -> None:
-    """Make dead, failed or unknown records runnable again (attempts reset to 0).
+    """Make dead, failed or unknown records runnable again, as if new (attempts reset to 0).
 
     Name the records by KEY, or all of one state with --state (and --suffix). Each becomes
     in_progress and released: the next delivery of the event runs its handler with a full
-    `max_attempts` budget (`lastError` and `notes` are kept). A released record is never
+    `max_attempts` budget, and `firstAttemptAt` starts anew (at the revive, then at that
+    delivery's attempt), so `min_retry_seconds` protects it again: fast failures do not bury it
+    before that long (`lastError` and `notes` are kept). A released record is never
     ambiguous, so an unknown record's handler runs even under on_ambiguous="skip": revive one
     only once you know its effect did not happen, or that a second one is acceptable.
 
@@ -186,6 +188,11 @@ def revive(
         _confirm_writes(target, writes, now, f"Revive {what}", yes)
         tally = apply_guarded(target.client, writes)
         _report(target, tally, "revived")
+        if tally.done:
+            click.echo(
+                "attempts reset to 0 and firstAttemptAt to now: each revived event has its full "
+                "max_attempts and min_retry_seconds again, from its next delivery"
+            )
         problems += len(tally.changed)
     if problems:
         raise click.ClickException(f"{problems} record(s) were not revived")

@@ -11,6 +11,8 @@ deduplicator of each delivery (`Entrance.deduplicator`).
 
 Each factory's `reconcile` and `on_ambiguous` (what a delivery that may repeat an effect does,
 `dedup.kernel.ambiguity`) are checked here too, and every delivery of the function passes them on.
+So does its time budget: the timeout the function declares to firebase-functions, found at its
+first delivery (`DeclaredTimeout`, `Entrance.options`; `DedupConfig.time_budget`).
 
 The configuration of the process is read from the environment once, by the process's default
 deduplicator; `process_config()` is that object, and every entrance, the HTTP deduplicator and
@@ -26,6 +28,7 @@ The record key of a delivery, in the configured layout, is computed in one place
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -42,7 +45,11 @@ from dedup.kernel.handler_shape import (
 from dedup.kernel.record import RERUN, Mode
 from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.kernel.transitions import validate_suffix
-from dedup.platform.firebase_internals import global_timeout_seconds, on_the_platform
+from dedup.platform.firebase_internals import (
+    function_timeout_of,
+    global_timeout_seconds,
+    on_the_platform,
+)
 
 if TYPE_CHECKING:  # dedup.aio (the async client's stack) is imported for async handlers only
     from dedup.aio.front_door import AsyncDeduplicator
@@ -147,6 +154,34 @@ def owner_of(handler: Callable[..., Any]) -> str:
 _COPIED_ATTRIBUTES = ("__module__", "__name__", "__qualname__", "__doc__")
 
 
+class DeclaredTimeout:
+    """The timeout the function an entrance serves declares to the platform, found once, on
+    its first delivery: the platform's decorator wraps the entrance's wrapper after `admit`
+    (`dedup.platform.firebase_internals.function_timeout_of`)."""
+
+    def __init__(self) -> None:
+        """Nothing found yet; `Entrance.identify` names the wrapper to look for."""
+        self.wrapper: object = None
+        """The entrance's wrapper, which the platform's decorator wraps (`Entrance.identify`)."""
+        self._found: list[int | None] = []
+        self._lock = threading.Lock()
+
+    def seconds(self, check: Callable[[int], None]) -> int | None:
+        """The declared timeout (None: none is known), `check`ed once when found; a `check`
+        that raises leaves it unfound, so every delivery raises until the setting is fixed."""
+        if not self._found:
+            with self._lock:
+                if not self._found:
+                    inner = self.wrapper
+                    found = (
+                        function_timeout_of(inner) if callable(inner) else global_timeout_seconds()
+                    )
+                    if found is not None:
+                        check(found)
+                    self._found.append(found)
+        return self._found[0]
+
+
 class Entrance(NamedTuple):
     """An admitted handler: what each delivery of its trigger kind needs from the entrance."""
 
@@ -157,6 +192,8 @@ class Entrance(NamedTuple):
     is_async: bool
     """The handler is an `async def` (served by `AsyncDeduplicator`)."""
     handler: Callable[..., Any]
+    timeout: DeclaredTimeout
+    """The timeout the function declares, found on its first delivery (`options`)."""
 
     @property
     def suffix(self) -> str:
@@ -170,8 +207,20 @@ class Entrance(NamedTuple):
 
     @property
     def options(self) -> EventOptions:
-        """The function's checked options, for each delivery to complete (`Gate.options`)."""
-        return self.gate.options
+        """The function's checked options (`Gate.options`) with the timeout it declares, for
+        each delivery to complete: its time budget (`DedupConfig.time_budget`). On the
+        platform, a declared timeout that the lease does not cover raises `ConfigError`
+        (`DedupConfig.check_lease_covers`), on every delivery until the setting is fixed."""
+        declared = self.timeout.seconds(self._check_lease)
+        return self.gate.options._replace(budget=self._config().time_budget(declared))
+
+    def _config(self) -> DedupConfig:
+        given = self.gate.given
+        return given.config if given is not None else self.gate.config or process_config()
+
+    def _check_lease(self, timeout: int) -> None:
+        if on_the_platform(os.environ):  # locally, in tests and the emulator: short leases
+            self._config().check_lease_covers(timeout)
 
     @property
     def reconcile(self) -> Reconcile | None:
@@ -208,6 +257,7 @@ class Entrance(NamedTuple):
         its signature: frameworks that inspect the wrapper must see the wrapper's."""
         for attribute in _COPIED_ATTRIBUTES:
             setattr(wrapper, attribute, getattr(self.handler, attribute, None))
+        self.timeout.wrapper = wrapper  # what the platform's decorator wraps
         return wrapper
 
 
@@ -277,7 +327,7 @@ class Gate(NamedTuple):
                 "for a `def` one"
             )
         self.registry.register(self.suffix, owner, handler=handler)
-        return Entrance(gate=self, owner=owner, is_async=is_async, handler=handler)
+        return Entrance(self, owner, is_async, handler, DeclaredTimeout())
 
 
 def gate(

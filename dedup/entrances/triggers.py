@@ -122,11 +122,14 @@ def trigger_once(
     """
     entry = gate(EVENTS, suffix, mode, config, deduplicator, registry, reconcile, on_ambiguous)
 
-    def options_for(event: object) -> tuple[str | None, EventOptions]:
-        """The dedup id of `event` and its options: the function's, completed with the event's."""
+    def options_for(
+        event: object, function: Callable[[], EventOptions]
+    ) -> tuple[str | None, EventOptions]:
+        """The dedup id of `event` and its options: the function's (`Entrance.options`, with
+        its time budget), completed with the event's."""
         info = describe(event)
         event_id = info.event_id if event_id_from is None else event_id_from(event)
-        return event_id, entry.options._replace(
+        return event_id, function()._replace(
             # Under event_id_from, different events share a key by design: no fingerprint.
             payload=info.payload if event_id_from is None else None,
             event_time=info.event_time,
@@ -142,13 +145,14 @@ def trigger_once(
         # Resolved on the first delivery (not at import), then kept: the configuration is read
         # once per function, and later deliveries go straight to the front door.
         deduplicator = _resolved_once(admitted.deduplicator)
+        function_options = _resolved_once(lambda: admitted.options)  # its budget, found once
         async_deduplicator = _resolved_once(admitted.async_deduplicator)
         if admitted.is_async:
 
             async def once_async(event: Any) -> None:
                 mark_entered()
                 with _answered():
-                    event_id, options = options_for(event)
+                    event_id, options = options_for(event, function_options)
 
                 async def run_async(delivery: AsyncDelivery) -> None:
                     await handler(event, delivery)
@@ -165,7 +169,7 @@ def trigger_once(
         def once(event: Any) -> None:
             mark_entered()
             with _answered():
-                event_id, options = options_for(event)
+                event_id, options = options_for(event, function_options)
 
             def run_handler(delivery: Delivery) -> None:
                 handler(event, delivery)

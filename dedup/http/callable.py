@@ -172,6 +172,7 @@ def _settle_call(
             subject=caller_subject(uid),
             reconcile=admitted.reconcile,
             on_ambiguous=admitted.on_ambiguous,
+            budget=admitted.options.budget,
         )
     except _CallableFailed as failed:
         raise failed.error from None

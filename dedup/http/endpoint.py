@@ -188,6 +188,7 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
             subject=caller_subject(uid),
             reconcile=admitted.reconcile,
             on_ambiguous=admitted.on_ambiguous,
+            budget=admitted.options.budget,
         )
     except _ServerError as error:
         return error.response

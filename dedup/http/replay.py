@@ -26,11 +26,12 @@ from dedup.entrances.gate import HTTP, record_key, shared_deduplicator
 from dedup.errors import LeaseHeld, LeaseLost, PayloadMismatch, StoreUnavailable
 from dedup.http.idempotency import REPLAYED_HEADER, NotStored, StoredResponse
 from dedup.http.problems import Problem
-from dedup.kernel.delivery import Delivery, HandlerResult, OutcomeKind, drive
+from dedup.kernel.delivery import Delivery, EventOptions, HandlerResult, OutcomeKind, drive
 from dedup.kernel.record import RERUN, Mode, State, error_text
 from dedup.platform.propagation import continued, from_current_request
 
 if TYPE_CHECKING:
+    from dedup.config import TimeBudget
     from dedup.kernel.delivery import Reconcile
     from dedup.kernel.front_door import Deduplicator
 
@@ -120,10 +121,12 @@ def settle(
     subject: str | None = None,
     reconcile: Reconcile | None = None,
     on_ambiguous: str = RERUN,
+    budget: TimeBudget | None = None,
 ) -> Settlement:
     """Run `handler` once for (event_id, suffix) or find how an earlier request ended.
     `subject` is recorded for `dedup list --subject` (see `caller_subject`); `reconcile` and
-    `on_ambiguous` go to `Deduplicator.run`.
+    `on_ambiguous` go to `Deduplicator.run`; `budget`: the delivery's time budget, the
+    function's own (`dedup.entrances.gate.Entrance.options`), else the config's.
 
     The handler's own exceptions propagate (the core has released the lease or counted the
     attempt first), except a terminal failure, which ends the record as failed and becomes a
@@ -131,6 +134,14 @@ def settle(
     """
     deadline = time.monotonic() + wait_seconds
     raised: list[Exception] = []
+    options = runner.checked(
+        EventOptions(
+            Mode(mode), payload, subject=subject, reconcile=reconcile,
+            on_ambiguous=on_ambiguous, budget=budget,
+        ),
+        "settle",
+        handler,
+    )  # fmt: skip
 
     def watched(delivery: Delivery) -> HandlerResult:
         try:
@@ -142,16 +153,7 @@ def settle(
     while True:
         try:
             with continued(from_current_request()):  # the caller's trace, from the headers
-                outcome = runner.run(
-                    event_id,
-                    suffix,
-                    watched,
-                    mode=mode,
-                    payload=payload,
-                    subject=subject,
-                    reconcile=reconcile,
-                    on_ambiguous=on_ambiguous,
-                )
+                outcome = runner.run_event(event_id, suffix, watched, options)
         except (LeaseHeld, LeaseLost):
             if time.monotonic() + WAIT_POLL_SECONDS > deadline:
                 return Settlement(Settled.IN_PROGRESS)

@@ -22,6 +22,7 @@ from dedup.kernel.record import RERUN, STEP_NAME, Mode
 from dedup.kernel.record import OutcomeKind as OutcomeKind  # its home is the record's schema
 
 if TYPE_CHECKING:
+    from dedup.config import TimeBudget
     from dedup.errors import StoreUnavailable
     from dedup.kernel.flow_io import Fill, Records
     from dedup.kernel.record import Conflict, Fields, Snapshot
@@ -232,8 +233,8 @@ def mark_entered() -> None:
 class EventOptions(NamedTuple):
     """How one event is run, besides its id, suffix and handler: the one value every entrance
     hands a front door (`Deduplicator.run_event`, `AsyncDeduplicator.run_event`), built once
-    per function by `dedup.entrances.gate.gate` and completed per event. The fields are
-    `Deduplicator.run`'s keyword arguments, with their meaning and defaults."""
+    per function by `dedup.entrances.gate.gate`, completed per event: `Deduplicator.run`'s
+    keyword arguments, and the time budget the entrance found (`budget`)."""
 
     mode: Mode = Mode.LEASE
     payload: bytes | str | None = None
@@ -247,12 +248,12 @@ class EventOptions(NamedTuple):
     database: str | None = None
     """The Firestore database the event came from (where its records live by default)."""
     reconcile: Reconcile | None = None
-    """Lease mode: asked whether an earlier attempt produced the effect
-    (`dedup.kernel.ambiguity`)."""
+    """Lease mode: asked whether an earlier attempt produced the effect (`kernel.ambiguity`)."""
     on_ambiguous: str = RERUN
     """Lease mode: what an ambiguous take-over does when nothing could tell."""
     source: str | None = None
     """Where the event came from (the CloudEvent `source`), kept on the record."""
+    budget: TimeBudget | None = None  # of the function's declared timeout; None: the config's
 
     @property
     def chooses_ambiguity(self) -> bool:
@@ -272,8 +273,7 @@ SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelive
 
 # How a flow runs on the caller's thread: `drive`, `BlockingIO`, the per-key turns (`KeyTurns`).
 def drive[T](flow: Coroutine[Any, Any, T]) -> T:
-    """Run a flow that never suspends (over a sync client's `RecordStore`, or `BlockingIO`) to
-    its end on this thread."""
+    """Run a flow that never suspends (a sync client's `RecordStore`, `BlockingIO`) to its end."""
     try:
         flow.send(None)
     except StopIteration as done:

@@ -235,6 +235,7 @@ class DeduplicatorBase:
             source=options.source,
             step_hooks=self._step_hooks,
             ambiguity=ambiguity,
+            budget=options.budget or self.config.time_budget(),
         )
         if observed is not None:
             observed.watch(run)
@@ -271,8 +272,7 @@ class Deduplicator(DeduplicatorBase):
     Thread-safe: one instance serves every request thread of a process. The Firestore client
     is made once, on the first delivery (a Deduplicator given a `config` touches no network and
     reads no environment when made), from `client`, else `client_factory()`, else
-    `firestore.Client(project, database)` of the config. `async def` handlers: `dedup.aio`.
-    """
+    `firestore.Client(project, database)` of the config. `async def` handlers: `dedup.aio`."""
 
     def __init__(
         self,

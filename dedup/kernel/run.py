@@ -32,7 +32,7 @@ from dedup.kernel.record import GIVEN_UP, GIVING_UP, Mode, Record
 from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:
-    from dedup.config import DedupConfig
+    from dedup.config import DedupConfig, TimeBudget
     from dedup.kernel.flow_io import Ambiguity, FlowIO
 
 _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
@@ -43,8 +43,7 @@ _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
 """Per mode: its delivery type's place in `DeliveryKinds`, and the field holding the writer."""
 
 BUDGET_MARGIN = 0.1
-"""The share of the budget (at most 1 s) kept back for what ends a delivery after its last
-try: an RPC is never given less than 0.1 s, and a rollback keeps its own bound."""
+"""The budget's share (at most 1 s) kept for the floors of the last tries and a rollback."""
 OUTCOME_MARGIN = 0.2
 """How long before the function's timeout the writes after the handler stop being tried
 (`Run.outcome_deadline`): room for the last try's floor (0.1 s) and the answer."""
@@ -65,6 +64,8 @@ class Run:
     suffix: str
     key: str
     payload_hash: str | None
+    budget: TimeBudget
+    """The time budget and its source (`DedupConfig.time_budget`: the function's timeout)."""
     subject: str | None = None
     source: str | None = None
     """Where the event came from (the CloudEvent `source`), written on a new record."""
@@ -82,16 +83,14 @@ class Run:
     """Seconds from the record's first attempt to the read this delivery claimed on (database
     clock, `kernel.claims.retry_age`); 0 for a fresh event."""
     deadline: float = 0.0
-    """When this delivery's time budget ends (monotonic): `started` plus
-    `DedupConfig.delivery_budget_seconds`, set on construction."""
-
+    """When this delivery's time budget ends (monotonic), set on construction."""
     _try_started: float | None = field(default=None, init=False, repr=False)
     _longest_try: float = field(default=0.0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         """Start the time budget at `started`; it ends `BUDGET_MARGIN` early (at most 1 s),
         the room the last tries' floors (0.1 s per RPC) and a rollback take."""
-        budget = self.config.delivery_budget_seconds
+        budget = self.budget.seconds
         self.deadline = self.started + budget - min(1.0, BUDGET_MARGIN * budget)
 
     def time_left(self) -> float:
@@ -115,7 +114,7 @@ class Run:
     def spent(self, action: str, cause: BaseException | None = None) -> NoReturn:
         """Raise `BudgetSpent`, chaining `cause` (the last store error, if any): the budget ran
         out before `action` could start (`kernel.front_door.run_flow` logs it, unavailable)."""
-        budget = self.config.delivery_budget_seconds
+        budget = self.budget.seconds
         error = (
             f"the delivery's time budget of {budget:g} s is spent before it could {action} "
             f"{self.path}; nothing was committed, the event will be retried"
@@ -150,7 +149,7 @@ class Run:
         may be tried: the end of the function's timeout (`started` plus the budget) less
         `OUTCOME_MARGIN`, so that the last write, its floor included, ends within the timeout;
         never before the end of the budget, never past `lease_ends` (the lease's end)."""
-        ends = self.started + self.config.delivery_budget_seconds - OUTCOME_MARGIN
+        ends = self.started + self.budget.seconds - OUTCOME_MARGIN
         until = max(self.deadline, ends)
         return min(until, lease_ends) if lease_ends else until
 
@@ -307,6 +306,7 @@ class Run:
             error=error,
             path=self.path,
             subject=self.subject,
+            budget_source=self.budget.source,
         )
         gave_up = kind in GIVING_UP or (self.found is not None and self.found.state in GIVEN_UP)
         return Outcome(kind, self.key, self.attempt, ms, result, gave_up)

@@ -4,9 +4,8 @@ Defined once, used by the flows (`kernel.lease`, `kernel.atomic`) and by the ope
 line (`dedup.cli`), so a record means the same thing whoever wrote it. Each function returns
 the fields of one write; preconditions are the caller's business (`kernel.store`).
 
-`owner` is the token (uuid4 hex) of the attempt that wrote the transition, kept when the lease
-(`leaseStartedAt`) ends: an attempt recognises its own write whose response was lost, and a
-running owner whose lease an operator released can still record its outcome.
+`owner`, the writing attempt's token (uuid4 hex), outlives its lease: an attempt recognises its
+own write whose response was lost, and an owner released by an operator can still record.
 
 **Record ids** (`dedup_key`): `<event id>-<suffix>`. Suffixes hold no "-", so distinct
 (event id, suffix) pairs give distinct keys. An event id that Firestore would refuse as part of
@@ -83,8 +82,7 @@ def dedup_key(event_id: str | None, suffix: str, layout: KeyLayout = "plain") ->
 
     Distinct `(event_id, suffix)` pairs give distinct keys in each `layout` (see the module
     docstring). Raises `MissingEventId` for a missing or empty id, `InvalidSuffix` for a bad
-    suffix and `ValueError` for an unknown layout.
-    """
+    suffix and `ValueError` for an unknown layout."""
     if layout not in KEY_LAYOUTS:
         raise ValueError(f"key layout must be one of {KEY_LAYOUTS}; got {layout!r}")
     validate_suffix(suffix)
@@ -206,8 +204,7 @@ def new_record(
     """Every field of a record written for the first time (an attempt starting now).
 
     `leased`: the attempt holds a lease from now (lease mode); atomic modes write no lease.
-    `traceId` is the trace of the current span (the delivery's), None outside a trace.
-    """
+    `traceId` is the trace of the current span (the delivery's), None outside a trace."""
     sent = state is State.SENT
     return {
         Field.EVENT_ID: event_id,
@@ -264,15 +261,23 @@ def first_write(
 
 def lease_taken(*, owner: str, lease_seconds: int, attempts: int, expire_at: datetime) -> Fields:
     """A new attempt takes the lease of an existing record (lease mode)."""
-    return {
-        Field.STATE: State.IN_PROGRESS.value,
-        Field.OWNER: owner,
-        Field.LEASE_STARTED_AT: SERVER_TIMESTAMP,
-        Field.LEASE_SECONDS: lease_seconds,
-        Field.ATTEMPTS: attempts,
-        Field.LAST_ATTEMPT_AT: SERVER_TIMESTAMP,
-        Field.EXPIRE_AT: expire_at,
-    }
+    return counted(
+        {
+            Field.STATE: State.IN_PROGRESS.value,
+            Field.OWNER: owner,
+            Field.LEASE_STARTED_AT: SERVER_TIMESTAMP,
+            Field.LEASE_SECONDS: lease_seconds,
+            Field.EXPIRE_AT: expire_at,
+        },
+        attempts,
+    )
+
+
+def counted(fields: Fields, attempts: int) -> Fields:
+    """`fields` with attempt `attempts` made now; attempt 1 (of a revived record too) starts
+    `firstAttemptAt`, whence `min_retry_seconds` protects the event (`claims.AttemptLimit`)."""
+    first = {Field.FIRST_ATTEMPT_AT: SERVER_TIMESTAMP} if attempts == 1 else {}
+    return {**fields, Field.ATTEMPTS: attempts, Field.LAST_ATTEMPT_AT: SERVER_TIMESTAMP, **first}
 
 
 def finished(
@@ -316,9 +321,7 @@ def attempt_finished(
     """An attempt that ran outside any lease (atomic modes) ends: sent with its writes, or
     failed / dead / still in progress after its writes were discarded. Counts the attempt."""
     fields = finished(state, owner=owner, expire_at=expire_at, error=error, result=result)
-    fields[Field.ATTEMPTS] = attempts
-    fields[Field.LAST_ATTEMPT_AT] = SERVER_TIMESTAMP
-    return fields
+    return counted(fields, attempts)
 
 
 def released(
@@ -359,19 +362,16 @@ def steps_recorded(steps: Mapping[str, Any]) -> Fields:
 
 
 def revived() -> Fields:
-    """`dedup revive`: a failed, dead or unknown record becomes runnable again with a full
-    attempt budget (attempts back to 0, `lastError` and `notes` kept). The next delivery finds
-    a lease released with `ambiguous: false` (not ambiguous): it runs the handler.
-
-    Attempts restart at 0 because a dead record has used `max_attempts` already: a revived
-    event gets the full retry budget, as if it were new.
-    """
+    """`dedup revive`: a failed, dead or unknown record runs again as if new (`lastError`, `notes`
+    kept): attempts 0, `firstAttemptAt` now (and at attempt 1, `counted`), so `max_attempts` and
+    `min_retry_seconds` protect it anew; released with `ambiguous: false`: the handler runs."""
     return {
         Field.STATE: State.IN_PROGRESS.value,
         Field.SENT: False,
         Field.LEASE_STARTED_AT: None,
         Field.ATTEMPTS: 0,
         Field.AMBIGUOUS: False,
+        Field.FIRST_ATTEMPT_AT: SERVER_TIMESTAMP,
     }
 
 

@@ -313,6 +313,39 @@ def test_a_revived_dead_event_runs_on_its_next_delivery(
     assert [d.attempt for d in runs] == [1]
 
 
+def test_a_revived_event_is_protected_by_min_retry_seconds_again(
+    invoke: Invoke, firestore_client: firestore.Client
+) -> None:
+    """It is impossible for a revived event whose receiver is still down to be buried again by
+    `max_attempts` fast failures: `revive` starts `firstAttemptAt` anew, so `min_retry_seconds`
+    protects it as if it were new. The event died after a long outage (its first attempt an
+    hour ago); once revived, five failing deliveries in a row under max_attempts=3 and
+    min_retry_seconds=600 each release it for a retry, and none buries it."""
+    records.write(
+        firestore_client,
+        [record_fields("e1", state=State.DEAD, attempts=3, age=HOUR, last_error="down")],
+    )
+    dedup = Deduplicator(
+        DedupConfig(max_attempts=3, min_retry_seconds=600, cache_size=0), client=firestore_client
+    )
+    revived = invoke("revive", "e1-sendEmail", "--yes")
+    assert revived.exit_code == 0, revived.output
+    assert "min_retry_seconds again" in revived.stdout
+
+    def receiver_down(delivery: Delivery) -> None:
+        raise ConnectionError("the receiver is still down")
+
+    for _ in range(5):
+        with pytest.raises(ConnectionError):
+            dedup.run("e1", "sendEmail", receiver_down)
+
+    record = records.read(firestore_client, "e1-sendEmail")
+    assert record is not None
+    assert (record.state, record.attempts, record.has_lease) == (State.IN_PROGRESS, 5, False)
+    assert record.first_attempt_at is not None
+    assert records.now() - record.first_attempt_at < timedelta(minutes=5)
+
+
 def test_list_finds_unknown_records_and_revive_runs_them_again(
     invoke: Invoke, firestore_client: firestore.Client
 ) -> None:

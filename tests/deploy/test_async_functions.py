@@ -126,7 +126,7 @@ def test_an_async_function_is_deployed_by_gcloud_and_served_by_the_asgi_server(
     assert variables["FUNCTION_REGION"] == REGION
     server, status = serve_as_the_platform(project_copy, env_file, "count_async")
     assert (server, status) == ("uvicorn", 200)
-    sync_file = env_file.with_name("cloudevent.env.yaml")
+    sync_file = env_file.with_name("sync_published_count.env.yaml")
     assert "FUNCTION_USE_ASGI" not in yaml.safe_load(sync_file.read_text())
     others = [
         c for c in done.stdout.splitlines() if "functions deploy" in c and "count_async" not in c

@@ -17,6 +17,7 @@ import yaml
 
 from tests.deploy.conftest import ROOT
 from tools import firebase_dotenv
+from tools.deploy import Target, deploy_env, env_files
 
 ENV_JS = (
     ROOT / "tools" / "firebase" / "node_modules" / "firebase-tools" / "lib" / "functions" / "env.js"
@@ -83,7 +84,8 @@ def test_a_file_firebase_refuses_is_refused(text: str, problem: str) -> None:
 
 def test_gcloud_env_files_hold_the_project_env_values(project_copy: Path) -> None:
     """`.env` then `.env.<project>` (the later wins), plus what firebase sets itself (the
-    project and the region), and the ASGI switch in the async functions' files."""
+    project and the region), each function's deployed timeout, in one file per function; and
+    the ASGI switch in the async functions' files."""
     (project_copy / ".env").write_text("A=from-env\nB=from-env\n")
     (project_copy / ".env.p1").write_text('B="from \\"project\\"" # comment\n')
     (project_copy / ".env.other").write_text("C=not-this-project\n")
@@ -98,13 +100,12 @@ def test_gcloud_env_files_hold_the_project_env_values(project_copy: Path) -> Non
         "GCLOUD_PROJECT": "p1",
         "FUNCTION_REGION": "r",
     }
-    cloudevent = yaml.safe_load((folder / "cloudevent.env.yaml").read_text())
-    assert cloudevent == {**common, "FUNCTION_SIGNATURE_TYPE": "cloudevent"}
-    assert yaml.safe_load((folder / "http.env.yaml").read_text()) == common
+    timeout = {"DEDUP_FUNCTION_TIMEOUT_SECONDS": "50"}  # functions/__init__.py's timeout_sec
+    cloudevent = yaml.safe_load((folder / "sync_published_count.env.yaml").read_text())
+    assert cloudevent == {**common, "FUNCTION_SIGNATURE_TYPE": "cloudevent", **timeout}
+    assert yaml.safe_load((folder / "create_order.env.yaml").read_text()) == {**common, **timeout}
     asgi = {"FUNCTION_USE_ASGI": "true"}
-    assert yaml.safe_load((folder / "asgi-cloudevent.env.yaml").read_text()) == {
-        **common,
-        "FUNCTION_SIGNATURE_TYPE": "cloudevent",
-        **asgi,
-    }
-    assert yaml.safe_load((folder / "asgi-http.env.yaml").read_text()) == {**common, **asgi}
+    target = Target(project="p1", region="r", source=project_copy)
+    kinds = env_files(target, deploy_env(target))  # main.py has no async function
+    assert kinds["asgi-cloudevent"] == {**common, "FUNCTION_SIGNATURE_TYPE": "cloudevent", **asgi}
+    assert kinds["asgi-http"] == {**common, **asgi}

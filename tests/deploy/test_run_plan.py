@@ -67,8 +67,7 @@ def test_one_run_deploy_per_function(planned: list[str], name: str) -> None:
                  "--max-instances=", f"--timeout={endpoint['timeoutSeconds']}s"):  # fmt: skip
         assert any(w.startswith(flag) for w in words), (name, flag)
     assert "--service-account=exactly-once-fn@demo-x.iam.gserviceaccount.com" in words
-    kind = "cloudevent" if endpoint.get("eventTrigger") is not None else "http"
-    assert f"--env-vars-file=.cache/deploy/demo-x/run/{kind}.env.yaml" in words
+    assert f"--env-vars-file=.cache/deploy/demo-x/run/{name}.env.yaml" in words
     public = "httpsTrigger" in endpoint or "callableTrigger" in endpoint
     assert ("--allow-unauthenticated" in words) == public
     if public:

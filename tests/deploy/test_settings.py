@@ -35,6 +35,7 @@ def test_every_known_variable_is_accepted() -> None:
         "DEDUP_KEY_LAYOUT": "spread",
         "DEDUP_OTEL": "1",
         "DEDUP_ON_GIVE_UP": "nack",
+        "DEDUP_FUNCTION_TIMEOUT_SECONDS": "50",  # one the default lease covers
     }
     for name in ENVIRONMENT_VARIABLES:
         DedupConfig.from_env({name: values.get(name, "100")})

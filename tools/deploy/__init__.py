@@ -62,8 +62,10 @@ from __future__ import annotations
 from tools.deploy.gcloud import (
     _memory,
     deploy_runtime,
+    env_file,
     env_files,
     env_kind,
+    function_env_files,
     gcloud_deploy_commands,
     runtime_flags,
     schedule_flags,
@@ -74,6 +76,7 @@ from tools.deploy.gcloud import (
     signature_type,
     trigger_flags,
     write_env_files,
+    write_function_env_files,
 )
 from tools.deploy.manifest import (
     _PARAM,
@@ -200,10 +203,12 @@ __all__ = [
     "deploy_manifest",
     "deploy_runtime",
     "endpoints",
+    "env_file",
     "env_files",
     "env_kind",
     "event_source_bootstrap",
     "firebase_manifest",
+    "function_env_files",
     "gcloud_deploy_commands",
     "gcloud_error",
     "is_asgi",
@@ -238,6 +243,7 @@ __all__ = [
     "trigger_flags",
     "trigger_topic",
     "write_env_files",
+    "write_function_env_files",
 ]
 
 

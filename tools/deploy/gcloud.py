@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from tools.deploy.manifest import deploy_env, endpoints, is_asgi, kind_of_trigger
+from dedup.config import FUNCTION_TIMEOUT_VARIABLE
+from tools.deploy.manifest import deploy_env, endpoints, is_asgi, kind_of_trigger, sdk_manifest
 from tools.deploy.target import (
     ASGI_VARIABLE,
     MAX_ATTEMPT_DEADLINE,
@@ -52,16 +53,44 @@ def env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str
     return files
 
 
-def write_env_files(target: Target) -> list[Path]:
-    """Write the files `env_files` describes under `target.env_dir`; their paths."""
-    target.env_dir.mkdir(parents=True, exist_ok=True)
+def function_env_files(
+    manifest: Mapping[str, Any], files: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, str]]:
+    """Each function's --env-vars-file contents: the file of its kind (`env_kind`) among
+    `files`, and `DEDUP_FUNCTION_TIMEOUT_SECONDS`, the timeout it is deployed with (its
+    `--timeout`, `runtime_flags`): its deliveries' time budget (`DedupConfig.time_budget`)."""
+    result = {}
+    for name, endpoint in endpoints(manifest):
+        values = dict(files[env_kind(endpoint)])
+        timeout = endpoint.get("timeoutSeconds")
+        if timeout is not None:
+            values[FUNCTION_TIMEOUT_VARIABLE] = str(timeout)
+        result[name] = values
+    return result
+
+
+def env_file(folder: Path, function: str) -> Path:
+    """Where a function's --env-vars-file lives in `folder`: `<function>.env.yaml`."""
+    return folder / f"{function}.env.yaml"
+
+
+def write_function_env_files(folder: Path, files: Mapping[str, Mapping[str, str]]) -> list[Path]:
+    """Write each function's env file (`function_env_files`) under `folder`; their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for kind, values in env_files(target, deploy_env(target)).items():
-        path = target.env_dir / f"{kind}.env.yaml"
-        path.write_text(yaml.safe_dump(values, default_flow_style=False))
+    for function, values in files.items():
+        path = env_file(folder, function)
+        path.write_text(yaml.safe_dump(dict(values), default_flow_style=False))
         path.chmod(0o600)
         written.append(path)
     return written
+
+
+def write_env_files(target: Target) -> list[Path]:
+    """Write each function's env file of this path under `target.env_dir`; their paths."""
+    manifest = sdk_manifest(target.source)
+    files = function_env_files(manifest, env_files(target, deploy_env(target)))
+    return write_function_env_files(target.env_dir, files)
 
 
 def _memory(mb: int) -> str:
@@ -183,7 +212,7 @@ def gcloud_deploy_commands(
     runtime = deploy_runtime(target)
     commands = []
     for name, endpoint in endpoints(manifest):
-        env_file = target.env_dir / f"{env_kind(endpoint)}.env.yaml"
+        variables = env_file(target.env_dir, name)
         commands.append(
             [
                 "gcloud", "functions", "deploy", name, "--gen2", f"--runtime={runtime}",
@@ -191,7 +220,7 @@ def gcloud_deploy_commands(
                 "--source=.",
                 f"--entry-point={endpoint['entryPoint']}",
                 f"--service-account={endpoint['serviceAccountEmail']}",
-                f"--env-vars-file={env_file.relative_to(target.source)}",
+                f"--env-vars-file={variables.relative_to(target.source)}",
                 *trigger_flags(name, endpoint, target),
                 *runtime_flags(endpoint, versions),
                 "--quiet",

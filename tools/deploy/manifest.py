@@ -13,7 +13,7 @@ import yaml
 
 from dedup import kinds
 from dedup.cli.project import with_retries
-from dedup.config import DedupConfig
+from dedup.config import FUNCTION_TIMEOUT_VARIABLE, DedupConfig
 from dedup.errors import ConfigError
 from tools import firebase_dotenv
 from tools.deploy.target import (
@@ -114,7 +114,16 @@ def deploy_env(target: Target) -> dict[str, str]:
 
 
 def check_timeouts(manifest: Mapping[str, Any], env: Mapping[str, str]) -> None:
-    """Refuse a function without an explicit timeout, or whose dedup lease does not cover it."""
+    """Refuse a function without an explicit timeout, or whose dedup lease does not cover it,
+    and DEDUP_FUNCTION_TIMEOUT_SECONDS in the env files: each function's own is its deployed
+    timeout (`tools.deploy.gcloud.function_env_files`), one value there would be every one's."""
+    if env.get(FUNCTION_TIMEOUT_VARIABLE, "").strip():
+        raise DeployError(
+            f"{FUNCTION_TIMEOUT_VARIABLE} is set in .env or .env.<project>: remove it. It is "
+            "each function's own deployed timeout, which `make deploy-gcloud` and `make "
+            "deploy-run` set per function and firebase-functions declares (timeout_sec); one "
+            "value there would be every function's time budget."
+        )
     for name, endpoint in endpoints(manifest):
         timeout = endpoint.get("timeoutSeconds")
         if not isinstance(timeout, int):
