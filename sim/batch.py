@@ -3,12 +3,10 @@ what they add up to (`Summary`, written to sim/results.json)."""
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,19 +85,6 @@ class Summary:
         return "\n".join(lines)
 
 
-@contextmanager
-def quiet() -> Iterator[None]:
-    """The kernel's seams taken over and its log line off (every delivery logs one)."""
-    logger = logging.getLogger("dedup")
-    was = logger.disabled
-    logger.disabled = True
-    try:
-        with seams.kernel_seams():
-            yield
-    finally:
-        logger.disabled = was
-
-
 def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
     """Run `seeds` (until `deadline`, a `time.monotonic()`), in this process."""
     from sim.holes import HOLES, known
@@ -107,7 +92,7 @@ def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
 
     summary = Summary()
     started = time.monotonic()
-    with quiet():
+    with seams.quiet():
         for seed in seeds:
             if deadline is not None and time.monotonic() >= deadline:
                 break

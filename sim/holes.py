@@ -121,10 +121,10 @@ def known(violations: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
 def search(hole: Hole, seeds: Iterator[int], limit: int) -> tuple[int | None, int]:
     """The first seed of `seeds` (at most `limit` runs of the hole's family) whose run shows
     `hole`, and how many runs it took."""
-    from sim.batch import quiet
     from sim.old_kernel import taken_back
     from sim.runner import run_one
     from sim.scenario import make
+    from sim.seams import quiet
 
     runs = 0
     with taken_back(hole.name), quiet():

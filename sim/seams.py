@@ -23,6 +23,7 @@ What the kernel offers as a seam, and what it does not (docs/simulation.md):
 
 from __future__ import annotations
 
+import logging
 import time as real_time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -120,3 +121,16 @@ class SimTurns(KeyTurns):
             yield
         finally:
             self.world.release_turn(task, key)
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """The kernel's seams taken over and its log line off (every delivery logs one)."""
+    logger = logging.getLogger("dedup")
+    was = logger.disabled
+    logger.disabled = True
+    try:
+        with kernel_seams():
+            yield
+    finally:
+        logger.disabled = was

@@ -14,8 +14,8 @@ violation needs.
 
 from __future__ import annotations
 
-from sim.batch import quiet
 from sim.runner import Result, run_one
+from sim.seams import quiet
 
 
 def first_invariant(result: Result) -> str | None:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from dedup.kernel import lease
-from sim.batch import quiet
 from sim.holes import HOLES, Hole, search
 from sim.runner import run_one
 from sim.scenario import make
+from sim.seams import quiet
 
 LIMITS = {
     "give-back erases ambiguity": 1500,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from sim.batch import quiet
 from sim.holes import known
 from sim.runner import run_one
 from sim.scenario import make
+from sim.seams import quiet
 from sim.server import MODES
 
 SEEDS_PER_MODE = 500
