@@ -120,7 +120,7 @@ lint: $(STAMP_PY) ## ruff check, ruff format --check, mypy (--strict on the dedu
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict dedup
 	$(VENV)/bin/mypy dedup functions demo bench tests main.py tools/__init__.py tools/emulators.py \
-	  tools/deploy tools/deploy_run.py tools/run_service.py tools/run_build.py tools/runtime.py tools/test_runner.py tools/exports.py tools/firebase_dotenv.py tools/docs.py docs/examples sim
+	  tools/deploy tools/deploy_run.py tools/run_service.py tools/run_build.py tools/runtime.py tools/test_runner.py tools/exports.py tools/docs.py docs/examples sim
 
 # Formats even when `ruff check` finds something it cannot fix (and then still fails, naming it).
 format: $(STAMP_PY) ## Apply ruff's fixes and formatting.

@@ -142,8 +142,9 @@ class DedupConfig:
     rpc_timeout_seconds: int = DEFAULT_RPC_TIMEOUT_SECONDS
     """Deadline of each dedup read and write, retries of transient errors included: when
     Firestore is unreachable a delivery fails with `StoreUnavailable` after about this long
-    instead of the client library's 60 s (writes) to 300 s (reads). Transactions' begin and
-    commit keep the library's own 60 s bound. DEDUP_RPC_TIMEOUT_SECONDS."""
+    instead of the client library's 60 s (writes) to 300 s (reads). A transaction's begin,
+    commit and rollback are bounded the same way (`dedup.platform.firestore_internals`).
+    DEDUP_RPC_TIMEOUT_SECONDS."""
 
     on_payload_mismatch: PayloadMismatchPolicy = "log"
     """"log": report at ERROR and treat the delivery as the recorded event; "raise": raise

@@ -39,8 +39,7 @@ class KeyCollision(DedupError):
     """The record at this event's key was written for another event id or suffix.
 
     Keys cannot collide (`dedup.kernel.transitions`), so the record was written by hand or by an
-    older
-    version of this package; inspect it with `dedup show` and delete it if it is stale.
+    older version of this package; inspect it with `dedup show` and delete it if it is stale.
     """
 
 

@@ -22,7 +22,7 @@ instrumentation (google-cloud-firestore emits no spans of its own) and the handl
 are its children. `dedup.key` is absent when no key could be built (missing event id, bad
 suffix); `dedup.attempt` is the attempt the delivery ran or found (0 when it touched no
 record). The span's status is ERROR when an exception leaves the delivery (recorded on the
-span) and for the outcomes `failed` and `dead`.
+span) and for every outcome `SEVERITY` ranks ERROR (`ERROR_OUTCOMES`).
 
 Outcomes (`OUTCOMES`): the `OutcomeKind` values, which are also the `outcome` field of the
 delivery's log line (below), including those that end in an exception (`lease_held`,
@@ -76,7 +76,6 @@ ERROR = "error"
 """Outcome of a delivery that ended in any other exception outside the flows' outcomes."""
 OUTCOMES = (*(kind.value for kind in OutcomeKind), INVALID_KEY, ERROR)
 """Every value of `dedup.outcome` and of the metrics' `outcome` attribute."""
-_ERROR_OUTCOMES = frozenset({OutcomeKind.FAILED.value, OutcomeKind.DEAD.value})
 _DUPLICATES = frozenset({OutcomeKind.DUPLICATE.value, OutcomeKind.DUPLICATE_CACHED.value})
 DUPLICATE_EVENT = "dedup.duplicate"
 """Span event of a delivery that found its effect already done (outcomes `duplicate`,
@@ -103,7 +102,13 @@ SEVERITY = {
     OutcomeKind.AMBIGUOUS: logging.WARNING,
     OutcomeKind.RECONCILED: logging.INFO,
 }
-"""The level of each outcome's log line: the one table of how bad an outcome is."""
+"""How bad each outcome is, the one table of it: the level of the outcome's log line
+(`dedup.kernel.run.Run.finish`), and, from `logging.ERROR` up (`ERROR_OUTCOMES`), an ERROR
+status on its span and a log-based metric of `make monitoring` (`tools.deploy.monitoring`)."""
+
+ERROR_OUTCOMES = tuple(kind for kind, level in SEVERITY.items() if level >= logging.ERROR)
+"""The outcomes `SEVERITY` ranks ERROR, in its order: their log line is an ERROR, their span's
+status is ERROR, and `make monitoring` counts each."""
 
 EXPLAINED = {
     OutcomeKind.AMBIGUOUS: (
@@ -259,7 +264,7 @@ class Telemetry:
         span.set_attribute("dedup.outcome", outcome)
         if outcome in _DUPLICATES:
             _duplicate_event(span, run.found if run is not None else None)
-        if outcome in _ERROR_OUTCOMES:
+        if outcome in ERROR_OUTCOMES:
             span.set_status(Status(StatusCode.ERROR, f"dedup outcome {outcome}"))
         instruments = self._measured()
         if instruments is not None:

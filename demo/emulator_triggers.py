@@ -41,12 +41,12 @@ import requests
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 
+from dedup.cli.dotenv import parse
 from demo.events import HttpEvent
 from demo.http_story import CLIENT_TIMEOUT_SECONDS, NO_ANSWER, Outcome
 from demo.platform import DeliveryLog, deliver_at_least_once
 from demo.receiver import Receiver
 from tools.emulators import REGION, ROOT, configured_ports
-from tools.firebase_dotenv import parse
 
 CAPTURED = ROOT / "tests" / "dedup" / "captured"
 """Google's captured event payloads (`tests/dedup/captured/README.md` says where each is from)."""

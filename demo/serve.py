@@ -1,9 +1,9 @@
 """Serve one function from `main.py` the way Cloud Run does, and deliver events to it.
 
 `served_function` starts `functions-framework --target NAME --signature-type cloudevent` (or
-`http`, for a task-queue function) in
-its own process group (gunicorn may fork workers) and kills the whole group when the block
-ends, or when the caller kills it on purpose to simulate a crash.
+`http`, for a task-queue function) in its own process group (gunicorn may fork workers) and
+kills the whole group when the block ends, or when the caller kills it on purpose to simulate a
+crash.
 """
 
 from __future__ import annotations

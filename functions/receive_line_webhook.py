@@ -133,9 +133,8 @@ def publish_event(destination: Any, event: dict[str, Any]) -> str:
 
     The body is ASCII JSON (a lone surrogate travels as its `\\ud800` escape, as LINE sent it);
     `eventKey` is the id as `dedup.kernel.transitions.storable_event_id` writes it (UTF-8 text
-    whatever the
-    id holds). `TerminalError` when Pub/Sub refuses the message as such (an attribute too
-    long, a message too large): no retry could publish it.
+    whatever the id holds). `TerminalError` when Pub/Sub refuses the message as such (an
+    attribute too long, a message too large): no retry could publish it.
     """
     body = json.dumps({"destination": destination, "events": [event]}).encode()
     attributes = {

@@ -35,12 +35,12 @@ import pytest
 from flask.testing import FlaskClient
 
 from dedup import testing
+from dedup.cli import dotenv
 from dedup.testing import HttpEvent
 from demo.clients import AUTH_ENV, User, function_url, new_key, sign_up
 from demo.clients import order_headers as request_headers
 from demo.receiver import Receiver, running_receiver
 from demo.tasks import task_dispatch
-from tools import firebase_dotenv
 
 __all__ = [
     "MAIN",
@@ -85,7 +85,7 @@ def receiver_port(env_local: Path = ENV_LOCAL) -> int:
 
     The test receiver listens there, so moving it is one edit of `.env.local`.
     """
-    url = firebase_dotenv.parse(env_local.read_text())[0].get("NOTIFY_URL", "")
+    url = dotenv.parse(env_local.read_text())[0].get("NOTIFY_URL", "")
     return urlsplit(url).port or 7765
 
 

@@ -21,8 +21,9 @@ deploy`); what Cloud Functions wired is wired here, after the deploys:
 Before the deploys, Cloud Build's account is asked of it and granted `roles/run.builder`
 (`tools.run_build`, as `make bootstrap` does).
 
-Values only the project knows are read when the plan runs (`tools.deploy.DeployTimeReads`):
-`make -n deploy-run` prints the whole plan with no account (docs/deploy.md).
+Values only the project knows are read when the plan runs
+(`tools.deploy.target.DeployTimeReads`): `make -n deploy-run` prints the whole plan with no
+account (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -35,27 +36,24 @@ from typing import Any
 from dedup.config import DedupConfig
 from dedup.errors import ConfigError
 from dedup.platform.run_names import run_app_url
-from tools.deploy import (
-    DeployError,
-    DeployTimeReads,
-    Target,
-    _python,
-    deploy_env,
-    deploy_manifest,
+from tools.deploy.gcloud import (
     deploy_runtime,
-    endpoints,
     env_file,
-    kind_of_trigger,
-    queue_flags,
     runtime_flags,
     schedule_flags,
     schedule_job_name,
-    sdk_manifest,
     secret_versions_of,
-    shell_join,
+)
+from tools.deploy.manifest import (
+    deploy_env,
+    deploy_manifest,
+    endpoints,
+    kind_of_trigger,
+    sdk_manifest,
     trigger_topic,
 )
-from tools.deploy.target import refused
+from tools.deploy.project import queue_flags
+from tools.deploy.target import DeployError, DeployTimeReads, Target, _python, refused, shell_join
 from tools.run_build import builder_grant
 from tools.run_service import (
     MAX_RETRY_DELAY,
@@ -87,12 +85,12 @@ RUN_PLANS = ("deploy-run", "bootstrap-run", "run-names")  # `python -m tools.dep
 
 def base_image(target: Target) -> str:
     """The buildpack's base image: the runtime every path deploys to, the venv's Python's
-    (`tools.deploy.deploy_runtime`); `DeployError` when firebase.json says another."""
+    (`tools.deploy.gcloud.deploy_runtime`); `DeployError` when firebase.json says another."""
     return deploy_runtime(target)
 
 
 def run_flags(endpoint: Mapping[str, Any], versions: Mapping[str, str]) -> list[str]:
-    """The runtime shape of `tools.deploy.runtime_flags`, in `gcloud run deploy`'s words."""
+    """The runtime shape of `tools.deploy.gcloud.runtime_flags`, in `gcloud run deploy`'s words."""
     flags = []
     for flag in runtime_flags(endpoint, versions):
         if flag.startswith("--ingress-settings="):
@@ -147,7 +145,8 @@ def event_filters(trigger: Mapping[str, Any]) -> list[str]:
 
 def trigger_location(endpoint: Mapping[str, Any], target: Target) -> str:
     """Where the Eventarc trigger sits: the database's or the bucket's location, `global`
-    (Firebase Alerts), else the region (`tools.deploy.deploy_manifest` put it on the trigger)."""
+    (Firebase Alerts), else the region (`tools.deploy.manifest.deploy_manifest` put it on the
+    trigger)."""
     trigger = endpoint["eventTrigger"]
     if kind_of_trigger(endpoint).deploy.location == "region":
         return target.region

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shlex
 
-from tools.deploy import AT_DEPLOY, Target, shell_join
+from tools.deploy.target import AT_DEPLOY, Target, shell_join
 
 BUILDER_ROLE = "roles/run.builder"
 """What the account that builds a Cloud Run source deploy needs (Cloud Run's docs)."""

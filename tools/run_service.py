@@ -12,18 +12,9 @@ from typing import Any
 
 from dedup.platform.run_names import run_app_problem, run_app_url, service_of
 from functions.region import RUN_URL_VARIABLE
-from tools.deploy import (
-    BUCKET_PARAM,
-    DeployError,
-    Target,
-    default_bucket,
-    deploy_env,
-    endpoints,
-    env_files,
-    function_env_files,
-    sdk_manifest,
-    write_function_env_files,
-)
+from tools.deploy.gcloud import env_files, function_env_files, write_function_env_files
+from tools.deploy.manifest import deploy_env, endpoints, sdk_manifest
+from tools.deploy.target import BUCKET_PARAM, DeployError, Target, default_bucket
 
 SERVICE_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?")
 """Cloud Run's rule for a service name: lowercase letters, digits and '-', starting with a
@@ -130,8 +121,8 @@ def firebase_config(target: Target, env: Mapping[str, str]) -> str:
 
 
 def run_env_files(target: Target, env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """The env files of `tools.deploy.env_files` without `FUNCTION_SIGNATURE_TYPE` (Cloud Run
-    reserves it and sets it itself; each function is served as its trigger says whatever it
+    """The env files of `tools.deploy.gcloud.env_files` without `FUNCTION_SIGNATURE_TYPE` (Cloud
+    Run reserves it and sets it itself; each function is served as its trigger says whatever it
     holds, `functions.signature`), with `FIREBASE_CONFIG`, and, when the project number is known
     (the plan always passes it), `RUN_SERVICE_URL_TEMPLATE`: the services' `run.app` URL, which
     the enqueuers give their tasks (`functions.region.task_function_url`). The event functions'

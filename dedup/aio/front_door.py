@@ -2,10 +2,10 @@
 
 Everything but the I/O is the sync path's: the checks before any claim and the caches
 (`dedup.kernel.front_door.DeduplicatorBase`), the flows (`dedup.kernel.front_door.run_flow`,
-`dedup.kernel.lease`,
-`dedup.kernel.atomic`), the claim decision (`dedup.kernel.claims`) and the record transitions
-(`dedup.kernel.transitions`) and the record store (`dedup.kernel.store.RecordStore`, which awaits an
-`AsyncClient`). Only the client, and where its stores are kept, differ.
+`dedup.kernel.lease`, `dedup.kernel.atomic`), the claim decision (`dedup.kernel.claims`), the
+record transitions (`dedup.kernel.transitions`) and the record store
+(`dedup.kernel.store.RecordStore`, which awaits an `AsyncClient`). Only the client, and where its
+stores are kept, differ.
 """
 
 from __future__ import annotations

@@ -116,10 +116,9 @@ CALLABLE = EntranceKind(
 def process_config() -> DedupConfig:
     """The process's configuration: that of its default deduplicator
     (`dedup.kernel.front_door.default_deduplicator()`), read from the environment
-    (`DedupConfig.from_env`)
-    once, when it is first needed, and kept for the life of the process. Every entrance without
-    a `config`, the HTTP deduplicator and the start-up checks use this one object. Raises
-    `ConfigError` for a bad DEDUP_* variable (and reads again on the next call)."""
+    (`DedupConfig.from_env`) once, when it is first needed, and kept for the life of the process.
+    Every entrance without a `config`, the HTTP deduplicator and the start-up checks use this one
+    object. Raises `ConfigError` for a bad DEDUP_* variable (and reads again on the next call)."""
     return default_deduplicator().config
 
 
@@ -344,10 +343,9 @@ def gate(
     `ConfigError` for a bad or misspelled DEDUP_* variable when the function uses the process's
     configuration (read here, once per process: `process_config`) or, on the platform, for a
     lease shorter than the global timeout (`dedup.platform.firebase_internals`), for both `config`
-    and
-    `deduplicator`, for an unknown mode, for an
-    `on_ambiguous` other than "rerun"/"skip" or a `reconcile` that is not callable (naming the
-    function), or (HTTP kinds) for a deduplicator that would not refuse a reused key."""
+    and `deduplicator`, for an unknown mode, for an `on_ambiguous` other than "rerun"/"skip" or a
+    `reconcile` that is not callable (naming the function), or (HTTP kinds) for a deduplicator
+    that would not refuse a reused key."""
     validate_suffix(suffix)
     check_ambiguity(f"{kind.decorator}({suffix!r})", reconcile, on_ambiguous)
     if config is not None and deduplicator is not None:

@@ -103,8 +103,7 @@ def scoped_event_id(uid: str | None, key: str) -> str:
 
     `<uid>:<key>` with every `%` and `:` of the uid percent-encoded, so distinct (uid, key)
     pairs give distinct ids ("a:b" + "c" and "a" + "b:c" cannot meet). `dedup.kernel.transitions`
-    maps ids
-    that are not valid document ids.
+    maps ids that are not valid document ids.
     """
     if uid is None:
         return key

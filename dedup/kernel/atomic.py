@@ -29,8 +29,7 @@ The two modes are two flows, `run_transaction` and `run_write_only`, that differ
 things: whether the record is read first, and whether the writes go into a transaction
 (`RecordIO.run_transaction`) or a batch (`RecordIO.commit_batch`). Every decision is
 `dedup.kernel.claims`': the claim (`decide`), what a failed commit means (`after_commit_failure`)
-and
-what a failed handler leaves behind (`after_failure`). Written once, as coroutines over
+and what a failed handler leaves behind (`after_failure`). Written once, as coroutines over
 `Run.io` (`dedup.kernel.flow_io`).
 """
 

@@ -2,8 +2,7 @@
 the pauses and per-key turns of an instance, as protocols.
 
 The flows (`dedup.kernel.lease`, `dedup.kernel.atomic`) are written once, as coroutines that await
-every
-store call, pause and per-key turn through a `FlowIO`. A store offers five record operations,
+every store call, pause and per-key turn through a `FlowIO`. A store offers five record operations,
 below, beside three helpers (the `client` a handler gets, a record's `path`, and the
 `unavailable` error it raises), and nothing else: it knows no `Run`, no mode and no handler.
 

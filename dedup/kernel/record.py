@@ -2,8 +2,7 @@
 
 Document `<collection>/<key>` (collection `triggerEvents` by default, key from
 `dedup.kernel.transitions.dedup_key`). Field names are camelCase and form a stable schema; tools
-such
-as the CLI read records only through `Record.from_snapshot`.
+such as the CLI read records only through `Record.from_snapshot`.
 
 ==================  ===================  ===================================================
 Field               Type                 Meaning

@@ -3,10 +3,9 @@
 
 One `RecordStore` serves both front doors: over a `firestore.Client` its coroutines block and
 never suspend (`dedup.kernel.delivery.drive` runs them on the caller's thread), over an
-`AsyncClient`
-they await it. Every call is google-cloud-firestore's public API (`get`, `create` and `update`
-with `option=`, `retry=` and `timeout=`, batches, transactions); the one thing it lacks, a
-timeout on a transaction's own RPCs, is `dedup.platform.firestore_internals`.
+`AsyncClient` they await it. Every call is google-cloud-firestore's public API (`get`, `create`
+and `update` with `option=`, `retry=` and `timeout=`, batches, transactions); the one thing it
+lacks, a timeout on a transaction's own RPCs, is `dedup.platform.firestore_internals`.
 
 Every operation is bounded in time and either succeeds, reports the one expected conflict as a
 value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error. Conditional

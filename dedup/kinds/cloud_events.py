@@ -7,8 +7,7 @@ dataclasses as their fields; a raw event's bytes as they are). The subject: Stor
 `buckets/<bucket>/objects/<name>`, Realtime Database `refs/<path>`, every other the
 CloudEvent's own. None has a strict boundary of its own: `trigger_once` answers 400 what
 firebase-functions cannot parse (`dedup.entrances.answers`). All are pushed by Eventarc over
-Pub/Sub,
-which redelivers any non-2xx for the retry window.
+Pub/Sub, which redelivers any non-2xx for the retry window.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ another wrote, recognises its own lost writes by its owner token, and ends in th
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from google.api_core import exceptions as api_exceptions
 
 from dedup import (
+    BudgetSpent,
     DedupConfig,
     Deduplicator,
     Delivery,
@@ -221,6 +223,25 @@ def test_an_owner_whose_lease_an_operator_released_still_records_its_outcome() -
     assert dedup(store).run(EVENT, SUFFIX, release).kind is OutcomeKind.RAN
     assert store.record is not None
     assert store.record.state is State.SENT
+
+
+def test_a_claim_that_took_the_whole_budget_gives_the_lease_back_unstarted() -> None:
+    """The claim's write answered only after the time budget (a 1 s function timeout) ended:
+    the handler does not start, the lease and the attempt it counted are given back, and the
+    delivery answers `BudgetSpent`, retryable; the next delivery runs it as attempt 1."""
+    store = Store()
+    store.faults = on_commit({1}, lambda: time.sleep(1.0))
+    config = DedupConfig(function_timeout_seconds=1, lease_seconds=60, cache_size=0)
+    called: list[int] = []
+    with pytest.raises(BudgetSpent, match="handler"):
+        Deduplicator(config, records=store).run(EVENT, SUFFIX, lambda d: called.append(d.attempt))
+    assert called == []
+    record = store.record
+    assert record is not None
+    assert (record.state, record.has_lease, record.attempts) == (State.IN_PROGRESS, False, 0)
+    store.faults = lambda method, n: Fault.PASS
+    assert dedup(store).run(EVENT, SUFFIX, lambda d: called.append(d.attempt)).attempt == 1
+    assert called == [1]
 
 
 # --- transaction and write-only modes --------------------------------------------------------

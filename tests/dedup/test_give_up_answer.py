@@ -38,7 +38,7 @@ CONFIG = DedupConfig(max_attempts=2, min_retry_seconds=0, on_give_up={answer!r})
 
 
 @functions_framework.cloud_event
-@trigger_once({suffix!r}, config=CONFIG, registry=SuffixRegistry())
+@trigger_once({suffix!r}, config=CONFIG, registry=SuffixRegistry(), on_ambiguous={ambiguous!r})
 def handle(event, delivery):
     db = firestore.Client()
     db.document(f"starts/{{delivery.key}}").set({{"n": firestore.Increment(1)}}, merge=True)
@@ -53,11 +53,11 @@ def handle(event, delivery):
 Post = Callable[[str], Any]
 
 
-def serve(tmp_path: Path, answer: str) -> Post:
+def serve(tmp_path: Path, answer: str, on_ambiguous: str = "rerun") -> Post:
     """A CloudEvent function under `trigger_once` with `on_give_up=answer`, 2 attempts; a
     function that posts one delivery of event `event_id` and returns the response."""
-    source = tmp_path / f"app_{answer}.py"
-    source.write_text(APP.format(answer=answer, suffix=SUFFIX))
+    source = tmp_path / f"app_{answer}_{on_ambiguous}.py"
+    source.write_text(APP.format(answer=answer, suffix=SUFFIX, ambiguous=on_ambiguous))
     client = functions_framework.create_app("handle", str(source), "cloudevent").test_client()
 
     def post(event_id: str) -> Any:
@@ -81,6 +81,17 @@ def state_of(db: firestore.Client, key: str) -> State | None:
     """The record's state."""
     record = Record.from_snapshot(db.collection("triggerEvents").document(key).get())
     return None if record is None else record.state
+
+
+def crashed(db: firestore.Client, event_id: str, *, attempts: int) -> str:
+    """Write the record of `event_id` as a process killed in its `attempts`-th attempt left it
+    (`in_progress`, its lease expired five minutes ago); return its key."""
+    fields = record_fields(
+        event_id, SUFFIX, state=State.IN_PROGRESS, lease="expired", attempts=attempts,
+        age=timedelta(minutes=5),
+    )  # fmt: skip
+    records.write(db, [fields])
+    return dedup_key(event_id, SUFFIX)
 
 
 def test_nack_answers_500_from_the_burial_on_and_never_runs_the_handler_again(
@@ -145,16 +156,30 @@ def test_a_crashed_last_attempt_is_buried_with_a_500(
     post = serve(tmp_path, "nack")
     switch(firestore_client, "ok")
     event_id = uuid.uuid4().hex
-    key = dedup_key(event_id, SUFFIX)
-    crashed = record_fields(
-        event_id, SUFFIX, state=State.IN_PROGRESS, lease="expired", attempts=2,
-        age=timedelta(minutes=5),
-    )  # fmt: skip
-    records.write(firestore_client, [crashed])
+    key = crashed(firestore_client, event_id, attempts=2)
     buried = post(event_id)
     assert buried.status_code == 500
     assert buried.get_data(as_text=True).startswith(f"{key} is given up on")
     assert state_of(firestore_client, key) is State.DEAD
+    assert count(firestore_client, "starts", key) == 0
+
+
+@pytest.mark.parametrize(("answer", "status"), [("nack", 500), ("ack", 200)])
+def test_an_event_recorded_unknown_is_given_up_on_too(
+    tmp_path: Path, firestore_client: firestore.Client, answer: str, status: int
+) -> None:
+    """An expired lease under `on_ambiguous="skip"` records `unknown` without running the
+    handler: under "nack" that delivery and every later one (a duplicate of `unknown`) are
+    answered 500 naming `dedup revive`, under "ack" 200; the handler never starts."""
+    post = serve(tmp_path, answer, on_ambiguous="skip")
+    switch(firestore_client, "ok")
+    event_id = uuid.uuid4().hex
+    key = crashed(firestore_client, event_id, attempts=1)
+    answers = [post(event_id) for _ in range(2)]
+    assert [a.status_code for a in answers] == [status, status]
+    if answer == "nack":
+        assert all(a.get_data(as_text=True).startswith(f"{key} is given up on") for a in answers)
+    assert state_of(firestore_client, key) is State.UNKNOWN
     assert count(firestore_client, "starts", key) == 0
 
 

@@ -35,7 +35,9 @@ from dedup import kinds
 from dedup.kinds import KINDS, Kind, cloud_events, describe, kind_of
 from dedup.kinds.base import cloud_event_reader, own_subject, sdk_reader
 from functions import boundary
-from tools import deploy
+from tools.deploy.gcloud import trigger_flags
+from tools.deploy.manifest import source_apis
+from tools.deploy.target import Target
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,9 +171,9 @@ def test_a_new_row_is_all_a_new_kind_needs(monkeypatch: pytest.MonkeyPatch) -> N
     trigger = {"eventType": "google.cloud.audit.log.v1.written", "retry": True,
                "eventFilters": {"serviceName": "storage.googleapis.com"}}  # fmt: skip
     endpoint = {"eventTrigger": trigger}
-    assert deploy.source_apis(endpoint) == ("logging.googleapis.com",)
-    target = deploy.Target(project="p", region="europe-west1")
-    flags = deploy.trigger_flags("audited", endpoint, target)
+    assert source_apis(endpoint) == ("logging.googleapis.com",)
+    target = Target(project="p", region="europe-west1")
+    flags = trigger_flags("audited", endpoint, target)
     assert "--trigger-event-filters=type=google.cloud.audit.log.v1.written" in flags
     assert "--trigger-event-filters=serviceName=storage.googleapis.com" in flags
     assert "--trigger-location=europe-west1" in flags
@@ -195,14 +197,14 @@ def test_validated_refuses_a_kind_without_strict_checks_at_import() -> None:
 def test_the_deploy_tool_follows_the_rows() -> None:
     """Where a trigger sits and what names it come from its row: the bucket for Storage,
     `global` for alerts, the topic for Pub/Sub (no `--trigger-location`)."""
-    target = deploy.Target(project="p", region="europe-west1")
+    target = Target(project="p", region="europe-west1")
     storage = {"eventTrigger": {"eventType": cloud_events.STORAGE_FINALIZED,
                                 "eventFilters": {"bucket": "b"}, "region": "eu"}}  # fmt: skip
-    assert deploy.trigger_flags("s", storage, target)[:1] == ["--trigger-bucket=b"]
-    assert "--trigger-location=eu" in deploy.trigger_flags("s", storage, target)
+    assert trigger_flags("s", storage, target)[:1] == ["--trigger-bucket=b"]
+    assert "--trigger-location=eu" in trigger_flags("s", storage, target)
     topic = {"eventTrigger": {"eventType": "google.cloud.pubsub.topic.v1.messagePublished",
                               "eventFilters": {"topic": "projects/p/topics/t"}}}  # fmt: skip
-    flags = deploy.trigger_flags("t", topic, target)
+    flags = trigger_flags("t", topic, target)
     assert flags[0] == "--trigger-topic=t"
     assert not any(flag.startswith("--trigger-location") for flag in flags)
     assert kind_of(cloud_events.ALERT_TYPE).deploy.location == "global"

@@ -192,7 +192,6 @@ LAYERS: dict[str, int] = {
     "dedup.platform.propagation": 0,
     "dedup.kernel.handler_shape": 0,
     "dedup.kernel.flow_io": 0,
-    "dedup.flow_io": 0,
     "dedup.kernel": 0,
     "dedup.entrances": 0,
     "dedup.platform": 0,

@@ -1,6 +1,5 @@
 """`dedup.platform.strict_json`: RFC 8259 JSON within stated limits, every refusal a sentence for
-the
-client that names no exception type and repeats nothing of the input (no server needed)."""
+the client that names no exception type and repeats nothing of the input (no server needed)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ the rest of the suite runs with the API's no-ops, as an application without an S
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from collections import Counter
@@ -41,7 +42,8 @@ from dedup import (
     TransactionDelivery,
 )
 from dedup.errors import DatabaseMismatch
-from dedup.telemetry import OUTCOMES, Telemetry
+from dedup.kernel.record import OutcomeKind, Record
+from dedup.telemetry import ERROR_OUTCOMES, OUTCOMES, SEVERITY, Telemetry
 from tests.dedup.grpc_faults import Fault, faulty_client
 from tests.dedup.support import write_foreign_lease
 
@@ -229,9 +231,12 @@ SCENARIOS: dict[str, Callable[[Observed], None]] = {
     "ambiguous": _ambiguous,
     "reconciled": _reconciled,
 }
-ERROR_STATUS = {"released", "failed", "dead", "lease_held", "lease_lost", "unavailable",
-                "payload_mismatch", "invalid_key", "error"}  # fmt: skip
-"""Outcomes whose span has status ERROR: an exception left the delivery, or failed/dead."""
+RAISED = {"released", "lease_held", "lease_lost", "unavailable", "payload_mismatch",
+          "invalid_key", "error"}  # fmt: skip
+"""Outcomes whose delivery ends in an exception."""
+ERROR_STATUS = RAISED | {kind.value for kind in ERROR_OUTCOMES}
+"""Outcomes whose span has status ERROR: an exception left the delivery, or `SEVERITY` ranks
+the outcome ERROR."""
 NO_KEY = {"invalid_key"}
 
 
@@ -273,6 +278,32 @@ def test_each_delivery_gives_one_span_one_count_and_one_overhead(
         (SUFFIX, o): n for o, n in per_outcome.items()
     }
     assert all(p.sum >= 0 for p in overheads.values())
+
+
+@dataclass
+class _Ended:
+    """A delivery's bookkeeping as telemetry reads it at the end (`dedup.telemetry.Observed`)."""
+
+    outcome: OutcomeKind | None
+    key: str = "e1-s"
+    attempt: int = 1
+    found: Record | None = None
+
+
+@pytest.mark.parametrize("outcome", list(OutcomeKind))
+def test_the_span_status_follows_the_one_severity_table(outcome: OutcomeKind) -> None:
+    """A delivery that ends without an exception has an ERROR span exactly when its outcome's
+    log line is an ERROR (`SEVERITY`); no other table decides (no emulator)."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=MeterProvider())
+    with telemetry.delivery(SUFFIX, Mode.LEASE) as observed:
+        observed.watch(_Ended(outcome))
+    [span] = spans.get_finished_spans()
+    is_error = span.status.status_code is StatusCode.ERROR
+    assert is_error is (SEVERITY[outcome] >= logging.ERROR), (outcome, span.status)
+    assert is_error is (outcome in ERROR_OUTCOMES)
 
 
 def test_attributes_match_the_outcome_returned(observed: Observed) -> None:

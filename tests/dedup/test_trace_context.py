@@ -1,7 +1,6 @@
 """Every entrance continues its caller's trace: the delivery span's parent is the caller's span,
 read from the carrier of `dedup.platform.propagation`'s table; a replayed HTTP answer and a
-duplicate
-delivery are span events naming the original delivery's trace, which the record keeps.
+duplicate delivery are span events naming the original delivery's trace, which the record keeps.
 
 SDK providers with an in-memory exporter are handed to each deduplicator's `Telemetry`;
 nothing global is set. Records on the Firestore emulator.

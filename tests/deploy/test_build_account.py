@@ -21,7 +21,7 @@ from tests.deploy.fake_google import (
 )
 from tests.deploy.test_dry_run import dry_run
 from tests.deploy.test_real_deploy import PROJECT, tool_env
-from tools.deploy import Target
+from tools.deploy.target import Target
 from tools.run_build import BUILDER_ROLE, builder_grant
 
 pytestmark = pytest.mark.deploy_harness

@@ -80,7 +80,9 @@ def secret_versions(project: Path) -> str:
     """SECRET_VERSIONS pinning every secret main.py's functions declare to version 3, so that
     `make -n deploy-gcloud` needs no Secret Manager to print its plan."""
     code = (
-        "from tools.deploy import secret_names, sdk_manifest\nprint(*secret_names(sdk_manifest()))"
+        "from tools.deploy.gcloud import secret_names\n"
+        "from tools.deploy.manifest import sdk_manifest\n"
+        "print(*secret_names(sdk_manifest()))"
     )
     printed = subprocess.run(
         [sys.executable, "-c", code], cwd=project, capture_output=True, text=True, check=True

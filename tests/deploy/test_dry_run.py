@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.conftest import ROOT
-from tools.deploy import endpoints, sdk_manifest
+from tools.deploy.manifest import endpoints, sdk_manifest
 
 pytestmark = pytest.mark.subprocesses
 

@@ -1,7 +1,7 @@
 """Both deploy paths read `.env.<project>` alike: the gcloud path's parser is Firebase's own.
 
 Each case is parsed by the installed firebase-tools (`lib/functions/env.js`, run with Node.js)
-and by `tools/firebase_dotenv.py`; both must agree, and the expected values are written out so
+and by `dedup.cli.dotenv`; both must agree, and the expected values are written out so
 a reader sees what each line means.
 """
 
@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dedup.cli import dotenv
 from tests.deploy.conftest import ROOT
-from tools import firebase_dotenv
-from tools.deploy import Target, deploy_env, env_files
+from tools.deploy.gcloud import env_files
+from tools.deploy.manifest import deploy_env
+from tools.deploy.target import Target
 
 ENV_JS = (
     ROOT / "tools" / "firebase" / "node_modules" / "firebase-tools" / "lib" / "functions" / "env.js"
@@ -62,7 +64,7 @@ def test_the_gcloud_path_parses_env_files_as_firebase_does(
     text: str, expected: dict[str, str]
 ) -> None:
     """Comments, quotes and escapes give the same values (and errors) on both paths."""
-    values, errors = firebase_dotenv.parse(text)
+    values, errors = dotenv.parse(text)
     assert firebase_parse(text) == {"envs": values, "errors": errors}
     assert values == expected
 
@@ -78,8 +80,8 @@ def test_the_gcloud_path_parses_env_files_as_firebase_does(
 )
 def test_a_file_firebase_refuses_is_refused(text: str, problem: str) -> None:
     """What `firebase deploy` refuses, `make deploy-gcloud` refuses too, naming the problem."""
-    with pytest.raises(firebase_dotenv.EnvFileError, match=problem):
-        firebase_dotenv.parse_strict(text, ".env.p")
+    with pytest.raises(dotenv.EnvFileError, match=problem):
+        dotenv.parse_strict(text, ".env.p")
 
 
 def test_gcloud_env_files_hold_the_project_env_values(project_copy: Path) -> None:

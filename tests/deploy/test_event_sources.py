@@ -16,7 +16,8 @@ from tests.deploy.test_deploy import (
     make_commands,
     manifest_of,
 )
-from tools import deploy
+from tools.deploy.manifest import deploy_manifest, sdk_manifest
+from tools.deploy.target import DeployError, Target, serves
 
 ACCOUNT = f"exactly-once-fn@{PROJECT}.iam.gserviceaccount.com"
 JOB = f"firebase-schedule-daily_digest-{REGION}"
@@ -84,24 +85,24 @@ def test_bootstrap_grants_the_storage_agent_and_enables_the_sources() -> None:
 )
 def test_a_region_serves_only_its_buckets(region: str, location: str, served: bool) -> None:
     """A Storage trigger sits in the bucket's region or inside its multi-region."""
-    assert deploy.serves(region, location) is served
+    assert serves(region, location) is served
 
 
 def test_a_region_that_cannot_serve_the_bucket_stops_the_plan() -> None:
     """The deploy stops before anything, naming the bucket, its location and REGION."""
-    target = deploy.Target(
+    target = Target(
         project=PROJECT, region="us-central1", firestore_location="nam5", bucket_location="EU"
     )
-    with pytest.raises(deploy.DeployError, match=r"is in eu, which REGION=us-central1 cannot"):
-        deploy.deploy_manifest(deploy.sdk_manifest(ROOT), target, {})
+    with pytest.raises(DeployError, match=r"is in eu, which REGION=us-central1 cannot"):
+        deploy_manifest(sdk_manifest(ROOT), target, {})
 
 
 def test_the_env_files_name_the_bucket_and_the_time_zone() -> None:
     """UPLOAD_BUCKET and DIGEST_TIME_ZONE from the env files reach both paths' manifest."""
-    target = deploy.Target(project=PROJECT, region=REGION, firestore_location="nam5",
-                           bucket_location="EU")  # fmt: skip
+    target = Target(project=PROJECT, region=REGION, firestore_location="nam5",
+                    bucket_location="EU")  # fmt: skip
     env = {"UPLOAD_BUCKET": f"{PROJECT}.appspot.com", "DIGEST_TIME_ZONE": "Europe/Paris"}
-    manifest = deploy.deploy_manifest(deploy.sdk_manifest(ROOT), target, env)
+    manifest = deploy_manifest(sdk_manifest(ROOT), target, env)
     endpoints = manifest["endpoints"]
     assert endpoints["register_upload"]["eventTrigger"]["eventFilters"]["bucket"] == (
         f"{PROJECT}.appspot.com"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from dedup.cli.dotenv import parse
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_deploy import (
     FIRESTORE_PREFIX,
@@ -22,7 +23,6 @@ from tests.deploy.test_deploy import (
     trigger_of,
 )
 from tests.deploy.test_run_plan import only, planned  # noqa: F401 (the plan fixture)
-from tools.firebase_dotenv import parse
 
 pytestmark = pytest.mark.subprocesses
 

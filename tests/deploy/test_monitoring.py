@@ -23,8 +23,9 @@ from dedup.logs import LOGGER_NAME, CloudLoggingFormatter
 from dedup.telemetry import SEVERITY
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_deploy import make_commands, needs_gcloud
-from tools.deploy import (
+from tools.deploy.monitoring import (
     ALERT_POLICY_NAME,
+    ALERTED_OUTCOME,
     MONITORED_OUTCOMES,
     log_metric_name,
     outcome_log_filter,
@@ -64,12 +65,12 @@ def flag(command: list[str], name: str) -> str:
 
 
 def test_one_metric_per_monitored_outcome_and_one_alert_on_dead() -> None:
-    """Four log-based metrics (dead, lease_lost, payload_mismatch, failed), each created only
+    """Four log-based metrics (failed, dead, lease_lost, payload_mismatch), each created only
     when `describe` does not find it; the alert policy on dedup_dead only when no policy of its
     display name exists; the channels of ALERT_CHANNELS are notified."""
     lines = planned_lines()
     assert len(lines) == 5
-    monitored = ["dead", "lease_lost", "payload_mismatch", "failed"]
+    monitored = ["failed", "dead", "lease_lost", "payload_mismatch"]
     for line, outcome in zip(lines, monitored, strict=False):
         describe, create = gcloud_commands(line)
         name = log_metric_name(outcome)
@@ -79,8 +80,9 @@ def test_one_metric_per_monitored_outcome_and_one_alert_on_dead() -> None:
         assert f"--project={PROJECT}" in describe
         assert f"--project={PROJECT}" in create
     assert list(MONITORED_OUTCOMES) == monitored
-    errors = {kind.value for kind, level in SEVERITY.items() if level >= logging.ERROR}
-    assert set(MONITORED_OUTCOMES) == errors  # dedup's one outcome table decides
+    errors = [kind.value for kind, level in SEVERITY.items() if level >= logging.ERROR]
+    assert list(MONITORED_OUTCOMES) == errors  # dedup's one severity table decides
+    assert ALERTED_OUTCOME in MONITORED_OUTCOMES  # the alert's metric is made
     listing, create = gcloud_commands(lines[-1])
     assert listing[:5] == ["gcloud", "alpha", "monitoring", "policies", "list"]
     assert flag(listing, "filter") == f'displayName="{ALERT_POLICY_NAME}"'

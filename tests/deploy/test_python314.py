@@ -9,7 +9,9 @@ from pathlib import Path
 
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_python_choice import fake_source
-from tools.deploy import Target, deploy_manifest, endpoints, gcloud_deploy_commands, sdk_manifest
+from tools.deploy.gcloud import gcloud_deploy_commands
+from tools.deploy.manifest import deploy_manifest, endpoints, sdk_manifest
+from tools.deploy.target import Target
 from tools.deploy_run import deploy_command, service_names
 from tools.runtime import runtime_of_venv, sync_firebase_json
 

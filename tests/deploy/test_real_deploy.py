@@ -40,7 +40,7 @@ from tests.deploy.fake_google import (
     RunningFake,
 )
 from tests.deploy.test_upload import check_only_code
-from tools.deploy import sdk_manifest
+from tools.deploy.manifest import sdk_manifest
 
 pytestmark = [
     pytest.mark.deploy_harness,

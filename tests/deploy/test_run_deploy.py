@@ -43,7 +43,8 @@ from tests.deploy.test_real_deploy import (
     tool_env,
 )
 from tests.deploy.test_upload import check_only_code
-from tools.deploy import Target, deploy_env, trigger_topic
+from tools.deploy.manifest import deploy_env, trigger_topic
+from tools.deploy.target import Target
 from tools.run_service import delivery_attempts
 
 pytestmark = [

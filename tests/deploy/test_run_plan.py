@@ -16,7 +16,8 @@ import pytest
 from dedup.config import DedupConfig
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_dry_run import dry_run
-from tools.deploy import DeployError, Target, endpoints, sdk_manifest
+from tools.deploy.manifest import endpoints, sdk_manifest
+from tools.deploy.target import DeployError, Target
 from tools.deploy_run import service_environment
 from tools.run_service import (
     MAX_DELIVERY_ATTEMPTS,

@@ -31,7 +31,8 @@ from dedup import testing
 from tests.conftest import PROJECT
 from tests.deploy.conftest import ROOT
 from tests.ports import WORKER_BAND
-from tools.deploy import Target, endpoints, sdk_manifest
+from tools.deploy.manifest import endpoints, sdk_manifest
+from tools.deploy.target import Target
 from tools.deploy_run import service_environment, service_names
 
 FUNCTION = "sync_published_count"

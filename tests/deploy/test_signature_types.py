@@ -28,11 +28,13 @@ import pytest
 from werkzeug.exceptions import MethodNotAllowed
 
 from dedup import testing
+from dedup.cli import dotenv
 from tests.conftest import PROJECT
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_run_served import serving
-from tools import firebase_dotenv
-from tools.deploy import Target, endpoints, sdk_manifest, signature_type
+from tools.deploy.gcloud import signature_type
+from tools.deploy.manifest import endpoints, sdk_manifest
+from tools.deploy.target import Target
 from tools.deploy_run import service_environment
 
 KINDS = ("cloudevent", "http")
@@ -62,7 +64,7 @@ def served_kinds(settings: Mapping[str, tuple[str | None, str | None]]) -> dict[
     """Each target served with its (flag, variable) in a fresh process -> `cloudevent` when a
     GET was refused by the CloudEvent routing, else `http` (see the module docstring)."""
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")}
-    env.update(firebase_dotenv.load([ROOT / ".env.local", ROOT / ".secret.local"]))
+    env.update(dotenv.load([ROOT / ".env.local", ROOT / ".secret.local"]))
     done = subprocess.run(
         [sys.executable, "-c", SERVE_EACH, json.dumps(settings)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False,

@@ -36,12 +36,12 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from dedup.cli import dotenv
 from dedup.errors import ConfigError
 from functions.region import function_region, task_function_resource, task_function_url
 from tests.deploy.conftest import ROOT
 from tests.deploy.test_deploy import manifest_of
-from tools import firebase_dotenv
-from tools.deploy import Target
+from tools.deploy.target import Target
 from tools.deploy_run import service_environment
 
 PROJECT = "demo-parse-only"
@@ -143,7 +143,7 @@ def firebase_tools_variables(endpoint: dict[str, Any]) -> dict[str, str]:
 def firebase_environment() -> dict[str, str]:
     """What `make deploy-firebase` and the platform give a deployed relay_outbox."""
     endpoint = manifest_of(ROOT)["endpoints"][FUNCTION]
-    users = dict(firebase_dotenv.load(firebase_dotenv.project_env_files(ROOT, PROJECT)))
+    users = dict(dotenv.load(dotenv.project_env_files(ROOT, PROJECT)))
     config = {"projectId": PROJECT, "storageBucket": f"{PROJECT}.appspot.com"}
     return {
         **users,

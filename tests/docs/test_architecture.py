@@ -1,6 +1,7 @@
 """docs/architecture.md's reading order of the kernel states how much there is to read: the
 figures it gives are the modules' real line counts, within a tenth, and the path of one
-delivery stays about 2,000 lines of code."""
+delivery stays about 2,000 lines of code. Its table of owners gives each module only names that
+module defines, and the kernel package's docstring names every kernel module and no other."""
 
 from __future__ import annotations
 
@@ -81,3 +82,74 @@ def test_every_kernel_module_is_in_the_reading_order() -> None:
     listed = {m for _, modules in parts() for m in modules}
     kernel = {p for p in (ROOT / "dedup" / "kernel").glob("*.py") if p.name != "__init__.py"}
     assert sorted(p.name for p in kernel - listed) == []
+
+
+def top_level(path: Path) -> dict[str, ast.AST]:
+    """The names a module defines at its top level (classes, functions, assignments)."""
+    names: dict[str, ast.AST] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign):
+            names.update((t.id, node) for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names[node.target.id] = node
+    return names
+
+
+def has_member(names: dict[str, ast.AST], owner: str, member: str) -> bool:
+    """`owner` is a class of `names` that defines `member`, itself or through a base class
+    of the same module."""
+    node = names.get(owner)
+    if not isinstance(node, ast.ClassDef):
+        return False
+    defined = {
+        n.name for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    } | {t.id for n in node.body if isinstance(n, ast.Assign) for t in n.targets
+         if isinstance(t, ast.Name)}  # fmt: skip
+    bases = [b.id for b in node.bases if isinstance(b, ast.Name)]
+    return member in defined or any(has_member(names, base, member) for base in bases)
+
+
+def module_path(name: str) -> Path | None:
+    """The file of `dedup.<name>` (a module or a package), None if there is none."""
+    base = ROOT / "dedup" / Path(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def test_who_owns_what_names_what_its_modules_define() -> None:
+    """Each name the "owns" column of "Who owns what" gives (`KeyTurns`, `RecordStore.turn`,
+    `mark_dead`, `SEVERITY`...) is defined by a module of its row: a row that says a module
+    owns what lives elsewhere fails, so the table moves when the code does."""
+    section = PAGE.read_text().split("## Who owns what", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert len(rows) >= 10, "the table of owners was not found"
+    wrong = []
+    for row in rows:
+        modules_cell, owns = row.split("|")[1:3]
+        paths = [module_path(m) for m in re.findall(r"`([\w.]+)`", modules_cell)]
+        assert all(paths), f"a module of this row does not exist: {modules_cell}"
+        defined = [top_level(p) for p in paths if p is not None]
+        for name in re.findall(r"`([A-Za-z_][\w.]*)`", owns):
+            if module_path(name) is not None:
+                continue  # a module named in passing
+            owner, _, member = name.partition(".")
+            found = any(
+                (has_member(names, owner, member) if member else owner in names)
+                for names in defined
+            )
+            if not found:
+                wrong.append(f"{modules_cell.strip()}: {name}")
+    assert wrong == [], "names the owners table gives to modules that do not define them"
+
+
+def test_the_kernel_docstring_names_every_kernel_module_and_no_other() -> None:
+    kernel = ROOT / "dedup" / "kernel"
+    docstring = ast.get_docstring(ast.parse((kernel / "__init__.py").read_text())) or ""
+    named = set(re.findall(r"`(\w+)`", docstring))
+    modules = {p.stem for p in kernel.glob("*.py") if p.name != "__init__.py"}
+    assert sorted(named - modules) == [], "names of modules the kernel does not have"
+    assert sorted(modules - named) == [], "kernel modules its docstring does not name"

@@ -25,7 +25,7 @@ first deploy, docs/observability.md for `make monitoring`.
 The manifest is the SDK's own (firebase-functions builds it from `main.py`, runtime shape
 included), completed with what depends on the target project:
 
-* `retry: true` on every event trigger (`dedup.cli.project.with_retries`, the code of
+* `retry: true` on every event trigger (`dedup.cli.manifest.with_retries`, the code of
   `dedup manifest`): firebase-functions-python writes `retry: false` for Firestore triggers
   (firebase/firebase-functions-python#165), and without retries a released lease is never
   retried. The Firebase CLI reads a static `functions.yaml` in the source folder instead of
@@ -51,200 +51,22 @@ env files both paths deploy (`.env`, then `.env.<project>`, read as Firebase rea
 `DedupConfig.check_lease_covers(timeout)` refuses a lease shorter than
 timeout + DEDUP_RPC_TIMEOUT_SECONDS, and a misspelled DEDUP_* variable.
 
-Its modules, by job, each name re-exported here: `target` (`Target`, `DeployError`, values read
-at deploy time and the gcloud reads), `manifest` (main.py's functions, checked and completed),
-`gcloud` (the gcloud functions path and the scheduler), `project` (topics, queues, bootstrap),
-`monitoring`; `__main__` is the command line.
+Its modules, by job, each name imported from the module that defines it: `target` (`Target`,
+`DeployError`, values read at deploy time and the gcloud reads), `manifest` (main.py's
+functions, checked and completed), `gcloud` (the gcloud functions path and the scheduler),
+`project` (topics, queues, bootstrap), `monitoring`; `__main__` is the command line. The package
+itself holds `plan`, which chooses among them.
 """
 
 from __future__ import annotations
 
-from tools.deploy.gcloud import (
-    _memory,
-    deploy_runtime,
-    env_file,
-    env_files,
-    env_kind,
-    function_env_files,
-    gcloud_deploy_commands,
-    runtime_flags,
-    schedule_flags,
-    schedule_job_name,
-    scheduler_plan,
-    secret_names,
-    secret_versions_of,
-    signature_type,
-    trigger_flags,
-    write_env_files,
-    write_function_env_files,
-)
-from tools.deploy.manifest import (
-    _PARAM,
-    _Carrier,
-    _queue_name_hint,
-    check_queue_names,
-    check_timeouts,
-    deploy_env,
-    deploy_manifest,
-    endpoints,
-    firebase_manifest,
-    is_asgi,
-    kind_of_trigger,
-    read_now,
-    resolve_params,
-    sdk_manifest,
-    source_apis,
-    storage_trigger_region,
-    target_manifest,
-    trigger_topic,
-)
-from tools.deploy.monitoring import (
-    ALERT_POLICY_NAME,
-    ALERTED_OUTCOME,
-    MONITORED_OUTCOMES,
-    log_metric_name,
-    monitoring_plan,
-    outcome_log_filter,
-)
-from tools.deploy.project import (
-    ACT_AS_ROLE,
-    APIS,
-    ENQUEUER_ROLE,
-    FCM_ROLE,
-    PUBSUB_AGENT_ROLE,
-    QUEUE_FLAGS,
-    RUNTIME_ROLES,
-    SECRET_ROLE,
-    TELEMETRY_APIS,
-    TELEMETRY_ROLES,
-    TRIGGER_ROLES,
-    _describe_or_create,
-    _telemetry_on,
-    bootstrap_plan,
-    event_source_bootstrap,
-    queue_flags,
-    queues_plan,
-    runtime_roles,
-    topics_plan,
-)
-from tools.deploy.target import (
-    ASGI_KEY,
-    ASGI_VARIABLE,
-    AT_DEPLOY,
-    BUCKET_PARAM,
-    DEFAULT_SERVICE_ACCOUNT,
-    GENERATED,
-    MANIFEST_FILE,
-    MAX_ATTEMPT_DEADLINE,
-    MIN_ATTEMPT_DEADLINE,
-    MULTI_REGIONS,
-    QUEUE_ID,
-    REGION_VARIABLE,
-    ROOT,
-    DeployError,
-    DeployTimeReads,
-    Target,
-    _python,
-    ask_gcloud,
-    default_bucket,
-    gcloud_error,
-    read_bucket_location,
-    read_firestore_location,
-    read_project_number,
-    read_secret_version,
-    serves,
-    shell_join,
-)
+from tools.deploy.gcloud import gcloud_deploy_commands, scheduler_plan
+from tools.deploy.manifest import deploy_env, deploy_manifest, sdk_manifest
+from tools.deploy.monitoring import monitoring_plan
+from tools.deploy.project import bootstrap_plan, queues_plan, topics_plan
+from tools.deploy.target import DeployError, DeployTimeReads, Target, shell_join
 
-__all__ = [
-    "ACT_AS_ROLE",
-    "ALERTED_OUTCOME",
-    "ALERT_POLICY_NAME",
-    "APIS",
-    "ASGI_KEY",
-    "ASGI_VARIABLE",
-    "AT_DEPLOY",
-    "BUCKET_PARAM",
-    "DEFAULT_SERVICE_ACCOUNT",
-    "ENQUEUER_ROLE",
-    "FCM_ROLE",
-    "GENERATED",
-    "MANIFEST_FILE",
-    "MAX_ATTEMPT_DEADLINE",
-    "MIN_ATTEMPT_DEADLINE",
-    "MONITORED_OUTCOMES",
-    "MULTI_REGIONS",
-    "PUBSUB_AGENT_ROLE",
-    "QUEUE_FLAGS",
-    "QUEUE_ID",
-    "REGION_VARIABLE",
-    "ROOT",
-    "RUNTIME_ROLES",
-    "SECRET_ROLE",
-    "TELEMETRY_APIS",
-    "TELEMETRY_ROLES",
-    "TRIGGER_ROLES",
-    "_PARAM",
-    "DeployError",
-    "DeployTimeReads",
-    "Target",
-    "_Carrier",
-    "_describe_or_create",
-    "_memory",
-    "_python",
-    "_queue_name_hint",
-    "_telemetry_on",
-    "ask_gcloud",
-    "bootstrap_plan",
-    "check_queue_names",
-    "check_timeouts",
-    "default_bucket",
-    "deploy_env",
-    "deploy_manifest",
-    "deploy_runtime",
-    "endpoints",
-    "env_file",
-    "env_files",
-    "env_kind",
-    "event_source_bootstrap",
-    "firebase_manifest",
-    "function_env_files",
-    "gcloud_deploy_commands",
-    "gcloud_error",
-    "is_asgi",
-    "kind_of_trigger",
-    "log_metric_name",
-    "monitoring_plan",
-    "outcome_log_filter",
-    "plan",
-    "queue_flags",
-    "queues_plan",
-    "read_bucket_location",
-    "read_firestore_location",
-    "read_now",
-    "read_project_number",
-    "read_secret_version",
-    "resolve_params",
-    "runtime_flags",
-    "runtime_roles",
-    "schedule_flags",
-    "schedule_job_name",
-    "scheduler_plan",
-    "sdk_manifest",
-    "secret_names",
-    "secret_versions_of",
-    "serves",
-    "shell_join",
-    "signature_type",
-    "source_apis",
-    "storage_trigger_region",
-    "target_manifest",
-    "topics_plan",
-    "trigger_flags",
-    "trigger_topic",
-    "write_env_files",
-    "write_function_env_files",
-]
+__all__ = ["plan"]
 
 
 def plan(what: str, target: Target) -> list[str]:

@@ -12,16 +12,9 @@ from pathlib import Path
 import yaml
 
 from tools import deploy, deploy_run
-from tools.deploy import (
-    DEFAULT_SERVICE_ACCOUNT,
-    GENERATED,
-    DeployError,
-    Target,
-    firebase_manifest,
-    read_now,
-    write_env_files,
-)
-from tools.deploy.target import refused
+from tools.deploy.gcloud import write_env_files
+from tools.deploy.manifest import firebase_manifest, read_now
+from tools.deploy.target import DEFAULT_SERVICE_ACCOUNT, GENERATED, DeployError, Target, refused
 
 
 def plan(what: str, target: Target) -> list[str]:

@@ -12,10 +12,10 @@ from typing import Any
 import yaml
 
 from dedup import kinds
-from dedup.cli.project import with_retries
+from dedup.cli import dotenv
+from dedup.cli.manifest import with_retries
 from dedup.config import FUNCTION_TIMEOUT_VARIABLE, DedupConfig
 from dedup.errors import ConfigError
-from tools import firebase_dotenv
 from tools.deploy.target import (
     ASGI_KEY,
     BUCKET_PARAM,
@@ -106,10 +106,10 @@ def trigger_topic(endpoint: Mapping[str, Any]) -> str | None:
 
 def deploy_env(target: Target) -> dict[str, str]:
     """The variables both deploy paths give the functions: `.env`, then `.env.<project>`."""
-    files = firebase_dotenv.project_env_files(target.source, target.project)
+    files = dotenv.project_env_files(target.source, target.project)
     try:
-        return dict(firebase_dotenv.load(files))
-    except firebase_dotenv.EnvFileError as exc:
+        return dict(dotenv.load(files))
+    except dotenv.EnvFileError as exc:
         raise DeployError(str(exc)) from None
 
 

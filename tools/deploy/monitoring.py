@@ -2,31 +2,29 @@
 
 from __future__ import annotations
 
-import logging
 import shlex
 
 from dedup.kernel.record import OutcomeKind
-from dedup.telemetry import SEVERITY
+from dedup.telemetry import ERROR_OUTCOMES
 from tools.deploy.project import _describe_or_create
 from tools.deploy.target import Target
 
-MONITORED_OUTCOMES = {
-    kind.value: why
-    for kind, why in {
-        OutcomeKind.DEAD: "gave up after max_attempts, the effect never happened",
-        OutcomeKind.LEASE_LOST: "a delivery outlived its lease and another took it over",
-        OutcomeKind.PAYLOAD_MISMATCH: "an event id was reused for a different payload",
-        OutcomeKind.FAILED: "the handler raised TerminalError (or Firestore refused its data)",
-    }.items()
-    if SEVERITY[kind] >= logging.ERROR
+WHY_MONITORED = {
+    OutcomeKind.FAILED: "the handler raised TerminalError (or Firestore refused its data)",
+    OutcomeKind.DEAD: "gave up after max_attempts, the effect never happened",
+    OutcomeKind.LEASE_LOST: "a delivery outlived its lease and another took it over",
+    OutcomeKind.PAYLOAD_MISMATCH: "an event id was reused for a different payload",
 }
+"""Why each outcome `make monitoring` counts matters: the description of its metric."""
+
+MONITORED_OUTCOMES = {kind.value: WHY_MONITORED[kind] for kind in ERROR_OUTCOMES}
 """Outcomes (the `outcome` field of dedup's log line) `make monitoring` counts, one log-based
-metric each, named `dedup_<outcome>`, with why each matters: the outcomes whose log line is an
-ERROR in dedup's one outcome table, `dedup.telemetry.SEVERITY` (tests/deploy/test_monitoring.py
-holds the two together)."""
+metric each, named `dedup_<outcome>`: the outcomes dedup's one severity table
+(`dedup.telemetry.SEVERITY`) ranks ERROR, no other (an outcome it ranks ERROR without a line in
+`WHY_MONITORED` fails the import)."""
 
 
-ALERTED_OUTCOME = "dead"
+ALERTED_OUTCOME = OutcomeKind.DEAD.value
 
 
 ALERT_POLICY_NAME = "dedup: dead events"

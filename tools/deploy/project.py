@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from dedup.cli.project import RECORDS_ROLES
+from dedup.cli.setup import RECORDS_ROLES
 from dedup.config import telemetry_enabled
 from dedup.errors import ConfigError
 from tools.deploy.gcloud import secret_names
