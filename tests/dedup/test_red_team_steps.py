@@ -12,6 +12,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import pytest
@@ -26,10 +29,12 @@ from dedup import (
     LeaseLost,
     OutcomeKind,
     Record,
+    StepInterrupted,
     StepMismatch,
     StoreUnavailable,
 )
 from dedup.kernel.delivery import Step
+from dedup.kernel.steps import fingerprint
 from dedup.kernel.transitions import dedup_key
 from tests.dedup.conftest import MakeAsyncDedup, MakeDedup
 from tests.dedup.grpc_faults import Fault, faulty_client, nth
@@ -270,6 +275,67 @@ def test_a_step_recorded_without_a_fingerprint_still_replays(
     assert calls == ["first"]
 
 
+def test_a_replayed_value_passed_to_the_next_step_matches_its_first_fingerprint(
+    make_dedup: MakeDedup,
+) -> None:
+    """A step's value, as Firestore hands it back on a replay (a timestamp in UTC, a float,
+    a map in another key order), passed on to the next step, gives the fingerprint the first
+    call recorded: a replay never raises `StepMismatch` for a handler that did not change."""
+    calls: Counter[str] = Counter()
+    quote = {
+        "at": datetime(2026, 12, 6, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2))),
+        "amount": 2.0,
+        "lines": [{"sku": "a", "n": 1}, {"n": 2, "sku": "b"}],
+    }
+
+    def charge(got: dict[str, Any], currency: str) -> str:
+        calls.update(["charge"])
+        return "charged"
+
+    def handler(delivery: Delivery) -> None:
+        got = delivery.step("quote", noting(calls, "quote", quote))
+        delivery.step("charge", charge, got, currency="EUR")
+        delivery.step("receipt", noting(calls, "receipt", None))
+
+    with pytest.raises(Crash):
+        crash_at(make_dedup(**SHORT), Step.AFTER_STEP_RECORD, 2).run(EVENT, SUFFIX, handler)
+    assert deliver_until_claimed(make_dedup(**SHORT), handler).kind is OutcomeKind.RAN
+    assert calls == Counter(quote=1, charge=1, receipt=1)
+
+
+def test_fingerprints_follow_what_a_firestore_round_trip_keeps() -> None:
+    """The fingerprint of a call: equal for arguments a Firestore round trip returns equal (a
+    tuple and a list, 1 and 1.0, one instant in two zones, a map's key order, a partial and its
+    function), different for other values or another function; an argument Firestore could not
+    store counts by its type alone."""
+    at = datetime(2026, 12, 6, 8, 0, tzinfo=UTC)
+    zone = timezone(timedelta(hours=2))
+
+    def charge(*args: Any, **kwargs: Any) -> None: ...
+
+    def refund(*args: Any, **kwargs: Any) -> None: ...
+
+    same: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = [
+        (((1, "a"), {"k": 1, "j": 2.0}), ([1, "a"], {"j": 2, "k": 1.0})),
+        ((at,), (at.astimezone(zone),)),
+        ((Decimal(1),), (Decimal(2),)),
+    ]
+    for first, second in same:
+        assert fingerprint(charge, first, {}) == fingerprint(charge, second, {}), first
+    assert fingerprint(partial(charge, "x"), ("y",), {"z": 1}) == fingerprint(
+        charge, ("x", "y"), {"z": 1}
+    )
+    differ: list[tuple[tuple[Any, ...], tuple[Any, ...]]] = [
+        (("item-A",), ("item-B",)),
+        ((1,), (True,)),
+        (("1",), (1,)),
+        (([1],), ([[1]],)),
+    ]
+    for first, second in differ:
+        assert fingerprint(charge, first, {}) != fingerprint(charge, second, {}), first
+    assert fingerprint(charge, (1,), {})["fn"] != fingerprint(refund, (1,), {})["fn"]
+
+
 # --- Concurrent steps refused at once ---------------------------------------------------------
 
 
@@ -385,7 +451,8 @@ def test_a_record_scrambled_by_concurrent_steps_of_an_earlier_version_recovers(
 
 
 def three_kinds(calls: Counter[str]) -> Callable[[Delivery], None]:
-    """A plain step, an at-most-once one and a transactional one. Commits: 1 the claim, 2 the
+    """A plain step, an at-most-once one (its interruption counted) and a transactional one.
+    Commits: 1 the claim, 2 the
     plain step's record, 3 and 4 the at-most-once step's start and end, 5 the transactional
     step's, 6 "sent"."""
 
@@ -397,7 +464,10 @@ def three_kinds(calls: Counter[str]) -> Callable[[Delivery], None]:
 
     def handler(delivery: Delivery) -> None:
         delivery.step("plain", noting(calls, "plain", "p"))
-        delivery.step("once", noting(calls, "once", "o"), on_interrupted="skip")
+        try:
+            delivery.step("once", noting(calls, "once", "o"), on_interrupted="skip")
+        except StepInterrupted:
+            calls.update(["interrupted"])
         delivery.step("transactional", write, delivery, transactional=True)
 
     return handler
@@ -421,15 +491,40 @@ def test_a_lost_response_at_each_step_write_is_the_deliverys_own_write(
     assert effect == {"n": 1}
 
 
-@pytest.mark.parametrize(("commit", "again"), [(2, "plain"), (3, None), (5, "transactional")])
+@pytest.mark.parametrize("commit", [2, 3, 4, 5, 6])
+def test_a_slow_write_at_each_step_write_changes_nothing(
+    commit: int, read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """Each step write (and "sent") 2 s slow, within a 6 s lease: every step function runs
+    once, every entry is recorded, the event is sent."""
+
+    def plan(method: str, n: int) -> Fault:
+        if (method, n) == ("Commit", commit):
+            time.sleep(2)
+        return Fault.PASS
+
+    dedup = Deduplicator(DedupConfig(**{**SHORT, "lease_seconds": 6}), client=faulty_client(plan))
+    calls: Counter[str] = Counter()
+    assert dedup.run(EVENT, SUFFIX, three_kinds(calls)).kind is OutcomeKind.RAN
+    assert calls == Counter(plain=1, once=1, transactional=1)
+    assert {entry["state"] for entry in steps_of(read_record).values()} == {"done"}
+    effect = firestore_client.collection("effects").document(KEY).get().to_dict()
+    assert effect == {"n": 1}
+
+
+@pytest.mark.parametrize(
+    ("commit", "again"),
+    [(2, "plain"), (3, None), (4, "interrupted"), (5, "transactional")],
+)
 def test_a_step_write_refused_until_the_budget_ends_calls_nothing_twice_that_must_not(
     commit: int, again: str | None, make_dedup: MakeDedup, firestore_client: firestore.Client
 ) -> None:
     """Every write refused (PERMISSION_DENIED) from one step's write on, until the delivery's
     budget ends: the delivery fails, its lease left to expire; the next delivery calls again a
     plain step whose record was refused (at least once, under its key), calls once an
-    at-most-once step whose start was refused (it was never called), and fills a transactional
-    step's transaction again, whose write is applied once."""
+    at-most-once step whose start was refused (it was never called) and never again one whose
+    end was refused (`StepInterrupted`: at most once), and fills a transactional step's
+    transaction again, whose write is applied once."""
 
     def plan(method: str, n: int) -> Fault:
         return Fault.DENY if method == "Commit" and n >= commit else Fault.PASS
