@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from dedup.errors import LeaseLost
 from dedup.kernel.claims import CommitFailed, commit_failure, written_by
 from dedup.kernel.delivery import Step
-from dedup.kernel.record import OutcomeKind, State
+from dedup.kernel.record import Field, OutcomeKind, State
 from dedup.kernel.steps import DONE, LEASE_MARGIN, STARTED, StepCall
 from dedup.kernel.transitions import precondition, steps_recorded
 
@@ -72,8 +72,14 @@ def require_live(lease: FencedLease, name: str) -> None:
     lease may have ended: `lease.ends` (the send time of the write that last renewed it, plus
     `lease_seconds`, on this instance's monotonic clock) less `LEASE_MARGIN`. No RPC: a
     delivery that stalled past its lease (a pause, a slow call before the step) stops here
-    whether or not another delivery took the lease over meanwhile."""
+    whether or not another delivery took the lease over meanwhile. A step started after its
+    delivery ended (from a thread or task the handler did not wait for) is refused too."""
     run = lease.run
+    if run.outcome is not None:
+        raise LeaseLost(
+            f"{run.path}: step {name!r} was started after its delivery ended "
+            f"({run.outcome.value}), so it was not called; await each step in the handler"
+        )
     margin = min(1.0, LEASE_MARGIN * run.config.lease_seconds)
     late = time.monotonic() - (lease.ends - margin)
     if late < 0:
@@ -89,9 +95,12 @@ def require_live(lease: FencedLease, name: str) -> None:
 
 async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: str) -> None:
     """Write step `name`'s entry of `steps` (and no other), fenced by the lease, which the
-    write renews."""
+    write renews; unless the delivery ended while the step ran (a step the handler did not
+    wait for): its entry is recorded, and the lease the end gave back or closed stays so."""
     sent = time.monotonic()
     fields = steps_recorded(name, steps[name])
+    if lease.run.outcome is not None:
+        del fields[Field.LEASE_STARTED_AT]
     await lease.write(fields, State.IN_PROGRESS, action, lease.ends, notes=True)
     lease.steps_landed(steps, sent, None)
 

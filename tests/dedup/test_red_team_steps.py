@@ -34,6 +34,7 @@ from dedup import (
     StoreUnavailable,
 )
 from dedup.kernel.delivery import Step
+from dedup.kernel.record import State
 from dedup.kernel.steps import fingerprint
 from dedup.kernel.transitions import dedup_key
 from tests.dedup.conftest import MakeAsyncDedup, MakeDedup
@@ -401,6 +402,42 @@ def test_a_step_started_from_another_thread_while_one_runs_raises_before_its_cal
     steps = steps_of(read_record)
     assert set(steps) == {"first"}
     assert steps["first"]["value"] == "first-value"
+
+
+def test_a_step_the_handler_did_not_wait_for_renews_no_lease_and_none_starts_after_the_end(
+    make_dedup: MakeDedup, read_record: ReadRecord
+) -> None:
+    """A step still running when its delivery ended (a thread the handler did not join)
+    records its entry without taking a lease on the finished record; a step started after the
+    end raises `LeaseLost` and its function is not called."""
+    started: list[str] = []
+    deliveries: list[Delivery] = []
+    release = threading.Event()
+
+    def slow() -> str:
+        started.append("slow")
+        release.wait(10)
+        return "slow-value"
+
+    def handler(delivery: Delivery) -> None:
+        deliveries.append(delivery)
+        threading.Thread(target=delivery.step, args=("slow", slow)).start()
+        while not started:
+            time.sleep(0.01)
+
+    assert make_dedup(**SHORT).run(EVENT, SUFFIX, handler).kind is OutcomeKind.RAN
+    release.set()
+    deadline = time.monotonic() + 10
+    while "slow" not in steps_of(read_record) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(LeaseLost, match="after its delivery ended"):
+        deliveries[0].step("late", noting(started, "late", None))
+    assert started == ["slow"]
+    record = read_record(KEY)
+    assert record is not None
+    assert record.state is State.SENT
+    assert not record.has_lease
+    assert (record.steps or {})["slow"]["value"] == "slow-value"
 
 
 def test_a_step_write_leaves_every_other_entry_as_it_finds_it(
