@@ -91,6 +91,18 @@ def noting[T](calls: Any, name: Any, value: T) -> Callable[[], T]:
     return call
 
 
+def waiting(started: list[str], name: str, event: threading.Event) -> Callable[[], str]:
+    """A step function that appends `name` to `started`, waits for `event`, then returns
+    `<name>-value`."""
+
+    def call() -> str:
+        started.append(name)
+        event.wait(10)
+        return f"{name}-value"
+
+    return call
+
+
 def steps_of(read_record: ReadRecord, key: str = KEY) -> dict[str, Any]:
     found = read_record(key)
     assert found is not None
@@ -379,11 +391,7 @@ def test_a_step_started_from_another_thread_while_one_runs_raises_before_its_cal
     started: list[str] = []
     raised: list[BaseException] = []
     tried = threading.Event()
-
-    def first() -> str:
-        started.append("first")
-        tried.wait(10)
-        return "first-value"
+    first = waiting(started, "first", tried)
 
     def handler(delivery: Delivery) -> None:
         def second() -> None:
@@ -413,11 +421,7 @@ def test_a_step_the_handler_did_not_wait_for_renews_no_lease_and_none_starts_aft
     started: list[str] = []
     deliveries: list[Delivery] = []
     release = threading.Event()
-
-    def slow() -> str:
-        started.append("slow")
-        release.wait(10)
-        return "slow-value"
+    slow = waiting(started, "slow", release)
 
     def handler(delivery: Delivery) -> None:
         deliveries.append(delivery)
