@@ -114,9 +114,11 @@ class StepInterrupted(DedupError):
 
 
 class StepMismatch(DedupError):
-    """This delivery calls its steps in another order than the record holds, or one name
-    twice: the handler changed between deliveries or chose its steps from something other
-    than the event. Fix the handler; `dedup show` lists the recorded steps."""
+    """This delivery calls its steps in another order than the record holds, one name twice,
+    a recorded step with another function or other arguments, or a step while another of its
+    steps is running: the handler changed between deliveries, chose its steps from something
+    other than the event, or started steps concurrently. Nothing of the step was called or
+    written. Fix the handler (docs/steps.md); `dedup show` lists the recorded steps."""
 
 
 class StepTooLarge(TerminalError):

@@ -35,6 +35,7 @@ from typing import Any
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
+from google.cloud.firestore_v1.field_path import parse_field_path
 
 from dedup.kernel.delivery import KeyTurns, TurnTimeout
 from dedup.kernel.record import Conflict, Fields, Snapshot
@@ -304,7 +305,7 @@ class MemoryStore(StoreBase[MemoryClient]):
                 given = write.data or {}
                 data = {k: at if v is firestore.SERVER_TIMESTAMP else v for k, v in given.items()}
                 if write.operation == "update":
-                    data = {**self._documents[write.path][0], **data}
+                    data = _updated(self._documents[write.path][0], data)
                 self._documents[write.path] = (data, at)
             return at
 
@@ -498,3 +499,19 @@ class AsyncMemoryStore:
                 yield
             finally:
                 lock.release()
+
+
+def _updated(data: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """`data` after an update of `fields`, whose keys are field paths as Firestore's `update`
+    reads them (`a.b` sets `b` inside the map `a`, creating it; backquotes quote a part): the
+    rest of each map is kept."""
+    result = dict(data)
+    for path, value in fields.items():
+        *parents, last = parse_field_path(path)
+        inside = result
+        for part in parents:
+            child = inside.get(part)
+            inside[part] = dict(child) if isinstance(child, dict) else {}
+            inside = inside[part]
+        inside[last] = value
+    return result

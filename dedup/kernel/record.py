@@ -48,9 +48,10 @@ notes               map (absent)         What handlers noted with `delivery.note
                                          their effect (lease mode), for `reconcile`; absent
                                          when no handler noted anything.
 steps               map (absent)         A lease-mode handler's durable steps by name
-                                         (`delivery.step`): `{index, state, value}`, state
-                                         "done" or "started" (docs/steps.md); absent when
-                                         none.
+                                         (`delivery.step`): `{index, state, value, fn,
+                                         args}`, state "done" or "started", `fn` and `args`
+                                         the call's fingerprint (docs/steps.md); absent
+                                         when none.
 ambiguous           bool (absent)        Lease mode, read while the lease is released: true
                                          when it was given back by a delivery that took
                                          over an expired lease and never started the

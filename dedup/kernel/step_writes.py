@@ -4,14 +4,15 @@ says what each kind of step guarantees."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from dedup.errors import LeaseLost
 from dedup.kernel.claims import CommitFailed, commit_failure, written_by
 from dedup.kernel.delivery import Step
-from dedup.kernel.record import OutcomeKind, State
-from dedup.kernel.steps import DONE, STARTED, StepCall
+from dedup.kernel.record import Field, OutcomeKind, State
+from dedup.kernel.steps import DONE, LEASE_MARGIN, STARTED, StepCall
 from dedup.kernel.transitions import precondition, steps_recorded
 
 if TYPE_CHECKING:
@@ -21,33 +22,86 @@ TRANSACTION_ATTEMPTS = 5
 """Tries of a transactional step's transaction on contention (Aborted)."""
 
 
+_ENTERING = threading.Lock()
+"""Held while a step checks that no other step of its delivery is running and marks itself
+running (`StepLog.begin`): two threads over one delivery cannot both enter."""
+
+
 async def run_step(
     lease: FencedLease, name: str, call: StepCall, *, transactional: bool, once: bool
 ) -> Any:
     """Run step `name` of the delivery holding `lease` (see the module docstring): its recorded
     value, else `call`'s, recorded. `once`: at most once. Raises what `call` raises, `LeaseLost`
-    when the lease is no longer ours, `StepMismatch`, `StepInterrupted`, `StepTooLarge`."""
+    when the lease is no longer ours or may have ended (`require_live`), `StepMismatch` (a step
+    of this delivery is running already: nothing called, nothing written), `StepInterrupted`,
+    `StepTooLarge`."""
+    with _ENTERING:
+        steps = lease.steps
+        steps.begin(name, lease.run.path)
+    try:
+        return await _run_one(lease, name, call, transactional=transactional, once=once)
+    finally:
+        steps.end()
+
+
+async def _run_one(
+    lease: FencedLease, name: str, call: StepCall, *, transactional: bool, once: bool
+) -> Any:
     run = lease.run
-    done, value = lease.steps.replay(name, run.path)
+    done, value = lease.steps.replay(name, run.path, call.fingerprint())
     if done:
         return value
     run.step(Step.BEFORE_STEP)
+    require_live(lease, name)
     if once:
-        await _record(lease, lease.steps.with_entry(name, STARTED), f"start step {name} of")
+        await _record(lease, name, lease.steps.with_entry(name, STARTED), f"start step {name} of")
+        require_live(lease, name)  # the start renewed the lease, unless it took the lease's time
     if transactional:
         value = await _in_transaction(lease, name, call)
     else:
         value = await call(None)
         run.step(Step.AFTER_STEP_CALL)
-        await _record(lease, lease.steps.with_entry(name, DONE, value), f"record step {name} of")
+        steps = lease.steps.with_entry(name, DONE, value)
+        await _record(lease, name, steps, f"record step {name} of")
     run.step(Step.AFTER_STEP_RECORD)
     return value
 
 
-async def _record(lease: FencedLease, steps: dict[str, Any], action: str) -> None:
-    """Write `steps`, fenced by the lease, which the write renews."""
+def require_live(lease: FencedLease, name: str) -> None:
+    """Refuse (`LeaseLost`, the step's function not called) to start step `name` once the
+    lease may have ended: `lease.ends` (the send time of the write that last renewed it, plus
+    `lease_seconds`, on this instance's monotonic clock) less `LEASE_MARGIN`. No RPC: a
+    delivery that stalled past its lease (a pause, a slow call before the step) stops here
+    whether or not another delivery took the lease over meanwhile. A step started after its
+    delivery ended (from a thread or task the handler did not wait for) is refused too."""
+    run = lease.run
+    if run.outcome is not None:
+        raise LeaseLost(
+            f"{run.path}: step {name!r} was started after its delivery ended "
+            f"({run.outcome.value}), so it was not called; await each step in the handler"
+        )
+    margin = min(1.0, LEASE_MARGIN * run.config.lease_seconds)
+    late = time.monotonic() - (lease.ends - margin)
+    if late < 0:
+        return
+    run.finish(OutcomeKind.LEASE_LOST)
+    raise LeaseLost(
+        f"{run.path}: this delivery's lease may have ended {late:.1f} s before step {name!r} "
+        "(by this instance's clock), so the step was not called: another delivery may hold "
+        "the lease; keep each step and the code between two steps well within lease_seconds "
+        "(DEDUP_LEASE_SECONDS)"
+    )
+
+
+async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: str) -> None:
+    """Write step `name`'s entry of `steps` (and no other), fenced by the lease, which the
+    write renews; unless the delivery ended while the step ran (a step the handler did not
+    wait for): its entry is recorded, and the lease the end gave back or closed stays so."""
     sent = time.monotonic()
-    await lease.write(steps_recorded(steps), State.IN_PROGRESS, action, lease.ends, notes=True)
+    fields = steps_recorded(name, steps[name])
+    if lease.run.outcome is not None:
+        del fields[Field.LEASE_STARTED_AT]
+    await lease.write(fields, State.IN_PROGRESS, action, lease.ends, notes=True)
     lease.steps_landed(steps, sent, None)
 
 
@@ -75,7 +129,7 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         writers.append(transaction)
         value = await call(transaction)
         steps = lease.steps.with_entry(name, DONE, value)
-        return (value, steps), steps_recorded(steps)
+        return (value, steps), steps_recorded(name, steps[name])
 
     sent = time.monotonic()
     try:

@@ -14,17 +14,29 @@ without calling `fn`.
 * `on_interrupted="skip"`: its start recorded, `fn(*args)`, its record (two writes). At most
   once: a later delivery that finds a start without an end raises `StepInterrupted`.
 
-The mismatch rule: each step is recorded with its place among the handler's steps (0, 1, ...).
-A delivery must call the recorded steps in the recorded order: the n-th step it calls has the
-n-th recorded name, and it calls each name once; otherwise `StepMismatch`.
+The mismatch rule: each step is recorded with its place among the handler's steps (0, 1, ...)
+and its call's fingerprint (`fingerprint`: the function's qualified name, a hash of its
+arguments). A delivery must call the recorded steps in the recorded order, each with the
+recorded function and arguments: the n-th step it calls has the n-th recorded name, and it
+calls each name once; otherwise `StepMismatch`. One step of a delivery runs at a time
+(`StepLog.running`): a step started while another runs raises `StepMismatch` before its
+function is called.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
+
+from google.cloud.firestore import GeoPoint
+from google.cloud.firestore_v1.base_document import BaseDocumentReference
+from google.cloud.firestore_v1.vector import Vector
 
 from dedup.errors import ConfigError, StepInterrupted, StepMismatch, StepTooLarge
 from dedup.kernel.record import STEP_NAME
@@ -40,10 +52,12 @@ DONE, STARTED = "done", "started"
 """A recorded step's `state`: its value is recorded, or (at most once) only its start."""
 SKIP = "skip"
 """`on_interrupted="skip"`: the step runs at most once."""
-
-type StepCall = Callable[[Any], Awaitable[Any]]
-"""`await call(writer)`: the step's `fn` with its arguments; `writer` is the transaction of a
-transactional step, else None."""
+FN, ARGS = "fn", "args"
+"""A recorded step's fingerprint: its function's qualified name, the hash of its arguments."""
+LEASE_MARGIN = 0.1
+"""The share of `lease_seconds` (at most 1 s) by which a delivery counts its lease ended early
+before it calls a step's function (`dedup.kernel.step_writes`): its measure is on the
+instance's monotonic clock, from when the write that last renewed the lease was sent."""
 
 
 def check_name(name: object) -> None:
@@ -59,6 +73,29 @@ def step_key(key: str, name: str) -> str:
     return f"{key}/{name}"
 
 
+@dataclass(frozen=True)
+class StepCall:
+    """`await call(writer)`: a step's `fn` with its arguments, given the transaction first when
+    `transactional` (`writer`; None otherwise), its result awaited when `awaited` (an
+    `AsyncDelivery`'s `fn`)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    transactional: bool
+    awaited: bool
+
+    async def __call__(self, writer: Any) -> Any:
+        """Call `fn` (with `writer` first when transactional); its value."""
+        args = (writer, *self.args) if self.transactional else self.args
+        result = self.fn(*args, **self.kwargs)
+        return await result if self.awaited else result
+
+    def fingerprint(self) -> dict[str, str]:
+        """What the step is recorded as called with (`fingerprint`)."""
+        return fingerprint(self.fn, self.args, self.kwargs)
+
+
 def step_call(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
@@ -66,14 +103,58 @@ def step_call(
     transactional: bool,
     awaited: bool,
 ) -> StepCall:
-    """`fn` with its arguments as a step's call: given the transaction first when
-    `transactional`, its result awaited when `awaited` (an `AsyncDelivery`'s `fn`)."""
+    """`fn` with its arguments as a step's call (`StepCall`)."""
+    return StepCall(fn, args, kwargs, transactional, awaited)
 
-    async def call(writer: Any) -> Any:
-        result = fn(writer, *args, **kwargs) if transactional else fn(*args, **kwargs)
-        return await result if awaited else result
 
-    return call
+def fingerprint(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, str]:
+    """`{FN: fn's qualified name, ARGS: a hash of args and kwargs}`. The name is `__qualname__`
+    without the module (a function imported as `__main__` or by its module's name is the
+    same), a `functools.partial` by its function, its arguments counted with the call's. An
+    argument is hashed by its value where Firestore could store it (None, booleans, numbers,
+    strings, bytes, timestamps, geopoints, references, vectors, lists and string-keyed maps of
+    them; a tuple as a list, a number by its value, a timestamp by its instant, as a replayed
+    value comes back), else by its type's name alone (a client, the delivery, an object)."""
+    while isinstance(fn, partial):
+        args, kwargs = (*fn.args, *args), {**fn.keywords, **kwargs}
+        fn = fn.func
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    canonical = [[_canonical(a, 0) for a in args], {k: _canonical(v, 0) for k, v in kwargs.items()}]
+    text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return {FN: str(name), ARGS: hashlib.sha256(text.encode()).hexdigest()[:32]}
+
+
+def _canonical(value: Any, depth: int) -> Any:
+    """`value` as tagged JSON: equal for values a Firestore round trip keeps equal."""
+    if depth > 64:
+        return ["?", type(value).__qualname__]
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return ["n", int(value)] if -(2**63) <= value < 2**63 else ["?", "int"]
+    if isinstance(value, float):
+        exact = value.is_integer() and abs(value) < 2**53
+        return ["n", int(value)] if exact else ["n", repr(float(value))]
+    if isinstance(value, str):
+        return ["s", str.__str__(value)]
+    if isinstance(value, bytes):
+        return ["b", value.hex()]
+    if isinstance(value, datetime):
+        utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return ["t", utc.isoformat(timespec="microseconds")]
+    if isinstance(value, GeoPoint):
+        return ["g", value.latitude, value.longitude]
+    if isinstance(value, BaseDocumentReference):
+        return ["r", value.path]
+    if isinstance(value, Vector):
+        return ["v", [float(x) for x in value]]
+    if isinstance(value, list | tuple):
+        return ["l", [_canonical(v, depth + 1) for v in value]]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return ["m", {str.__str__(k): _canonical(v, depth + 1) for k, v in value.items()}]
+    return ["?", type(value).__qualname__]
 
 
 def at_most_once(transactional: bool, on_interrupted: str | None) -> bool:
@@ -88,36 +169,65 @@ def at_most_once(transactional: bool, on_interrupted: str | None) -> bool:
 
 class StepLog:
     """The steps of one delivery: those its record held when the lease was claimed (then its
-    own, as it records them), and the names it called so far."""
+    own, as it records them), the names it called so far with what it called them with, and
+    the step running now."""
 
     def __init__(self, recorded: Mapping[str, Any] | None = None) -> None:
         """Start from the record's `steps` (None: none recorded)."""
         self.recorded: dict[str, Any] = dict(recorded or {})
         self.called: list[str] = []
+        self.calls: dict[str, dict[str, str]] = {}
+        """Each called name's fingerprint (`fingerprint`), recorded with its entry."""
+        self.running: str | None = None
+        """The step whose function or writes are under way (None: none)."""
+        self.scrambled = _scrambled(self.recorded)
+        """The record holds places only steps started concurrently by an earlier version of
+        this library leave (a place twice or a gap, an entry without a fingerprint): its steps
+        are replayed by name, whatever their place (docs/steps.md, the concurrency rule)."""
 
-    def replay(self, name: str, path: str) -> tuple[bool, Any]:
-        """(True, value) for a step recorded done, (False, None) for one to call now; its place
-        is the number of steps this delivery called before it. Raises `StepMismatch` against
-        the mismatch rule, `StepInterrupted` for an at-most-once step started and never ended."""
+    def begin(self, name: str, path: str) -> None:
+        """Step `name` starts, the only one of this delivery running (`end` when it is over):
+        `StepMismatch` when another step of it is running, so that the second of two steps
+        started concurrently calls nothing and writes nothing. Its caller holds a lock around
+        `begin`, so two threads cannot both begin."""
+        if self.running is not None:
+            raise StepMismatch(
+                f"{path}: step {name!r} was started while step {self.running!r} of the same "
+                "delivery is running; steps run one after the other: await each before the "
+                "next (no asyncio.gather, no threads over one delivery)"
+            )
+        self.running = name
+
+    def end(self) -> None:
+        """The running step is over (returned or raised)."""
+        self.running = None
+
+    def replay(self, name: str, path: str, called: dict[str, str]) -> tuple[bool, Any]:
+        """(True, value) for a step recorded done, (False, None) for one to call now with the
+        fingerprint `called`; its place is the number of steps this delivery called before it.
+        Raises `StepMismatch` against the mismatch rule, `StepInterrupted` for an at-most-once
+        step started and never ended."""
         check_name(name)
         index = len(self.called)
         if name in self.called:
             raise StepMismatch(f"{path}: step {name!r} is called twice by one delivery")
         self.called.append(name)
+        self.calls[name] = called
         entry = self.recorded.get(name)
         if entry is None:
             other = next((n for n, e in self.recorded.items() if e.get("index") == index), None)
-            if other is not None:
+            if other is not None and not self.scrambled:
                 raise StepMismatch(
                     f"{path}: step {index} was recorded as {other!r}, this delivery calls "
                     f"{name!r} there; call the steps in the same order on every delivery"
                 )
             return False, None
-        if entry.get("index") != index:
+        if entry.get("index") != index and not self.scrambled:
             raise StepMismatch(
                 f"{path}: step {name!r} was recorded as step {entry.get('index')}, this "
                 f"delivery calls it as step {index}; call the steps in the same order"
             )
+        _same_call(name, path, entry, called)
         if entry.get("state") == DONE:
             return True, entry.get("value")
         raise StepInterrupted(
@@ -130,9 +240,11 @@ class StepLog:
         self.recorded = dict(steps)
 
     def with_entry(self, name: str, state: str, value: Any = None) -> dict[str, Any]:
-        """The steps once `name` (this delivery's last called) is recorded in `state`; raises
-        `StepTooLarge` past `MAX_STEP_BYTES`, `MAX_STEPS` or `MAX_STEPS_BYTES`."""
-        entry: dict[str, Any] = {"index": len(self.called) - 1, "state": state}
+        """The steps once `name` (called by this delivery) is recorded in `state`, at its own
+        place with its fingerprint; raises `StepTooLarge` past `MAX_STEP_BYTES`, `MAX_STEPS`
+        or `MAX_STEPS_BYTES`."""
+        entry: dict[str, Any] = {"index": self.called.index(name), "state": state}
+        entry.update(self.calls[name])
         if state == DONE:
             entry["value"] = value
             size = _size(value)
@@ -146,6 +258,32 @@ class StepLog:
                 f"the steps with {name!r} hold {total} bytes, over {MAX_STEPS_BYTES}"
             )
         return steps
+
+
+def _same_call(name: str, path: str, entry: Mapping[str, Any], called: Mapping[str, str]) -> None:
+    """Refuse (`StepMismatch`) a replay of the recorded step `entry` called otherwise: another
+    function, or other arguments. An entry recorded without a fingerprint (by a version of
+    this library before fingerprints) is not checked."""
+    if FN not in entry:
+        return
+    same_fn = entry.get(FN) == called[FN]
+    if same_fn and entry.get(ARGS) in (None, called[ARGS]):
+        return
+    raise StepMismatch(
+        f"{path}: step {name!r} was recorded as {entry.get(FN)}(arguments "
+        f"#{str(entry.get(ARGS))[:12]}), this delivery calls {called[FN]}(arguments "
+        f"#{called[ARGS][:12]}); a step is replayed only for the same function and arguments: "
+        "name each step after what it does (charge-<item id>, not charge<position>), and "
+        "give a step another name when its call changes"
+    )
+
+
+def _scrambled(recorded: Mapping[str, Any]) -> bool:
+    """The places of `recorded` are not 0, 1, 2... once each, and an entry has no fingerprint:
+    only steps started concurrently under an earlier version of this library leave that."""
+    places = sorted(entry.get("index", -1) for entry in recorded.values())
+    legacy = any(FN not in entry for entry in recorded.values())
+    return legacy and places != list(range(len(places)))
 
 
 def _size(value: Any) -> int:

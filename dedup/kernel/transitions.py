@@ -355,10 +355,10 @@ def noted(notes: Mapping[str, Any]) -> Fields:
     return {Field.NOTES: dict(notes)}
 
 
-def steps_recorded(steps: Mapping[str, Any]) -> Fields:
-    """A lease owner records its durable steps (`delivery.step`): the whole `steps` map, and a
-    renewed lease (`leaseStartedAt` now, on the database's clock)."""
-    return {Field.STEPS: dict(steps), Field.LEASE_STARTED_AT: SERVER_TIMESTAMP}
+def steps_recorded(name: str, entry: Mapping[str, Any]) -> Fields:
+    """A lease owner records step `name` (`delivery.step`): its `entry` alone, by field path
+    (quoted), and a renewed lease (`leaseStartedAt` now, on the database's clock)."""
+    return {f"{Field.STEPS}.`{name}`": dict(entry), Field.LEASE_STARTED_AT: SERVER_TIMESTAMP}
 
 
 def revived() -> Fields:
