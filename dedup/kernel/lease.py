@@ -37,6 +37,7 @@ drives it without an event loop, the async one awaits it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
+from dedup.errors import LeaseHeld, LeaseLost, RecordRefused, StoreUnavailable
 from dedup.kernel.ambiguity import reconcile_before_burial, settle_ambiguity
 from dedup.kernel.claims import (
     AfterConflict,
@@ -57,7 +58,8 @@ from dedup.kernel.claims import (
     written_by,
 )
 from dedup.kernel.delivery import NO_NOTES, Outcome, OutcomeKind, Step
-from dedup.kernel.record import Fields, State, error_text
+from dedup.kernel.record import Field, Fields, State, error_text
+from dedup.kernel.room import steps_room, storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.step_writes import run_step
 from dedup.kernel.steps import StepLog, at_most_once, step_call
@@ -70,11 +72,12 @@ from dedup.kernel.transitions import (
     noted,
     precondition,
     released,
-    storable_result,
 )
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import Invoke
+
+logger = logging.getLogger("dedup")
 
 CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
@@ -113,6 +116,11 @@ class Lease:
     def time_left(self) -> float:
         """Seconds left of the delivery's time budget."""
         return self.run.time_left()
+
+    def steps_room(self) -> int:
+        """The bytes the record has for its `steps`, the notes so far counted
+        (`dedup.kernel.room.steps_room`)."""
+        return steps_room(self.run, self.notes)
 
     def steps_landed(self, steps: Mapping[str, Any], sent: float, token: datetime | None) -> None:
         """A write of the step log `steps`, sent at monotonic time `sent`, committed: the
@@ -342,13 +350,33 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
                 await lease.write(fields, after.state, f"mark {after.state.value}", until)
             return run.failed(after, error, exc)
         run.step(Step.AFTER_EFFECT)
-        stored = storable_result(result)
-        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
-        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
+        steps = lease.recorded_steps if lease._steps is None else lease._steps.recorded
+        stored = (
+            None if result is None else storable_result(result, run, notes=lease.notes, steps=steps)
+        )
+        await _mark_sent(run, lease, stored)
         run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
+
+
+async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> None:
+    """Record "sent" with the handler's `stored` result; a write Firestore refuses with the
+    result (`RecordRefused`: a record holding what this version did not measure) is written
+    again without it, as a result too large is (WARNING): the effect happened, "sent" must
+    fit."""
+    fields = finished(State.SENT, owner=lease.owner, expire_at=run.expire_at(), result=stored)
+    try:
+        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
+    except RecordRefused as exc:
+        if stored is None:
+            raise
+        logger.warning(
+            "%s: handler result not stored (%s); duplicates get no result", run.path, exc
+        )
+        fields[Field.RESULT] = None
+        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
 
 
 async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:

@@ -37,7 +37,10 @@ source              string | null        Where the event came from: its CloudEve
                                          `jobs/<job>` for a scheduled run, else null.
 result              map | null           What the handler returned (a map), stored with
                                          "sent" for duplicates to replay; null if it
-                                         returned None or the map was over 512 KiB.
+                                         returned None or the map could not be stored
+                                         (`room.storable_result`: a value
+                                         Firestore refuses, over 512 KiB as Firestore
+                                         counts, or a record past 1 MiB with it).
 traceId             string | null        Trace id (32 hex digits) of the delivery that wrote
                                          the record first, when it ran inside a trace: a
                                          duplicate's or a replay's span names it

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from dedup.errors import LeaseLost
+from dedup.errors import LeaseLost, TerminalError
 from dedup.kernel.claims import CommitFailed, commit_failure, written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import OutcomeKind, State
@@ -26,20 +26,30 @@ async def run_step(
 ) -> Any:
     """Run step `name` of the delivery holding `lease` (see the module docstring): its recorded
     value, else `call`'s, recorded. `once`: at most once. Raises what `call` raises, `LeaseLost`
-    when the lease is no longer ours, `StepMismatch`, `StepInterrupted`, `StepTooLarge`."""
+    when the lease is no longer ours, `StepMismatch`, `StepInterrupted`, `StepTooLarge`,
+    `RecordRefused` (a name or value Firestore refuses: checked before it is written; an
+    at-most-once step's end is recorded, without the value, before the error)."""
     run = lease.run
     done, value = lease.steps.replay(name, run.path)
     if done:
         return value
     run.step(Step.BEFORE_STEP)
     if once:
-        await _record(lease, lease.steps.with_entry(name, STARTED), f"start step {name} of")
+        started = lease.steps.with_entry(name, STARTED, room=lease.steps_room())
+        await _record(lease, started, f"start step {name} of")
     if transactional:
         value = await _in_transaction(lease, name, call)
     else:
         value = await call(None)
         run.step(Step.AFTER_STEP_CALL)
-        await _record(lease, lease.steps.with_entry(name, DONE, value), f"record step {name} of")
+        try:
+            steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
+        except TerminalError:  # refused, or too large: its end, then the error (once)
+            if once:
+                ended = lease.steps.with_entry(name, DONE, refused=True, room=lease.steps_room())
+                await _record(lease, ended, f"record the end of step {name} of")
+            raise
+        await _record(lease, steps, f"record step {name} of")
     run.step(Step.AFTER_STEP_RECORD)
     return value
 
@@ -74,7 +84,7 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
     async def fill(transaction: Any) -> tuple[Any, Any]:
         writers.append(transaction)
         value = await call(transaction)
-        steps = lease.steps.with_entry(name, DONE, value)
+        steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
         return (value, steps), steps_recorded(steps)
 
     sent = time.monotonic()
