@@ -4,7 +4,7 @@ after https://firebase.google.com/docs/firestore/storage-size).
 
 A record is one Firestore document, at most 1 MiB (`MAX_DOCUMENT_BYTES`). Whatever a write adds
 (a step's value, the handler's result) is measured against the record at its largest
-(`largest_record`: every field it may hold, `lastError` at its longest), so that every later
+(`record_size`: every field it may hold, `lastError` at its longest), so that every later
 write of the record still fits: "sent" with a result that would not fit is written with the
 result null (`storable_result`, a WARNING naming the record), and a step whose value would not
 fit is refused before its write (`steps_room`, which the lease hands to
@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dedup.kernel.record import MAX_ERROR_CHARS, Field, Fields, State
+from dedup.kernel.record import MAX_ERROR_CHARS, Field, State
 from dedup.kernel.transitions import MAX_RESULT_BYTES, SERVER_TIMESTAMP, first_write
 from dedup.platform.firestore_values import (
     MAX_DOCUMENT_BYTES,
@@ -38,17 +38,17 @@ characters at 4 bytes each (UTF-8) and the sentence around them, so that recordi
 always fits after the steps and notes that fitted."""
 
 
-def largest_record(
+def record_size(
     run: EventFacts,
     *,
     notes: Mapping[str, Any] | None = None,
     steps: Mapping[str, Any] | None = None,
     result: Mapping[str, Any] | None = None,
-) -> Fields:
-    """Every field the record of `run` may hold, each at its largest (`lastError` at
-    `ERROR_ROOM_BYTES`, timestamps set, a trace id, `reconciled`), with `notes`, `steps` and
-    `result` as given: what a write that adds to the record is measured against
-    (`record_size`)."""
+) -> int:
+    """The most the record of `run` may hold with these `notes`, `steps` and `result`, as
+    Firestore measures a document (`dedup.platform.firestore_values.document_size`): every
+    other field at its largest (`lastError` at `ERROR_ROOM_BYTES`, every timestamp set, a
+    trace id, `reconciled`). Firestore stores at most `MAX_DOCUMENT_BYTES`."""
     fields = first_write(
         run, State.IN_PROGRESS, "0" * 32, lease_seconds=1, last_error="x" * ERROR_ROOM_BYTES
     )
@@ -60,20 +60,6 @@ def largest_record(
         fields[Field.NOTES] = dict(notes)
     if steps:
         fields[Field.STEPS] = dict(steps)
-    return fields
-
-
-def record_size(
-    run: EventFacts,
-    *,
-    notes: Mapping[str, Any] | None = None,
-    steps: Mapping[str, Any] | None = None,
-    result: Mapping[str, Any] | None = None,
-) -> int:
-    """The size of `largest_record` as Firestore measures a document
-    (`dedup.platform.firestore_values.document_size`): the most the record of `run` may hold
-    with these `notes`, `steps` and `result`; Firestore stores at most `MAX_DOCUMENT_BYTES`."""
-    fields = largest_record(run, notes=notes, steps=steps, result=result)
     return document_size(run.path, fields)
 
 

@@ -271,7 +271,7 @@ def _value_refused(
 
 def _subclass(item: Any, base: type, round_trip: bool) -> tuple[str, str] | None:
     if round_trip and type(item) is not base:
-        return _a(type(item).__name__), f"Firestore would store it and return a {base.__name__}"
+        return _a(type(item).__name__), f"Firestore would store it and return {_a(base.__name__)}"
     return None
 
 
