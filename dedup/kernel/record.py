@@ -53,8 +53,9 @@ notes               map (absent)         What handlers noted with `delivery.note
                                          when no handler noted anything.
 steps               map (absent)         A lease-mode handler's durable steps by name
                                          (`delivery.step`): `{index, state, value}`, state
-                                         "done" or "started" (docs/steps.md); absent when
-                                         none.
+                                         "done" or "started" (docs/steps.md); an
+                                         at-most-once step whose value Firestore refused:
+                                         `refused: true`, no value; absent when none.
 ==================  ===================  ===================================================
 
 Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
