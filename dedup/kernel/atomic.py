@@ -59,6 +59,7 @@ from dedup.kernel.claims import (
 from dedup.kernel.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.kernel.flow_io import Fill, FlowIO, Invoke
 from dedup.kernel.record import Fields, Record, Snapshot, State, error_text
+from dedup.kernel.room import storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
@@ -66,7 +67,6 @@ from dedup.kernel.transitions import (
     first_write,
     mark_dead,
     precondition,
-    storable_result,
 )
 
 TRANSACTION_ROUNDS = 12
@@ -260,14 +260,14 @@ def _marker(run: Run, record: Record | None, token: str, result: HandlerResult) 
     `record`."""
     if record is None:
         return first_write(
-            run, State.SENT, token, attempts=run.attempt, result=storable_result(result)
+            run, State.SENT, token, attempts=run.attempt, result=storable_result(result, run)
         )
     return attempt_finished(
         State.SENT,
         owner=token,
         attempts=run.attempt,
         expire_at=run.expire_at(),
-        result=storable_result(result),
+        result=storable_result(result, run),
     )
 
 
