@@ -89,7 +89,8 @@ VECTOR_DIMENSION_BYTES = 8
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-_RESERVED = re.compile(r"(?s)__.*__")
+_RESERVED = r"(?s)__.*__"
+"""A name Firestore reserves (text, compiled by `re`'s cache at its first use)."""
 _ARRAYS = (list, tuple, set, frozenset)
 """What the Python client writes as an array."""
 
@@ -215,7 +216,7 @@ def _name_refused(name: object) -> tuple[str, str] | None:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "a map key with a lone surrogate", "field names are valid Unicode text"
-    if _RESERVED.fullmatch(name):
+    if re.fullmatch(_RESERVED, name):
         return f"the map key {_shown(name)}", "Firestore reserves names matching __.*__"
     return None
 
