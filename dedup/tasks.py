@@ -13,23 +13,12 @@ own counters (`X-CloudTasks-TaskRetryCount`, `X-CloudTasks-TaskExecutionCount`) 
 the task name on every dispatch. The payload fingerprint is the task's `data` as canonical
 JSON.
 
-How each outcome is answered (the `task` column of `dedup.entrances.answer_table`). Cloud
-Tasks retries every non-2xx answer within the queue's `retry_config`; after a 429 or a 503 it
-also backs the whole queue off harder (its "system throttling"), which is what a busy task or
-an unreachable Firestore call for:
-
-| outcome                                         | status | Cloud Tasks            |
-|-------------------------------------------------|--------|------------------------|
-| ran, duplicate, failed (`TerminalError`), dead, too old | 200 | done              |
-| `LeaseHeld`: another dispatch of the task runs  | 429    | retries, backs off     |
-| the handler raised: lease released, error kept  | 500    | retries                |
-| `LeaseLost`: this dispatch outlived its lease   | 500    | retries (a duplicate)  |
-| `StoreUnavailable`: Firestore failed            | 503    | retries, backs off     |
-| no task name (not sent by Cloud Tasks)          | 400    | refused, no record     |
-
-The 429 and 503 are firebase-functions `HttpsError`s (`resource-exhausted`, `unavailable`);
-any other exception becomes its 500 `internal`. Requests that are not task dispatches at all
-(a body that is not `{"data": ...}` JSON) never reach this wrapper when the function is
+How each outcome is answered is the `task` column of `dedup.entrances.answer_table` (rendered
+in docs/guarantees.md): 200 when Cloud Tasks should stop (ran, duplicate, failed, dead, too
+old), 429 `resource-exhausted` for a live lease and 503 `unavailable` when Firestore failed
+(Cloud Tasks backs the queue off after either), 500 `internal` for the handler's error or a
+lost lease, 400 for a dispatch without a task name. Requests that are not task dispatches at
+all (a body that is not `{"data": ...}` JSON) never reach this wrapper when the function is
 wrapped by `functions.task_boundary.validated_task`.
 """
 

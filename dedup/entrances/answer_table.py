@@ -94,6 +94,7 @@ class Answer(NamedTuple):
 _OK = Answer(200, None, retried=False)
 _REPLAYED = "the stored answer, replayed"
 _OTHER_4XX = "or 401, 405, 413, 415"
+_RETRY_AFTER = "`Retry-After`"
 _GIVEN_UP_HTTP = (
     "500 `request-failed` or 422 `request-unprocessable` for a failed record, 410 "
     "`response-not-stored` for a dead one, 409 `outcome-unknown` for an unknown one"
@@ -111,11 +112,11 @@ ANSWERS: MappingProxyType[tuple[Case, Door], Answer] = MappingProxyType(
         (Case.DUPLICATE, Door.CALLABLE): Answer(None, None, False, _REPLAYED),
         (Case.LEASE_HELD, Door.EVENT): Answer(500, "LeaseHeld", True, "no traceback"),
         (Case.LEASE_HELD, Door.TASK): Answer(429, "resource-exhausted", True, "queue backs off"),
-        (Case.LEASE_HELD, Door.HTTP): Answer(409, "request-in-progress", True, "`Retry-After`"),
+        (Case.LEASE_HELD, Door.HTTP): Answer(409, "request-in-progress", True, _RETRY_AFTER),
         (Case.LEASE_HELD, Door.CALLABLE): Answer(409, "aborted", True, "`request-in-progress`"),
         (Case.LEASE_LOST, Door.EVENT): Answer(500, "LeaseLost", True),
         (Case.LEASE_LOST, Door.TASK): Answer(500, "internal", True),
-        (Case.LEASE_LOST, Door.HTTP): Answer(409, "request-in-progress", True, "`Retry-After`"),
+        (Case.LEASE_LOST, Door.HTTP): Answer(409, "request-in-progress", True, _RETRY_AFTER),
         (Case.LEASE_LOST, Door.CALLABLE): Answer(409, "aborted", True, "`request-in-progress`"),
         (Case.HANDLER_RAISED, Door.EVENT): Answer(500, None, True, "the handler's own error"),
         (Case.HANDLER_RAISED, Door.TASK): Answer(500, "internal", True),
@@ -131,11 +132,11 @@ ANSWERS: MappingProxyType[tuple[Case, Door], Answer] = MappingProxyType(
         (Case.GIVEN_UP_NACK, Door.CALLABLE): Answer(None, None, False, "as HTTP, as `HttpsError`"),
         (Case.BUDGET_SPENT, Door.EVENT): Answer(500, "BudgetSpent", True),
         (Case.BUDGET_SPENT, Door.TASK): Answer(503, "unavailable", True, "queue backs off"),
-        (Case.BUDGET_SPENT, Door.HTTP): Answer(503, "store-unavailable", True, "`Retry-After`"),
+        (Case.BUDGET_SPENT, Door.HTTP): Answer(503, "store-unavailable", True, _RETRY_AFTER),
         (Case.BUDGET_SPENT, Door.CALLABLE): Answer(503, "unavailable", True),
         (Case.STORE_UNAVAILABLE, Door.EVENT): Answer(500, "StoreUnavailable", True),
         (Case.STORE_UNAVAILABLE, Door.TASK): Answer(503, "unavailable", True, "queue backs off"),
-        (Case.STORE_UNAVAILABLE, Door.HTTP): Answer(503, "store-unavailable", True),
+        (Case.STORE_UNAVAILABLE, Door.HTTP): Answer(503, "store-unavailable", True, _RETRY_AFTER),
         (Case.STORE_UNAVAILABLE, Door.CALLABLE): Answer(503, "unavailable", True),
         (Case.REFUSED_INPUT, Door.EVENT): Answer(400, "MissingEventId", False, "no record"),
         (Case.REFUSED_INPUT, Door.TASK): Answer(400, "invalid-argument", False, "no task name"),

@@ -145,6 +145,14 @@ def test_the_entrances_errors_carry_the_tables_statuses(door: Door) -> None:
     )
 
 
+@pytest.mark.parametrize("door", [Door.HTTP, Door.CALLABLE])
+def test_a_lost_lease_is_answered_as_a_held_one_where_the_key_is_waited_for(door: Door) -> None:
+    """`dedup.http.replay.settle` waits on a held lease and a lost one alike (another request
+    with the key decides it), and both are answered "in progress": the table says the same."""
+    assert answer(Case.LEASE_LOST, door) == answer(Case.LEASE_HELD, door)
+    assert answer(Case.BUDGET_SPENT, door).status == answer(Case.STORE_UNAVAILABLE, door).status
+
+
 def test_each_dedup_error_raised_out_of_a_delivery_has_its_case() -> None:
     """The errors a delivery raises name their case; the handler's own errors and `GivenUp`
     (raised by the entrance itself) name none."""
