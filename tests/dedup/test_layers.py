@@ -225,6 +225,7 @@ LAYERS: dict[str, int] = {
     "dedup.entrances.triggers": 6,
     "dedup.entrances.gate": 6,
     "dedup.entrances.answers": 6,
+    "dedup.entrances.answer_table": 6,
     "dedup.tasks": 6,
     "dedup.outbox": 6,
     "dedup.send": 6,
