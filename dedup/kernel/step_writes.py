@@ -137,7 +137,9 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
             run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=run.rpc_budget()
         )
     except Exception:
-        snapshot = await run.io.read(run.key, action=f"check step {name} of")
+        # Bounded by what is left of the budget now, after the transaction's time.
+        action, left = f"check step {name} of", run.outcome_budget()
+        snapshot = await run.io.read(run.key, action=action, budget=left)
         record = snapshot.record
         if not written_by(record, lease.owner):
             run.finish(OutcomeKind.LEASE_LOST)
