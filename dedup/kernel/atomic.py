@@ -238,7 +238,8 @@ async def _commit(
         run.step(Step.AFTER_EFFECT)
         return result, _marker(run, record, token, result)
 
-    result: HandlerResult = await commit(run.io, run.key, fill, guard, run.rpc_budget())
+    # What is left, not `rpc_budget`: the store cuts each RPC to the RPC timeout when it is sent.
+    result: HandlerResult = await commit(run.io, run.key, fill, guard, max(0.1, run.time_left()))
     return result
 
 

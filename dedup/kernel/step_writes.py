@@ -131,10 +131,10 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         steps = lease.steps.with_entry(name, DONE, value)
         return (value, steps), steps_recorded(name, steps[name])
 
-    sent = time.monotonic()
+    sent, left = time.monotonic(), max(0.1, run.time_left())  # each RPC cut when it is sent
     try:
         value, steps = await run.io.run_transaction(
-            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=run.rpc_budget()
+            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=left
         )
     except Exception:
         # Bounded by what is left of the budget now, after the transaction's time.

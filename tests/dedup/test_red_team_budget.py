@@ -147,3 +147,40 @@ def test_the_failed_attempt_write_after_a_slow_read_gets_only_what_is_left() -> 
         dedup.run(event(), "attempt", handler, mode=Mode.WRITE_ONLY)
     assert deadlines.calls["Commit"] == 1, deadlines.sent  # the failed attempt's create
     assert not deadlines.past(started)
+
+
+@pytest.mark.parametrize("writer", ["transaction", "batch", "step"])
+def test_a_commit_after_a_long_handler_gets_what_is_left_not_what_the_handler_left(
+    writer: str,
+) -> None:
+    """The commit of a handler's (or a transactional step's) writes is bounded by what is left
+    of the budget when it is sent, at most the RPC timeout: a handler that took longer than
+    the RPC timeout (2.5 s of 2 s, in a 6 s timeout) leaves its commit about 2 s, not the
+    0.1 s floor of a bound taken before the handler ran."""
+    deadlines = Deadlines(lambda *_: Fault.PASS)
+    config = DedupConfig(
+        function_timeout_seconds=TIMEOUT, lease_seconds=TIMEOUT + 3, rpc_timeout_seconds=2
+    )
+    dedup = Deduplicator(config, client=FaultyClient(deadlines))
+    key = event()
+
+    def write(transaction: Any, delivery: Delivery) -> None:
+        time.sleep(2.5)
+        doc = delivery.client.collection("effects").document(key)
+        writers = (transaction, delivery.transaction, delivery.batch)  # an empty one is falsy
+        next(w for w in writers if w is not None).set(doc, {"n": 1})
+
+    def handler(delivery: Delivery) -> None:
+        if writer == "step":
+            delivery.step("pay", write, delivery, transactional=True)
+        else:
+            write(None, delivery)
+
+    mode = {"transaction": Mode.TRANSACTION, "batch": Mode.WRITE_ONLY, "step": Mode.LEASE}
+    started = time.monotonic()
+    assert dedup.run(key, "long", handler, mode=mode[writer]).kind is OutcomeKind.RAN
+    commits = [(round(at - started, 2), t) for m, at, t in deadlines.sent if m == "Commit"]
+    _, bound = commits[1] if writer == "step" else commits[0]  # after the claim, in lease mode
+    assert bound is not None, commits
+    assert bound >= 1.0, commits
+    assert not deadlines.past(started)
