@@ -149,16 +149,16 @@ class Lease:
         token, round_, refreshes = self.token, 0, 0
         while True:
             try:
-                budget = run.outcome_budget(deadline)
                 result = await store.update_if_unchanged(
-                    run.key, fields, token, action=action, budget=budget
+                    run.key, fields, token, action=action, budget=run.outcome_budget(deadline)
                 )
                 if isinstance(result, datetime):
                     self.token = result
                     return
                 # The precondition failed: our own earlier try may have landed (lost response),
                 # an operator may have released our lease, or another delivery took it over.
-                snapshot = await store.read(run.key, action=action, budget=budget)
+                left = run.outcome_budget(deadline)  # asked again: the update may be slow
+                snapshot = await store.read(run.key, action=action, budget=left)
             except StoreUnavailable:
                 pause = backoff(round_)
                 round_ += 1

@@ -139,13 +139,15 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
         return (value, steps), steps_recorded(name, steps[name])
 
-    sent = time.monotonic()
+    sent, left = time.monotonic(), max(0.1, run.time_left())  # each RPC cut when it is sent
     try:
         value, steps = await run.io.run_transaction(
-            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=run.rpc_budget()
+            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=left
         )
     except Exception:
-        snapshot = await run.io.read(run.key, action=f"check step {name} of")
+        # Bounded by what is left of the budget now, after the transaction's time.
+        action, left = f"check step {name} of", run.outcome_budget()
+        snapshot = await run.io.read(run.key, action=action, budget=left)
         record = snapshot.record
         if not written_by(record, lease.owner):
             run.finish(OutcomeKind.LEASE_LOST)
