@@ -2,9 +2,13 @@
 kernel behaviour it depends on and the family of runs that finds it soonest.
 
 A hole stays here after its fix merges: every search for it (`search`) runs with the fix
-taken back (`sim.old_kernel.taken_back`: the kernel's functions as they were while the hole
-was open, put back in place), and `tests/sim/test_holes.py` asserts the simulator still finds
-it. A simulator that stops finding a known hole fails.
+taken back (`sim.old_kernel.taken_back`: the fixed kernel's function with that fix taken out,
+put in its place), and `tests/sim/test_holes.py` asserts the simulator still finds it. A
+simulator that stops finding a known hole fails.
+
+A fixed hole excuses nothing: on the kernel as it is, every violation fails
+`tests/sim/test_share.py` and `make simulate`. Only a hole still `open` (its fix not merged
+yet) excuses the violations it recognises (`unexplained`), and only until its fix merges.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class Hole:
     """Whether a violation's detail (of one of `invariants`) is this hole."""
     family: dict[str, Any] = field(default_factory=dict)
     """`sim.scenario.make` keywords of the runs that find it soonest."""
+    open: bool = False
+    """Its fix is not in the kernel yet: the violations it recognises are excused."""
 
     def found_in(self, violations: list[tuple[str, str, str]]) -> bool:
         return any(name in self.invariants and self.recognise(d) for name, _, d in violations)
@@ -54,6 +60,7 @@ HOLES = [
         ("record-fits",),
         lambda d: "maximum entity size" in d,
         {"mode": "lease", "program": "big"},
+        open=True,
     ),
     Hole(
         "plain step after the lease",
@@ -89,15 +96,18 @@ HOLES = [
             mark in d for mark in ("odd", "__s0__", "cannot encode", "array value in an array")
         ),
         {"mode": "lease", "program": "steps"},
+        open=True,
     ),
     Hole(
         "step check read past the budget",
         "after a transactional step's transaction failed, the record is read with the whole "
         "RPC timeout, not what is left of the budget",
-        "dedup.kernel.step_writes._transaction_once reads the record without `budget=`",
+        "dedup.kernel.step_writes._transaction_once reads the record without `budget=` "
+        "(open: fixed on branch deadline)",
         ("budget",),
-        lambda d: "(check step " in d,
+        lambda d: " sent get " in d and "(check step " in d,
         {"mode": "lease", "program": "steps"},
+        open=True,
     ),
     Hole(
         "stale deadline past the budget",
@@ -105,17 +115,21 @@ HOLES = [
         "conflict, a failed attempt's write after its read): after a slow answer or a pause "
         "it runs past the function's timeout",
         "dedup.kernel.lease.Lease.write, dedup.kernel.lease._claim and "
-        "dedup.kernel.atomic._record_failed_attempt reuse a round's budget for a second RPC",
+        "dedup.kernel.atomic._record_failed_attempt reuse a round's budget for a second RPC "
+        "(open: fixed on branch deadline)",
         ("budget",),
-        lambda d: "(check step " not in d,
+        lambda d: (
+            (" sent get " in d and "(check step " not in d) or "(record a failed attempt on)" in d
+        ),
         {},
+        open=True,
     ),
 ]
 
 
 def known(violations: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    """The violations no known hole explains."""
-    return [v for v in violations if not any(h.found_in([v]) for h in HOLES)]
+    """The violations no open hole explains: every one of them, once every fix is merged."""
+    return [v for v in violations if not any(h.open and h.found_in([v]) for h in HOLES)]
 
 
 def search(hole: Hole, seeds: Iterator[int], limit: int) -> tuple[int | None, int]:

@@ -1,11 +1,11 @@
-"""The kernel's behaviour before the fixes of the holes in `sim.holes`, kept verbatim so that a
-test can put one back (`taken_back`) and check that the simulator still finds its hole.
+"""The kernel's behaviour before the fixes of the holes in `sim.holes`, put back one hole at a
+time (`taken_back`) so that a test can check that the simulator still finds each hole.
 
-Each function below is a copy of the kernel's as it was while its hole was open (the code of
-`dedup.kernel` at the time the simulator was written), with its module's names imported here.
-Putting one back replaces the kernel's function in every module that holds it by name. When a
-fix moves the behaviour elsewhere, its copy here moves with it: the hole's test then fails,
-saying the simulator no longer finds it.
+Each function below is the fixed kernel's function that now holds a hole's fix, with exactly
+that fix taken out (the rest of it as the kernel has it now, so the other fixes stay in), with
+its module's names imported here. Putting one back replaces the kernel's function in every
+module that holds it by name. When a fix moves to another function, its take-back moves with
+it: until then the hole's test fails, saying the simulator no longer finds it.
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from dedup.errors import LeaseLost, StepInterrupted, StepMismatch, StoreUnavailable
+from dedup.errors import LeaseLost, StoreUnavailable
 from dedup.kernel import atomic, lease, step_writes, steps, transitions
-from dedup.kernel.delivery import Outcome, Step
+from dedup.kernel.delivery import Outcome
 from dedup.kernel.record import State
-from dedup.kernel.steps import DONE, STARTED, check_name
 from dedup.kernel.transitions import MAX_RESULT_BYTES, released
 
 
 async def give_back_unstarted(run: Any, lease_: Any) -> Outcome:
-    """`dedup.kernel.lease._give_back_unstarted` while the give-back erased an ambiguity."""
+    """`dedup.kernel.lease._give_back_unstarted` without its fix: the lease given back after an
+    ambiguous take-over is released as not ambiguous (`ambiguous` left False)."""
     error = "the time budget was spent claiming the lease; the handler did not start"
-    fields = released(error=error, expire_at=run.expire_at(), attempts=run.attempt - 1)
+    expire_at, attempts = run.expire_at(), run.attempt - 1
+    fields = released(error=error, expire_at=expire_at, attempts=attempts)
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
         await lease_.write(fields, State.IN_PROGRESS, "release", None)
     run.spent("start the handler of")
@@ -49,47 +50,18 @@ def storable_result(result: object) -> dict[str, Any] | None:
     return dict(result)
 
 
-async def run_step(lease_: Any, name: str, call: Any, *, transactional: bool, once: bool) -> Any:
-    """`dedup.kernel.step_writes.run_step` while a plain step's function was called with no
-    check of the lease's end."""
+def require_live(lease_: Any, name: str) -> None:
+    """`dedup.kernel.step_writes.require_live` without its fix: no check of the lease's end
+    (`Lease.ends`) before a step's function is called; a step started after its delivery
+    ended is still refused (another fix)."""
     run = lease_.run
-    done, value = lease_.steps.replay(name, run.path)
-    if done:
-        return value
-    run.step(Step.BEFORE_STEP)
-    if once:
-        record = step_writes._record
-        await record(lease_, lease_.steps.with_entry(name, STARTED), f"start step {name} of")
-    if transactional:
-        value = await step_writes._in_transaction(lease_, name, call)
-    else:
-        value = await call(None)
-        run.step(Step.AFTER_STEP_CALL)
-        entry = lease_.steps.with_entry(name, DONE, value)
-        await step_writes._record(lease_, entry, f"record step {name} of")
-    run.step(Step.AFTER_STEP_RECORD)
-    return value
+    if run.outcome is not None:
+        raise LeaseLost(f"{run.path}: step {name!r} was started after its delivery ended")
 
 
-def replay(self: Any, name: str, path: str, *_: Any, **__: Any) -> tuple[bool, Any]:
-    """`dedup.kernel.steps.StepLog.replay` while a replay matched a step by name and place
-    only (extra arguments a later version passes, a fingerprint, are ignored)."""
-    check_name(name)
-    index = len(self.called)
-    if name in self.called:
-        raise StepMismatch(f"{path}: step {name!r} is called twice by one delivery")
-    self.called.append(name)
-    entry = self.recorded.get(name)
-    if entry is None:
-        other = next((n for n, e in self.recorded.items() if e.get("index") == index), None)
-        if other is not None:
-            raise StepMismatch(f"{path}: step {index} was recorded as {other!r}")
-        return False, None
-    if entry.get("index") != index:
-        raise StepMismatch(f"{path}: step {name!r} was recorded as step {entry.get('index')}")
-    if entry.get("state") == DONE:
-        return True, entry.get("value")
-    raise StepInterrupted(f"{path}: step {name!r} started without recording its end")
+def same_call(*_: Any) -> None:
+    """`dedup.kernel.steps._same_call` without its fix: a replay is never checked against the
+    recorded step's fingerprint (function and arguments), only by name and place."""
 
 
 PUT_BACK: dict[str, list[tuple[Any, str, Callable[..., Any]]]] = {
@@ -99,11 +71,8 @@ PUT_BACK: dict[str, list[tuple[Any, str, Callable[..., Any]]]] = {
         (lease, "storable_result", storable_result),
         (atomic, "storable_result", storable_result),
     ],
-    "plain step after the lease": [
-        (step_writes, "run_step", run_step),
-        (lease, "run_step", run_step),
-    ],
-    "replay with other arguments": [(steps.StepLog, "replay", replay)],
+    "plain step after the lease": [(step_writes, "require_live", require_live)],
+    "replay with other arguments": [(steps, "_same_call", same_call)],
 }
 """Per hole (`sim.holes.HOLES` by name), what putting its old behaviour back replaces."""
 
