@@ -121,7 +121,7 @@ def refusal(fields: dict[str, Any]) -> str | None:
     for name, value in fields.items():
         if _reserved(name):
             return f"field name {name!r} is reserved"
-        if type(value) is not dict and type(value) is not list:
+        if not isinstance(value, dict | list):
             continue
         found = _refusal_in(value, 1, in_array=False)
         if found is not None:
