@@ -12,7 +12,9 @@ storms: how long a copy keeps being redelivered, default 20, and copies per even
 `--cold-runs N` (default 15), `--markdown` (print results.json as Markdown and exit),
 `--only async` (measure async against sync handlers only, `--throughput-events` per round,
 and merge the figures into the existing results.json), `--only steps` (the RPCs of durable
-steps, `steps_rpcs`, merged likewise), `--only imports` (each exported function's import time,
+steps, `steps_rpcs`, merged likewise), `--only sizes` (the claim's and the outcome's size as
+Firestore counts a document, `record_write_bytes`, and Enterprise's price of a lease-mode
+event, merged likewise), `--only imports` (each exported function's import time,
 `per_function_import_s`, all in one sitting, merged likewise: for a function added to main.py
 since the last full run). A longer run, about 25 minutes:
 `--deliveries 1000 --cpu-deliveries 2000 --cold-runs 31 --naive-storm-seconds 150
@@ -42,6 +44,7 @@ from bench import (
     cpu,
     figures,
     memory,
+    record_size,
     report,
     steps,
     throughput,
@@ -103,6 +106,8 @@ def run(
     sizes = cost.record_sizes(client, _one_event_documents(matrix))
     phase("durable steps: RPCs of each kind, and of a five-step replay")
     step_rpcs = steps.measure()
+    phase("record writes: the claim's and the outcome's size, as Firestore counts a document")
+    record_bytes = record_size.measure(client)
 
     storms: dict[str, Any] = {}
     for name in storms_to_run:
@@ -126,8 +131,10 @@ def run(
         "cost": {
             "prices": cost.prices(),
             "per_million": cost.per_million(latency, sizes, cpu_us=client_cpu["mean_us"]),
+            "enterprise_lease": cost.enterprise_lease(record_bytes),
         },
         "steps_rpcs": step_rpcs,
+        "record_write_bytes": record_bytes,
         "duration_s": round(time.perf_counter() - started, 1),
     }
     figs = figures.figures(results)
@@ -147,9 +154,9 @@ def _one_event_documents(matrix: Matrix) -> dict[str, list[str]]:
 
 def only_one(section: str, throughput_events: int, console: Console) -> dict[str, Any]:
     """Measure one section (`async`: async against sync handlers; `steps`: the RPCs of durable
-    steps; `imports`: each exported function's import time) and merge it into the committed
-    results: the other sections are kept as they are, every figure is computed again from
-    them."""
+    steps; `sizes`: the record writes' sizes; `imports`: each exported function's import time)
+    and merge it into the committed results: the other sections are kept as they are, every
+    figure is computed again from them."""
     previous = json.loads(RESULTS_JSON.read_text())
     old_keys = {f["key"] for f in previous["figure_list"]} | {"figure_list"}
     sections = {k: v for k, v in previous.items() if k not in old_keys}
@@ -158,6 +165,14 @@ def only_one(section: str, throughput_events: int, console: Console) -> dict[str
         sections["cold"] = {
             **sections["cold"],
             "per_function_import_s": cold.per_function_imports(),
+        }
+    elif section == "sizes":
+        console.print("record writes: the claim's and the outcome's size, Enterprise's cost")
+        client = counting_client(RpcCounter())
+        sections["record_write_bytes"] = record_size.measure(client)
+        sections["cost"] = {
+            **sections["cost"],
+            "enterprise_lease": cost.enterprise_lease(sections["record_write_bytes"]),
         }
     elif section == "steps":
         console.print("durable steps: RPCs of each kind, and of a five-step replay")
@@ -181,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput-events", type=int, default=400)
     parser.add_argument("--cold-runs", type=int, default=15)
     parser.add_argument("--markdown", action="store_true")
-    parser.add_argument("--only", choices=["async", "steps", "imports"], default=None)
+    parser.add_argument("--only", choices=["async", "steps", "imports", "sizes"], default=None)
     args = parser.parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=130)
     if args.markdown:

@@ -28,13 +28,13 @@ and its storage for `retention_days` plus the day TTL may take to delete it.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from google.cloud import firestore
 
 from dedup.config import DEFAULT_RETENTION_DAYS
+from dedup.platform.firestore_values import document_name_size, string_size, value_size
 
 LOCATION = "nam5"
 PRICE_PER_100K = {"read": 0.06, "write": 0.18, "delete": 0.02}
@@ -47,34 +47,12 @@ DAYS_PER_MONTH = 30.44
 TTL_LAG_DAYS = 1
 """TTL deletes expired documents "typically within 24 hours": they are stored that long too."""
 
+ENTERPRISE_PER_MILLION_UNITS = {"read": 0.05, "write": 0.26}
+"""Firestore Enterprise edition, us-central1: US dollars per million read units (4 KiB) and
+write units (1 KiB; a delete, a TTL delete included, is billed in write units too)
+(https://cloud.google.com/firestore/enterprise/pricing, checked 2026-12)."""
+
 INDEXES_FILE = Path(__file__).resolve().parent.parent / "firestore.indexes.json"
-
-
-def string_size(text: str) -> int:
-    """A string's storage size: UTF-8 bytes + 1."""
-    return len(text.encode("utf-8")) + 1
-
-
-def name_size(path: str) -> int:
-    """A document name's size: every collection and document id in its path, + 16."""
-    return sum(string_size(part) for part in path.split("/")) + 16
-
-
-def value_size(value: Any) -> int:
-    """A field value's storage size, by type."""
-    if value is None or isinstance(value, bool):
-        return 1
-    if isinstance(value, int | float | datetime):
-        return 8
-    if isinstance(value, str):
-        return string_size(value)
-    if isinstance(value, bytes):
-        return len(value)
-    if isinstance(value, dict):
-        return sum(string_size(k) + value_size(v) for k, v in value.items())
-    if isinstance(value, list):
-        return sum(value_size(v) for v in value)
-    raise TypeError(f"no storage size for {type(value).__name__}")
 
 
 def _index_config(collection: str) -> tuple[set[str], list[list[str]]]:
@@ -97,7 +75,7 @@ def stored_bytes(path: str, fields: dict[str, Any], *, indexed: bool = True) -> 
     """Storage of one document at `path` with `fields`: the document and its index entries
     (single-field ascending and descending for every field not exempt in
     firestore.indexes.json, and the composite indexes), in bytes."""
-    name = name_size(path)
+    name = document_name_size(path)
     document = name + sum(string_size(k) + value_size(v) for k, v in fields.items()) + 32
     if not indexed:
         return {"document": document, "indexes": 0}
@@ -188,6 +166,21 @@ def per_million(
             }
         )
     return rows
+
+
+def enterprise_lease(record_bytes: dict[str, Any]) -> dict[str, Any]:
+    """Dollars per million fresh lease-mode events on Firestore Enterprise edition: the claim's
+    and the outcome's write units (`bench.record_size`) and the TTL delete's (one unit per KiB
+    of the record deleted), no read; the records' collection has no index entries there
+    unless created (Enterprise creates no single-field index by itself)."""
+    units = record_bytes["write_units"]
+    delete_units = units["outcome"]
+    writes = units["claim"] + units["outcome"] + delete_units
+    return {
+        "write_units": writes,
+        "usd": round(writes * ENTERPRISE_PER_MILLION_UNITS["write"], 3),
+        "prices_per_million_units": ENTERPRISE_PER_MILLION_UNITS,
+    }
 
 
 def prices() -> dict[str, Any]:

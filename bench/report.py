@@ -300,6 +300,19 @@ def cost_markdown(results: dict[str, Any]) -> list[str]:
             f"{row['storage_usd']:.3f} | {row['fresh_usd']:.2f} | {_cpu_usd_cell(row)} | "
             f"{row['duplicate_usd']:.2f} |"
         )
+    sizes, enterprise = results.get("record_write_bytes"), results["cost"].get("enterprise_lease")
+    if sizes is not None and enterprise is not None:
+        write = enterprise["prices_per_million_units"]["write"]
+        lines += [
+            "",
+            f"Firestore Enterprise edition (us-central1, ${write} per million write units of "
+            f"1 KiB): a fresh lease-mode event writes its claim ({sizes['claim']} bytes as "
+            f"Firestore counts the document, {sizes['write_units']['claim']} unit) and its "
+            f"outcome ({sizes['outcome']} bytes, {sizes['write_units']['outcome']} unit), and "
+            f"its TTL delete takes {sizes['write_units']['outcome']}: "
+            f"{enterprise['write_units']} write units, ${enterprise['usd']:.2f} per million "
+            "events (`record_write_bytes`; no index entries: Enterprise creates none by itself).",
+        ]
     return lines
 
 

@@ -107,6 +107,15 @@ class TerminalError(DedupError):
     """
 
 
+class RecordRefused(TerminalError):
+    """A write of the dedup record that Firestore refuses, or would refuse: a durable step's
+    name or value it cannot store, or would store as another type (`delivery.step` checks
+    before the write, with `dedup.platform.firestore_values`), or a write Firestore refused as
+    invalid (`InvalidArgument`: a value it cannot hold, a document past 1 MiB) or its client
+    could not encode (the error chained as `__cause__`). A retry would meet the same refusal,
+    so it is terminal: the event ends failed, never retried as `StoreUnavailable`."""
+
+
 class StepInterrupted(DedupError):
     """A step declared `on_interrupted="skip"` (at most once) was started by an earlier
     delivery that never recorded its end: it is not called again. Catch it in the handler to

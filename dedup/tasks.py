@@ -13,22 +13,12 @@ own counters (`X-CloudTasks-TaskRetryCount`, `X-CloudTasks-TaskExecutionCount`) 
 the task name on every dispatch. The payload fingerprint is the task's `data` as canonical
 JSON.
 
-How each outcome is answered. Cloud Tasks retries every non-2xx answer within the queue's
-`retry_config`; after a 429 or a 503 it also backs the whole queue off harder (its "system
-throttling"), which is what a busy task or an unreachable Firestore call for:
-
-| outcome                                         | status | Cloud Tasks            |
-|-------------------------------------------------|--------|------------------------|
-| ran, duplicate, failed (`TerminalError`), dead, too old | 200 | done              |
-| `LeaseHeld`: another dispatch of the task runs  | 429    | retries, backs off     |
-| the handler raised: lease released, error kept  | 500    | retries                |
-| `LeaseLost`: this dispatch outlived its lease   | 500    | retries (a duplicate)  |
-| `StoreUnavailable`: Firestore failed            | 503    | retries, backs off     |
-| no task name (not sent by Cloud Tasks)          | 400    | refused, no record     |
-
-The 429 and 503 are firebase-functions `HttpsError`s (`resource-exhausted`, `unavailable`);
-any other exception becomes its 500 `internal`. Requests that are not task dispatches at all
-(a body that is not `{"data": ...}` JSON) never reach this wrapper when the function is
+How each outcome is answered is the `task` column of `dedup.entrances.answer_table` (rendered
+in docs/guarantees.md): 200 when Cloud Tasks should stop (ran, duplicate, failed, dead, too
+old), 429 `resource-exhausted` for a live lease and 503 `unavailable` when Firestore failed
+(Cloud Tasks backs the queue off after either), 500 `internal` for the handler's error or a
+lost lease, 400 for a dispatch without a task name. Requests that are not task dispatches at
+all (a body that is not `{"data": ...}` JSON) never reach this wrapper when the function is
 wrapped by `functions.task_boundary.validated_task`.
 """
 
@@ -42,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, HttpsError
 
+from dedup.entrances.answer_table import Case, Door, answer, case_of, refusal_status
 from dedup.entrances.gate import TASKS, gate
 from dedup.errors import LeaseHeld, StoreUnavailable
 from dedup.kernel.delivery import Delivery
@@ -81,12 +72,12 @@ RETRY_COUNT_HEADER = "X-CloudTasks-TaskRetryCount"
 EXECUTION_COUNT_HEADER = "X-CloudTasks-TaskExecutionCount"
 """How many dispatches got an answer other than 5xx (logged, never trusted for dedup)."""
 
-LEASE_HELD_STATUS = 429
-"""`LeaseHeld` answer: firebase-functions `resource-exhausted`."""
-RELEASED_STATUS = 500
-"""The handler raised (lease released) or `LeaseLost`: firebase-functions `internal`."""
-STORE_UNAVAILABLE_STATUS = 503
-"""`StoreUnavailable` answer: firebase-functions `unavailable`."""
+LEASE_HELD_STATUS = refusal_status(Case.LEASE_HELD, Door.TASK)
+"""`LeaseHeld` answer: firebase-functions `resource-exhausted` (429)."""
+RELEASED_STATUS = refusal_status(Case.HANDLER_RAISED, Door.TASK)
+"""The handler raised (lease released) or `LeaseLost`: firebase-functions `internal` (500)."""
+STORE_UNAVAILABLE_STATUS = refusal_status(Case.STORE_UNAVAILABLE, Door.TASK)
+"""`StoreUnavailable` answer: firebase-functions `unavailable` (503)."""
 
 logger = logging.getLogger("dedup.tasks")
 
@@ -172,8 +163,8 @@ def task_once(
         def once(request: CallableRequest[Any]) -> None:
             dispatch = task_dispatch(request.raw_request.headers)
             if dispatch.task_name is None:
-                raise HttpsError(
-                    FunctionsErrorCode.INVALID_ARGUMENT,
+                raise _refusal(
+                    Case.REFUSED_INPUT,
                     f"no {TASK_NAME_HEADER} header: only Cloud Tasks may call this function",
                 )
             logger.info(
@@ -194,11 +185,15 @@ def task_once(
                     admitted.deduplicator().run_event(
                         dispatch.task_name, suffix, run_handler, options
                     )
-            except LeaseHeld as exc:
-                raise HttpsError(FunctionsErrorCode.RESOURCE_EXHAUSTED, str(exc)) from exc
-            except StoreUnavailable as exc:
-                raise HttpsError(FunctionsErrorCode.UNAVAILABLE, str(exc)) from exc
+            except (LeaseHeld, StoreUnavailable) as exc:  # BudgetSpent is one
+                raise _refusal(case_of(exc), str(exc)) from exc
 
         return admitted.identify(once)
 
     return decorate
+
+
+def _refusal(case: Case | None, message: str) -> HttpsError:
+    """The `HttpsError` of `case` at a task entrance (`dedup.entrances.answer_table`)."""
+    error = answer(case, Door.TASK).error if case is not None else None
+    return HttpsError(FunctionsErrorCode(error or FunctionsErrorCode.INTERNAL.value), message)

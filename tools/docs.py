@@ -12,6 +12,8 @@ Kinds (each reads its single source of truth):
   `dedup/config.py` (read with `ast`: field docstrings are not visible at run time).
 * `bench`: the figures and latency tables of `bench/results.json`, exactly as
   `python -m bench --markdown` prints them (`bench.report.markdown`).
+* `answer-table`: what each entrance answers, from `dedup.entrances.answer_table.ANSWERS`, with
+  the tests that prove each row (`ANSWER_PROOFS`).
 * `example PATH`: the Python file PATH (under docs/examples/, run by tests/docs) as a code
   block, so the code a reader copies is the code a test runs.
 
@@ -105,6 +107,53 @@ def bench_targets() -> str:
     return report.targets_markdown(json.loads(BENCH_RESULTS.read_text()))
 
 
+ANSWER_PROOFS: dict[str, str] = {
+    "ran": "`tests/dedup/test_lease.py::test_fresh_event_runs_once_and_is_recorded_sent`, "
+    "`tests/tasks/test_index_post.py::test_thirty_concurrent_dispatches_send_one_request`, "
+    "`tests/http/test_create_order.py::test_first_request_creates_the_order_and_answers_201`, "
+    "`tests/http/test_callable.py::test_a_call_places_one_order_and_a_retry_gets_the_same_result`",
+    "duplicate": "`tests/dedup/test_lease.py::test_sent_record_is_a_duplicate`, "
+    "`tests/http/test_create_order.py::test_a_replay_is_the_stored_response_byte_for_byte`",
+    "held lease": "`tests/dedup/test_kinds.py::"
+    "test_a_copy_that_finds_a_live_lease_is_retried_without_a_traceback`, "
+    "`tests/tasks/test_index_post.py::test_a_dispatch_meeting_a_live_lease_is_answered_429`, "
+    "`tests/http/test_lease_semantics.py::"
+    "test_a_request_whose_key_is_running_gets_409_with_retry_after`, "
+    "`tests/http/test_callable.py::test_refusals_map_to_https_error_codes`",
+    "lease lost": "`tests/dedup/test_lease.py::test_stale_owner_cannot_mark_sent_or_release`",
+    "handler raised": "`tests/dedup/test_lease.py::test_released_lease_is_taken_over`, "
+    "`tests/tasks/test_index_post.py::"
+    "test_a_failing_search_service_releases_the_lease_and_the_retry_sends`, "
+    "`tests/http/test_lease_semantics.py::test_a_5xx_or_an_exception_releases_the_key`",
+    "given up, ack": "`tests/dedup/test_give_up_answer.py::test_ack_answers_200_as_before`, "
+    "`tests/tasks/test_index_post.py::"
+    "test_a_task_that_cannot_succeed_is_recorded_failed_and_acknowledged`, "
+    "`tests/http/test_entrance.py::"
+    "test_a_terminal_failure_is_answered_once_as_itself_then_replayed`, "
+    "`tests/http/test_ambiguous_requests.py::"
+    "test_an_http_request_skipped_as_ambiguous_is_409_outcome_unknown_on_every_retry`",
+    "given up, nack": "`tests/dedup/test_give_up_answer.py::"
+    "test_nack_answers_500_from_the_burial_on_and_never_runs_the_handler_again`",
+    "budget spent": "`tests/dedup/test_function_budget.py::"
+    "test_a_function_with_its_own_timeout_answers_within_it_when_firestore_goes_away`",
+    "store unavailable": "`tests/tasks/test_boundary.py::test_failing_firestore_answers_503`",
+    "refused input": "`tests/dedup/test_kinds.py::"
+    "test_a_malformed_request_of_every_kind_is_refused_4xx_with_nothing_written`, "
+    "`tests/tasks/test_boundary.py::test_bad_requests_are_refused_before_any_record`, "
+    "`tests/http/test_create_order.py::test_a_missing_key_is_400_naming_the_header`",
+}
+"""The tests that prove each row of the answer table (by `Case` value), with
+`tests/docs/test_answer_table.py::test_the_entrances_errors_carry_the_tables_statuses`."""
+
+
+def answer_table() -> str:
+    """`dedup.entrances.answer_table.ANSWERS` as a Markdown table with its proofs."""
+    from dedup.entrances.answer_table import Case, markdown
+
+    proof = "`tests/docs/test_answer_table.py::test_the_entrances_errors_carry_the_tables_statuses`"
+    return markdown({case: f"{ANSWER_PROOFS[case.value]}, {proof}" for case in Case})
+
+
 def example(path: str) -> str:
     """The file `path` (relative to the root) as a fenced Python block."""
     return "```python\n" + (ROOT / path).read_text() + "```\n"
@@ -115,6 +164,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "bench": bench_tables,
     "bench-targets": bench_targets,
     "example": example,
+    "answer-table": answer_table,
 }
 
 

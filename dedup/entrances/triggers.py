@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
+from dedup.entrances.answer_table import Door, answer, given_up
 from dedup.entrances.gate import EVENTS, gate
 from dedup.errors import GivenUp, LeaseHeld, MissingEventId
 from dedup.kernel.delivery import Delivery, mark_entered
@@ -187,9 +188,10 @@ def trigger_once(
 
 def _settle(config: DedupConfig, outcome: Outcome) -> None:
     """Return, so that the platform stops delivering the event; but raise `GivenUp` for an
-    event given up on (`Outcome.gave_up`) when `config.on_give_up` is "nack", so that the
-    transport counts the attempt and its dead-letter topic ends up keeping the event."""
-    if outcome.gave_up and config.on_give_up == "nack":
+    event given up on (`Outcome.gave_up`) that the answer table retries (under
+    `config.on_give_up="nack"`), so that the transport counts the attempt and its dead-letter
+    topic ends up keeping the event."""
+    if outcome.gave_up and answer(given_up(config.on_give_up), Door.EVENT).retried:
         raise GivenUp(
             f"{outcome.key} is given up on (its record is failed, dead or unknown): answered "
             "500 so that the dead-letter topic keeps the event; after a fix, "

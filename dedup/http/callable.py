@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from firebase_functions import https_fn
 
+from dedup.entrances.answer_table import Case, Door, answer
 from dedup.entrances.gate import CALLABLE, Entrance, gate
 from dedup.errors import TerminalError
 from dedup.http.idempotency import (
@@ -39,16 +40,21 @@ if TYPE_CHECKING:
 logger = logging.getLogger("dedup.http")
 
 
+def _code(case: Case) -> https_fn.FunctionsErrorCode:
+    """The `HttpsError` code with which a callable refuses `case` (the answer table's)."""
+    return https_fn.FunctionsErrorCode(answer(case, Door.CALLABLE).error)
+
+
 CALLABLE_CODES: Mapping[str, https_fn.FunctionsErrorCode] = {
     "unauthenticated": https_fn.FunctionsErrorCode.UNAUTHENTICATED,
-    "idempotency-key-invalid": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
-    "malformed-json": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
-    "request-in-progress": https_fn.FunctionsErrorCode.ABORTED,
+    "idempotency-key-invalid": _code(Case.REFUSED_INPUT),
+    "malformed-json": _code(Case.REFUSED_INPUT),
+    "request-in-progress": _code(Case.LEASE_HELD),
     "idempotency-key-reused": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
     "response-not-stored": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
     "outcome-unknown": https_fn.FunctionsErrorCode.FAILED_PRECONDITION,
-    "store-unavailable": https_fn.FunctionsErrorCode.UNAVAILABLE,
-    "handler-failed": https_fn.FunctionsErrorCode.INTERNAL,
+    "store-unavailable": _code(Case.STORE_UNAVAILABLE),
+    "handler-failed": _code(Case.HANDLER_RAISED),
     "request-unprocessable": https_fn.FunctionsErrorCode.INVALID_ARGUMENT,
     "request-failed": https_fn.FunctionsErrorCode.INTERNAL,
 }

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import flask
 
+from dedup.entrances.answer_table import Case, Door, answer, refusal_status
 from dedup.entrances.gate import HTTP, Entrance, gate
 from dedup.errors import ConfigError, TerminalError
 from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
@@ -239,9 +240,8 @@ def _checked_request(
             )
     raw_key = request.headers.get(HEADER)
     if raw_key is None:
-        return Problem(
-            400,
-            "idempotency-key-missing",
+        return _refusal(
+            Case.REFUSED_INPUT,
             "Idempotency-Key missing",
             f"this endpoint requires the {HEADER} header: send a new UUID per "
             "operation, and the same one when retrying it",
@@ -273,10 +273,17 @@ def _target(request: flask.Request) -> str:
     return f"{request.path}?{query}" if query else request.path
 
 
+def _refusal(case: Case, title: str, detail: str, headers: dict[str, str] | None = None) -> Problem:
+    """The problem with which an HTTP entrance refuses `case`: its status and slug are the
+    answer table's (`dedup.entrances.answer_table`)."""
+    status, slug = refusal_status(case, Door.HTTP), answer(case, Door.HTTP).error
+    assert slug is not None  # every refusal of the table is named
+    return Problem(status, slug, title, detail, headers=headers or {})
+
+
 def _failed() -> Problem:
-    return Problem(
-        500,
-        "handler-failed",
+    return _refusal(
+        Case.HANDLER_RAISED,
         "Internal error",
         "the request failed and nothing was stored: retry it with the same key",
     )
@@ -307,10 +314,9 @@ def _answer(
         if settled.replayed:
             response.headers[REPLAYED_HEADER] = "true"
         return response
-    if settled.kind is Settled.IN_PROGRESS:
-        return Problem(
-            409,
-            "request-in-progress",
+    if settled.kind is Settled.IN_PROGRESS:  # a held lease or a lost one: the table agrees
+        return _refusal(
+            Case.LEASE_HELD,
             "Request in progress",
             "a request with this Idempotency-Key is still being processed: retry after the "
             "Retry-After delay to get its response",
@@ -324,9 +330,8 @@ def _answer(
             "this Idempotency-Key was already used for a different request (method, path or "
             "body): use a new key for a new request",
         ).response()
-    return Problem(
-        503,
-        "store-unavailable",
+    return _refusal(
+        Case.STORE_UNAVAILABLE,
         "Service unavailable",
         "the idempotency records could not be reached: retry with the same key",
         headers=retry_after(retry_after_seconds),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dedup.kernel.transitions import MAX_RESULT_BYTES
+from dedup.platform.firestore_values import value_size
 
 MAX_KEY_LENGTH = 255
 """Longest accepted key, in characters (Stripe's limit; the draft sets none)."""
@@ -186,5 +187,5 @@ class NotStored:
 
 
 def _stored_size(result: Mapping[str, Any]) -> int:
-    """The size `dedup.kernel.transitions.storable_result` measures a result by."""
-    return len(json.dumps(result, default=str).encode("utf-8"))
+    """The size `dedup.kernel.room.storable_result` measures a result by: Firestore's."""
+    return value_size(result)

@@ -1,5 +1,6 @@
 """The kernel: what one delivery does, whatever brought it. The record's schema (`record`), the
-claim's decisions (`claims`), every record write (`transitions`), the store over either
+claim's decisions (`claims`), every record write (`transitions`), what
+fits in a record as Firestore measures it (`room`), the store over either
 Firestore client (`store`), what a handler gets and the blocking driver (`delivery`), the
 protocols the flows see (`flow_io`), one delivery's run (`run`), the flows of the three modes
 (`lease`, `atomic`, `ambiguity`), durable steps (`steps`, `step_writes`), the front door that

@@ -59,6 +59,7 @@ from dedup.kernel.claims import (
 from dedup.kernel.delivery import HandlerResult, Outcome, OutcomeKind, Step
 from dedup.kernel.flow_io import Fill, FlowIO, Invoke
 from dedup.kernel.record import Fields, Record, Snapshot, State, error_text
+from dedup.kernel.room import storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
@@ -66,7 +67,6 @@ from dedup.kernel.transitions import (
     first_write,
     mark_dead,
     precondition,
-    storable_result,
 )
 
 TRANSACTION_ROUNDS = 12
@@ -238,7 +238,8 @@ async def _commit(
         run.step(Step.AFTER_EFFECT)
         return result, _marker(run, record, token, result)
 
-    result: HandlerResult = await commit(run.io, run.key, fill, guard, run.rpc_budget())
+    # What is left, not `rpc_budget`: the store cuts each RPC to the RPC timeout when it is sent.
+    result: HandlerResult = await commit(run.io, run.key, fill, guard, max(0.1, run.time_left()))
     return result
 
 
@@ -260,14 +261,14 @@ def _marker(run: Run, record: Record | None, token: str, result: HandlerResult) 
     `record`."""
     if record is None:
         return first_write(
-            run, State.SENT, token, attempts=run.attempt, result=storable_result(result)
+            run, State.SENT, token, attempts=run.attempt, result=storable_result(result, run)
         )
     return attempt_finished(
         State.SENT,
         owner=token,
         attempts=run.attempt,
         expire_at=run.expire_at(),
-        result=storable_result(result),
+        result=storable_result(result, run),
     )
 
 
@@ -294,12 +295,12 @@ def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | No
 async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcome:
     """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
     error = error_text(exc)
-    store = run.io
+    store, action = run.io, "record a failed attempt on"
     for round_ in range(RECORD_ROUNDS):
         if round_ and time.monotonic() >= run.outcome_deadline():
             break  # out of time: the attempt goes uncounted, as when the process dies
-        budget = run.outcome_budget()  # each RPC ends within the function's timeout
-        snapshot = await store.read(run.key, action="record a failed attempt on", budget=budget)
+        # Each RPC ends within the function's timeout, its bound taken when it is sent.
+        snapshot = await store.read(run.key, action=action, budget=run.outcome_budget())
         record = snapshot.record
         if record is not None and written_by(record, token):
             run.counted(record.attempts)  # our earlier try landed; its response was lost
@@ -314,7 +315,7 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
         age = retry_age(record, snapshot.read_time)
         after = after_failure(exc, attempts, run.config.attempt_limit, age)
         state = after.state
-        action = "record a failed attempt on"
+        budget = run.outcome_budget()  # what the read left
         written: datetime | object
         if record is None:
             fields = first_write(run, state, token, attempts=attempts, last_error=error)

@@ -194,6 +194,10 @@ class FencedLease(Protocol):
         """A write fenced by `token`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
         ...
 
+    def steps_room(self) -> int:
+        """The bytes the record has for its `steps` (`dedup.kernel.lease.Lease.steps_room`)."""
+        ...
+
     def steps_landed(self, steps: Any, sent: float, token: datetime | None) -> None:
         """A write of the step log committed (`dedup.kernel.lease.Lease.steps_landed`)."""
         ...
@@ -208,6 +212,11 @@ class EventFacts(Protocol):
     payload_hash: str | None
     subject: str | None
     source: str | None
+
+    @property
+    def path(self) -> str:
+        """The record's document path, `<collection>/<key>`."""
+        ...
 
     def expire_at(self) -> datetime:
         """When the record may be deleted (its TTL field)."""

@@ -1,37 +1,20 @@
 """Lease mode: claim a lease on the record, run the handler, record its outcome.
 
-Per delivery:
-
-1. copies of the key on this instance claim in turn; a copy that finds the lease known live
-   (this instance's own delivery of the key holds it, or a read just showed another's) ->
-   `LeaseHeld`, no round trip: fifty copies of an event cost one write per instance, not fifty;
-2. create the record with an exists=false precondition (1 RPC, the common case: a fresh
-   event is settled in one round trip without a read);
-3. if it exists, read it and `decide` (`dedup.kernel.claims`) on the database's read time; take over
-   with an update-time precondition, re-reading when someone else moved the record first;
-4. run the handler, then record sent / failed / dead, or release and re-raise.
-
-Every write after the claim is fenced by the update time of this owner's last write: a stale
-owner gets `LeaseLost` and records nothing. Once the handler has returned, the delivery keeps
-trying to record "sent" until it succeeds or its lease runs out; a write whose response was
-lost is recognised by the owner token. The one window left: the process dies, or Firestore
-stays unreachable for the rest of the lease, after the effect and before "sent". The next
-delivery then takes over an expired lease: an **ambiguous** delivery
-(`dedup.kernel.claims.takeover_ambiguous`), which asks `reconcile` and follows `on_ambiguous`
-(`dedup.kernel.ambiguity`); if it gives the lease back unstarted instead, the next one is as
-ambiguous. A claim write that may have landed unanswered is read back (`_read_back`).
-
-A successful claim makes a `Lease`, the only fenced writer of the record: owner token, fencing
-token, a lower bound of the lease's end, notes, steps, and whether it took over ambiguously.
-
-The flow is written once, as coroutines over `Run.io` (`dedup.kernel.flow_io`): the sync front door
-drives it without an event loop, the async one awaits it.
+Owns the claim (`_claim`: a create with exists=false, else a read, `dedup.kernel.claims.decide`
+and a take-over under an update-time precondition; a claim write that may have landed unanswered
+is read back), the `Lease` a claim makes (the only writer of the record after the claim, every
+write fenced by the update time of its last one: a stale owner gets `LeaseLost`), and the
+handler's run with its outcome (sent, failed, dead, or the lease given back). Copies of a key on
+one instance claim in turn, so a copy that finds the lease known live answers `LeaseHeld`
+without a round trip. What an expired lease's next delivery does is `dedup.kernel.ambiguity`'s;
+docs/guarantees.md says what each case answers. Written once, as coroutines over `Run.io`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -39,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dedup.errors import LeaseHeld, LeaseLost, StoreUnavailable
+from dedup.errors import LeaseHeld, LeaseLost, RecordRefused, StoreUnavailable
 from dedup.kernel.ambiguity import reconcile_before_burial, settle_ambiguity
 from dedup.kernel.claims import (
     AfterConflict,
@@ -53,7 +36,8 @@ from dedup.kernel.claims import (
     written_by,
 )
 from dedup.kernel.delivery import NO_NOTES, Outcome, OutcomeKind, Step
-from dedup.kernel.record import Conflict, Fields, Snapshot, State, error_text
+from dedup.kernel.record import Conflict, Field, Fields, Snapshot, State, error_text
+from dedup.kernel.room import steps_room, storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.step_writes import run_step
 from dedup.kernel.steps import StepLog, at_most_once, step_call
@@ -66,11 +50,12 @@ from dedup.kernel.transitions import (
     noted,
     precondition,
     released,
-    storable_result,
 )
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import Invoke
+
+logger = logging.getLogger("dedup")
 
 CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
@@ -78,10 +63,8 @@ CLAIM_ROUNDS = 8
 
 @dataclass
 class Lease:
-    """The lease one delivery holds on its record, from its successful claim to its outcome:
-    the only writer of the record in lease mode after the claim. Every write is fenced by
-    `token`, the update time of this lease's last write, and moves it on; a write that finds
-    the record moved by another delivery raises `LeaseLost` and writes nothing."""
+    """One delivery's lease, from its claim to its outcome: the record's only writer. Each write
+    is fenced by `token` and moves it on; one that finds the record moved raises `LeaseLost`."""
 
     run: Run
     owner: str
@@ -100,8 +83,7 @@ class Lease:
 
     @property
     def steps(self) -> StepLog:
-        """This delivery's steps: the record's, then its own (made at its first step, so a
-        handler without steps pays nothing for them)."""
+        """This delivery's steps: the record's, then its own (made at its first step)."""
         if self._steps is None:
             self._steps = StepLog(self.recorded_steps)
         return self._steps
@@ -110,10 +92,13 @@ class Lease:
         """Seconds left of the delivery's time budget."""
         return self.run.time_left()
 
+    def steps_room(self) -> int:
+        """The bytes the record has for its `steps` (`dedup.kernel.room.steps_room`)."""
+        return steps_room(self.run, self.notes)
+
     def steps_landed(self, steps: Mapping[str, Any], sent: float, token: datetime | None) -> None:
-        """A write of the step log `steps`, sent at monotonic time `sent`, committed: the
-        record holds them and the lease runs `lease_seconds` from `sent`; `token` is the new
-        fence of a write made outside `write` (a step's transaction), None after `write`."""
+        """A write of `steps`, sent at monotonic `sent`, committed: the lease runs `lease_seconds`
+        from `sent`; `token`: the new fence of a step's transaction (None after `write`)."""
         if token is not None:
             self.token = token
         self.steps.landed(steps)
@@ -135,8 +120,7 @@ class Lease:
         on_interrupted: str | None,
         awaited: bool,
     ) -> Coroutine[Any, Any, Any]:
-        """`delivery.step(name, fn, *args, **kwargs)` under this lease
-        (`dedup.kernel.step_writes.run_step`)."""
+        """`delivery.step(name, fn, *args, **kwargs)` under this lease (`step_writes.run_step`)."""
         once = at_most_once(transactional, on_interrupted)
         call = step_call(fn, args, kwargs, transactional, awaited)
         return run_step(self, name, call, transactional=transactional, once=once)
@@ -155,29 +139,26 @@ class Lease:
         *,
         notes: bool = False,
     ) -> None:
-        """Write `fields` (an outcome, notes or steps), fenced by `token`, retrying transient
-        errors until `until` (a monotonic time) and never past `Run.outcome_deadline`, also the
-        default, each RPC bounded by what is left (`Run.outcome_budget`): the last write ends
-        within the function's timeout. `token` moves to the record's new update time. Raises
-        `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store kept
-        failing until the deadline. `notes`: the write keeps the lease, so a record still ours
-        is written over rather than taken for this write (which it cannot be told from)."""
+        """Write `fields` fenced by `token` (which moves on), retrying transient errors until
+        `until` (monotonic), never past `Run.outcome_deadline`, each RPC bounded by what is left.
+        Raises `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store
+        kept failing. `notes`: the write keeps the lease (a record still ours is written over)."""
         run, store = self.run, self.run.io
         latest = run.outcome_deadline(self.ends)
         deadline = latest if until is None else min(until, latest)
         token, round_, refreshes = self.token, 0, 0
         while True:
             try:
-                budget = run.outcome_budget(deadline)
                 result = await store.update_if_unchanged(
-                    run.key, fields, token, action=action, budget=budget
+                    run.key, fields, token, action=action, budget=run.outcome_budget(deadline)
                 )
                 if isinstance(result, datetime):
                     self.token = result
                     return
                 # The precondition failed: our own earlier try may have landed (lost response),
                 # an operator may have released our lease, or another delivery took it over.
-                snapshot = await store.read(run.key, action=action, budget=budget)
+                left = run.outcome_budget(deadline)  # asked again: the update may be slow
+                snapshot = await store.read(run.key, action=action, budget=left)
             except StoreUnavailable:
                 pause = backoff(round_)
                 round_ += 1
@@ -350,8 +331,7 @@ def _owned(lease: Lease) -> Lease:
 
 
 async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
-    """Run the handler under `lease` (its delivery notes through it); record its outcome
-    fenced by the lease's last write."""
+    """Run the handler under `lease`; record its outcome fenced by the lease's last write."""
     config, owner = run.config, lease.owner
     try:
         if run.time_left() <= 0:
@@ -378,13 +358,30 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
                 await lease.write(fields, after.state, f"mark {after.state.value}", until)
             return run.failed(after, error, exc)
         run.step(Step.AFTER_EFFECT)
-        stored = storable_result(result)
-        fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), result=stored)
-        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
+        steps = lease.recorded_steps if lease._steps is None else lease._steps.recorded
+        notes = lease.notes
+        stored = None if result is None else storable_result(result, run, notes=notes, steps=steps)
+        await _mark_sent(run, lease, stored)
         run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)
+
+
+async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> None:
+    """Record "sent" with the handler's `stored` result; refused with it (`RecordRefused`), again
+    without it, as a result too large is (WARNING): the effect happened, "sent" must fit."""
+    fields = finished(State.SENT, owner=lease.owner, expire_at=run.expire_at(), result=stored)
+    try:
+        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
+    except RecordRefused as exc:
+        if stored is None:
+            raise
+        logger.warning(
+            "%s: handler result not stored (%s); duplicates get no result", run.path, exc
+        )
+        fields[Field.RESULT] = None
+        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
 
 
 async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:

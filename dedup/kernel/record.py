@@ -36,7 +36,10 @@ source              string | null        Where the event came from: its CloudEve
                                          `jobs/<job>` for a scheduled run, else null.
 result              map | null           What the handler returned (a map), stored with
                                          "sent" for duplicates to replay; null if it
-                                         returned None or the map was over 512 KiB.
+                                         returned None or the map could not be stored
+                                         (`room.storable_result`: a value
+                                         Firestore refuses, over 512 KiB as Firestore
+                                         counts, or a record past 1 MiB with it).
 traceId             string | null        Trace id (32 hex digits) of the delivery that wrote
                                          the record first, when it ran inside a trace: a
                                          duplicate's or a replay's span names it
@@ -50,8 +53,9 @@ notes               map (absent)         What handlers noted with `delivery.note
 steps               map (absent)         A lease-mode handler's durable steps by name
                                          (`delivery.step`): `{index, state, value, fn,
                                          args}`, state "done" or "started", `fn` and `args`
-                                         the call's fingerprint (docs/steps.md); absent
-                                         when none.
+                                         the call's fingerprint (docs/steps.md); an
+                                         at-most-once step whose value Firestore refused:
+                                         `refused: true`, no value; absent when none.
 ambiguous           bool (absent)        Lease mode, read while the lease is released: true
                                          when it was given back by a delivery that took
                                          over an expired lease and never started the

@@ -98,8 +98,8 @@ class Run:
         return self.deadline - time.monotonic()
 
     def rpc_budget(self) -> float:
-        """The deadline of the next dedup RPC, its retries included: the RPC timeout, cut to
-        what is left of the budget (0.1 s at least)."""
+        """The deadline of the next dedup RPC, its retries included (ask right before it, once
+        per RPC): the RPC timeout, cut to what is left of the budget (0.1 s at least)."""
         return max(0.1, min(float(self.config.rpc_timeout_seconds), self.time_left()))
 
     def pause(self, seconds: float) -> float:
@@ -154,8 +154,8 @@ class Run:
         return min(until, lease_ends) if lease_ends else until
 
     def outcome_budget(self, until: float | None = None) -> float:
-        """The deadline of the next RPC after the handler, its retries included: what is left
-        until `until` (default: `outcome_deadline`), 0.1 s at least, cut to the RPC timeout."""
+        """The deadline of the next RPC after the handler, asked right before it: what is left
+        until `until` (default: `outcome_deadline`), 0.1 s at least; cut to the RPC timeout."""
         end = self.outcome_deadline() if until is None else until
         return max(0.1, end - time.monotonic())
 

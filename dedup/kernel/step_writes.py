@@ -8,7 +8,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from dedup.errors import LeaseLost
+from dedup.errors import LeaseLost, TerminalError
 from dedup.kernel.claims import CommitFailed, commit_failure, written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import Field, OutcomeKind, State
@@ -34,7 +34,8 @@ async def run_step(
     value, else `call`'s, recorded. `once`: at most once. Raises what `call` raises, `LeaseLost`
     when the lease is no longer ours or may have ended (`require_live`), `StepMismatch` (a step
     of this delivery is running already: nothing called, nothing written), `StepInterrupted`,
-    `StepTooLarge`."""
+    `StepTooLarge`, `RecordRefused` (a name or value Firestore refuses: checked before it is
+    written; an at-most-once step's end is recorded, without the value, before the error)."""
     with _ENTERING:
         steps = lease.steps
         steps.begin(name, lease.run.path)
@@ -54,14 +55,21 @@ async def _run_one(
     run.step(Step.BEFORE_STEP)
     require_live(lease, name)
     if once:
-        await _record(lease, name, lease.steps.with_entry(name, STARTED), f"start step {name} of")
+        started = lease.steps.with_entry(name, STARTED, room=lease.steps_room())
+        await _record(lease, name, started, f"start step {name} of")
         require_live(lease, name)  # the start renewed the lease, unless it took the lease's time
     if transactional:
         value = await _in_transaction(lease, name, call)
     else:
         value = await call(None)
         run.step(Step.AFTER_STEP_CALL)
-        steps = lease.steps.with_entry(name, DONE, value)
+        try:
+            steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
+        except TerminalError:  # refused, or too large: its end, then the error (once)
+            if once:
+                ended = lease.steps.with_entry(name, DONE, refused=True, room=lease.steps_room())
+                await _record(lease, name, ended, f"record the end of step {name} of")
+            raise
         await _record(lease, name, steps, f"record step {name} of")
     run.step(Step.AFTER_STEP_RECORD)
     return value
@@ -128,16 +136,18 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
     async def fill(transaction: Any) -> tuple[Any, Any]:
         writers.append(transaction)
         value = await call(transaction)
-        steps = lease.steps.with_entry(name, DONE, value)
+        steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
         return (value, steps), steps_recorded(name, steps[name])
 
-    sent = time.monotonic()
+    sent, left = time.monotonic(), max(0.1, run.time_left())  # each RPC cut when it is sent
     try:
         value, steps = await run.io.run_transaction(
-            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=run.rpc_budget()
+            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=left
         )
     except Exception:
-        snapshot = await run.io.read(run.key, action=f"check step {name} of")
+        # Bounded by what is left of the budget now, after the transaction's time.
+        action, left = f"check step {name} of", run.outcome_budget()
+        snapshot = await run.io.read(run.key, action=action, budget=left)
         record = snapshot.record
         if not written_by(record, lease.owner):
             run.finish(OutcomeKind.LEASE_LOST)

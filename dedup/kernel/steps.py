@@ -14,6 +14,13 @@ without calling `fn`.
 * `on_interrupted="skip"`: its start recorded, `fn(*args)`, its record (two writes). At most
   once: a later delivery that finds a start without an end raises `StepInterrupted`.
 
+Names and values are checked before they are written, as Firestore would
+(`dedup.platform.firestore_values`): a name it reserves (`__.*__`) is refused before `fn` runs,
+and a value it cannot store or would store as another type (a `Decimal`, a `set`, a `tuple`,
+nested arrays), or one past the limits below or the record's 1 MiB, raises a terminal error
+after `fn` ran once (an at-most-once step's end recorded first, without the value): the event
+ends failed, since a retry would meet the same refusal.
+
 The mismatch rule: each step is recorded with its place among the handler's steps (0, 1, ...)
 and its call's fingerprint (`fingerprint`: the function's qualified name, a hash of its
 arguments). A delivery must call the recorded steps in the recorded order, each with the
@@ -38,18 +45,28 @@ from google.cloud.firestore import GeoPoint
 from google.cloud.firestore_v1.base_document import BaseDocumentReference
 from google.cloud.firestore_v1.vector import Vector
 
-from dedup.errors import ConfigError, StepInterrupted, StepMismatch, StepTooLarge
-from dedup.kernel.record import STEP_NAME
+from dedup.errors import ConfigError, RecordRefused, StepInterrupted, StepMismatch, StepTooLarge
+from dedup.kernel.record import STEP_NAME, Field
+from dedup.platform.firestore_values import (
+    MAX_DOCUMENT_BYTES,
+    field_name_refusal,
+    refusal,
+    value_size,
+)
 
 MAX_STEP_BYTES = 64 * 1024
-"""The largest value one step may record (its JSON rendering, UTF-8)."""
+"""The largest value one step may record, as Firestore measures it
+(`dedup.platform.firestore_values.value_size`: an integer 8 bytes, a string its UTF-8 bytes + 1)."""
 MAX_STEPS = 100
 """The most steps one event may record."""
 MAX_STEPS_BYTES = 512 * 1024
-"""The most all steps of one event may hold together: half of Firestore's 1 MiB document,
-leaving the rest of the record (notes, result) room."""
+"""The most all steps of one event may hold together, measured the same way: half of
+Firestore's 1 MiB document, leaving the rest of the record (notes, result) room. The record
+with its steps must also fit in the document (`StepLog.with_entry`'s `room`)."""
 DONE, STARTED = "done", "started"
 """A recorded step's `state`: its value is recorded, or (at most once) only its start."""
+REFUSED = "refused"
+"""An at-most-once step recorded done without its value, which Firestore refused: `True`."""
 SKIP = "skip"
 """`on_interrupted="skip"`: the step runs at most once."""
 FN, ARGS = "fn", "args"
@@ -61,9 +78,13 @@ instance's monotonic clock, from when the write that last renewed the lease was 
 
 
 def check_name(name: object) -> None:
-    """Refuse (`ConfigError`) a step name that is not 1 to 100 of `[A-Za-z0-9_.-]`."""
+    """Refuse (`ConfigError`) a step name that is not 1 to 100 of `[A-Za-z0-9_.-]`, or that
+    Firestore reserves as a field name (`__.*__`): it is a key of the record's `steps`."""
     if not isinstance(name, str) or not re.fullmatch(STEP_NAME, name):
         raise ConfigError(f"step name {name!r} must be 1 to 100 of [A-Za-z0-9_.-]")
+    reason = field_name_refusal(name)
+    if reason is not None:
+        raise ConfigError(f"step name {name!r} cannot be a key of the record: {reason}")
 
 
 def step_key(key: str, name: str) -> str:
@@ -206,8 +227,13 @@ class StepLog:
         """(True, value) for a step recorded done, (False, None) for one to call now with the
         fingerprint `called`; its place is the number of steps this delivery called before it.
         Raises `StepMismatch` against the mismatch rule, `StepInterrupted` for an at-most-once
-        step started and never ended."""
-        check_name(name)
+        step started and never ended, `RecordRefused` for a name the record cannot hold (before
+        anything is called: no retry would change the name) or a step whose value was refused
+        (`with_entry`)."""
+        try:
+            check_name(name)
+        except ConfigError as exc:
+            raise RecordRefused(f"{path}: {exc}; its function is not called") from None
         index = len(self.called)
         if name in self.called:
             raise StepMismatch(f"{path}: step {name!r} is called twice by one delivery")
@@ -229,6 +255,12 @@ class StepLog:
             )
         _same_call(name, path, entry, called)
         if entry.get("state") == DONE:
+            if entry.get(REFUSED):
+                raise RecordRefused(
+                    f"{path}: step {name!r} ran on an earlier delivery and returned a value "
+                    "Firestore cannot store, so its end was recorded without it: it is not "
+                    "called again and has no value to give"
+                )
             return True, entry.get("value")
         raise StepInterrupted(
             f"{path}: step {name!r} runs at most once and an earlier delivery started it "
@@ -239,23 +271,51 @@ class StepLog:
         """The record now holds `steps` (a write of this delivery's committed)."""
         self.recorded = dict(steps)
 
-    def with_entry(self, name: str, state: str, value: Any = None) -> dict[str, Any]:
+    def with_entry(
+        self,
+        name: str,
+        state: str,
+        value: Any = None,
+        *,
+        room: int | None = None,
+        refused: bool = False,
+    ) -> dict[str, Any]:
         """The steps once `name` (called by this delivery) is recorded in `state`, at its own
-        place with its fingerprint; raises `StepTooLarge` past `MAX_STEP_BYTES`, `MAX_STEPS`
-        or `MAX_STEPS_BYTES`."""
+        place with its fingerprint, done with `value` (`refused`: done, its value left out
+        because it was refused). Raises `RecordRefused` for a value Firestore cannot store or
+        would store as another type (`dedup.platform.firestore_values.refusal`), `StepTooLarge`
+        past `MAX_STEP_BYTES`, `MAX_STEPS`, `MAX_STEPS_BYTES`, or `room`: the bytes the record
+        has for its `steps` (`dedup.kernel.room.steps_room`), so that the whole record stays
+        within Firestore's 1 MiB document. Sizes are measured as Firestore measures them."""
         entry: dict[str, Any] = {"index": self.called.index(name), "state": state}
         entry.update(self.calls[name])
-        if state == DONE:
+        if refused:
+            entry[REFUSED] = True
+        elif state == DONE:
+            reason = refusal(value, at=(Field.STEPS, name, "value"))
+            if reason is not None:
+                raise RecordRefused(
+                    f"step {name!r} returned a value Firestore cannot store as it is, "
+                    f"{reason}; its value is not recorded and the event fails, since a retry "
+                    "would return the same"
+                )
             entry["value"] = value
-            size = _size(value)
+            size = value_size(value)
             if size > MAX_STEP_BYTES:
                 raise StepTooLarge(f"step {name!r} returned {size} bytes, over {MAX_STEP_BYTES}")
         steps = {**self.recorded, name: entry}
         if len(steps) > MAX_STEPS:
             raise StepTooLarge(f"step {name!r} is step {len(steps)}, over {MAX_STEPS} steps")
-        if (total := _size(steps)) > MAX_STEPS_BYTES:
+        if (total := value_size(steps)) > MAX_STEPS_BYTES:
             raise StepTooLarge(
                 f"the steps with {name!r} hold {total} bytes, over {MAX_STEPS_BYTES}"
+            )
+        if room is not None and total > room:
+            whole = MAX_DOCUMENT_BYTES - room + total
+            raise StepTooLarge(
+                f"the record with step {name!r} would hold {whole} bytes, over Firestore's "
+                f"{MAX_DOCUMENT_BYTES} (a 1 MiB document; notes and the room kept for an error "
+                "counted)"
             )
         return steps
 
@@ -284,7 +344,3 @@ def _scrambled(recorded: Mapping[str, Any]) -> bool:
     places = sorted(entry.get("index", -1) for entry in recorded.values())
     legacy = any(FN not in entry for entry in recorded.values())
     return legacy and places != list(range(len(places)))
-
-
-def _size(value: Any) -> int:
-    return len(json.dumps(value, default=str, ensure_ascii=False).encode())

@@ -8,10 +8,11 @@ and `update` with `option=`, `retry=` and `timeout=`, batches, transactions); th
 lacks, a timeout on a transaction's own RPCs, is `dedup.platform.firestore_internals`.
 
 Every operation is bounded in time and either succeeds, reports the one expected conflict as a
-value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error. Conditional
-writes retry transient errors themselves, so they can tell the caller when an earlier try may
-have been applied although its response was lost (`Conflict.maybe_applied`): the caller then
-reads the record and recognises its own write by its owner token.
+value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error (a write refused
+as invalid: `RecordRefused`, terminal). Conditional writes retry transient errors
+themselves, so they can tell the caller when an earlier try may have been applied although its
+response was lost (`Conflict.maybe_applied`): the caller then reads the record and recognises
+its own write by its owner token.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from google.api_core.retry import AsyncRetry, Retry, if_exception_type
 from google.cloud import firestore
 from google.cloud.firestore import AsyncClient
 
-from dedup.errors import DatabaseMismatch, StoreUnavailable
+from dedup.errors import DatabaseMismatch, RecordRefused, StoreUnavailable
 from dedup.kernel.claims import PRECONDITION_ERRORS, TRANSIENT_ERRORS
 from dedup.kernel.delivery import KeyTurns, TurnTimeout, driven
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
@@ -322,12 +323,12 @@ def require_one_database(writer: Any, marker: Any, mode: str) -> None:
 
 class ConditionalTries:
     """The retry rule of one conditional write (sync or async): transient errors are retried
-    with backoff within the budget, the precondition failing is a `Conflict`, anything else
-    from Firestore is `StoreUnavailable`."""
+    with backoff within the budget, the precondition failing is a `Conflict`, a refused write
+    `RecordRefused` (terminal), anything else from Firestore `StoreUnavailable`."""
 
     def __init__(self, store: StoreBase[Any], action: str, key: str, budget: float | None):
-        """Tries of `action` on `key` through `store` (anything with `rpc_timeout_seconds` and
-        `unavailable`), for `budget` seconds (None: the store's RPC timeout)."""
+        """Tries of `action` on `key` through `store` (anything with `rpc_timeout_seconds`,
+        `unavailable` and `path`), for `budget` seconds (None: the store's RPC timeout)."""
         self._store = store
         self._action = action
         self._key = key
@@ -344,8 +345,9 @@ class ConditionalTries:
 
     def after(self, exc: Exception) -> float | Conflict:
         """After a try raised `exc`: the `Conflict` to return, or the pause before the next
-        try. Raises `StoreUnavailable` (chaining `exc`) when out of budget or not retryable,
-        and `exc` itself when it is not a Google API error."""
+        try. Raises `RecordRefused` for a write refused as invalid (`InvalidArgument`) or that
+        the client could not encode (`TypeError`, `ValueError`), `StoreUnavailable` (chaining
+        `exc`) when out of budget or not retryable, and `exc` itself for anything else."""
         if isinstance(exc, PRECONDITION_ERRORS):
             return Conflict(maybe_applied=self._maybe_applied)
         if isinstance(exc, TRANSIENT_ERRORS):
@@ -355,6 +357,11 @@ class ConditionalTries:
             if time.monotonic() + pause >= self._deadline:
                 raise self._store.unavailable(self._action, self._key, exc) from exc
             return pause
+        if isinstance(exc, api_exceptions.InvalidArgument | TypeError | ValueError):
+            raise RecordRefused(  # not an expired transaction: a conditional write is none
+                f"could not {self._action} {self._store.path(self._key)}: Firestore refused the "
+                f"write ({type(exc).__name__}: {exc}); a retry would be refused the same way"
+            ) from exc
         if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
             raise self._store.unavailable(self._action, self._key, exc) from exc
         raise exc

@@ -19,8 +19,6 @@ to spread sequential ids over key ranges (docs/capacity.md); part of the collect
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -152,36 +150,10 @@ SERVER_TIMESTAMP = firestore.SERVER_TIMESTAMP
 """Sentinel: the database's commit time, written by the server."""
 
 MAX_RESULT_BYTES = 512 * 1024
-"""A handler result larger than this (as JSON) is not stored: a record is one document, at
-most 1 MiB, and "sent" must always fit. The run still reports it; duplicates get None."""
-
-logger = logging.getLogger("dedup")
-
-
-def storable_result(result: object) -> dict[str, Any] | None:
-    """What of a handler's return value is stored in the record: a mapping as a dict; None
-    when it returned None, something that is not a mapping, or a mapping too large to store
-    (both logged). Never raises: the effect already happened, "sent" must be written."""
-    if result is None:
-        return None
-    if not isinstance(result, Mapping):
-        logger.warning(
-            "handler returned a %s, not a mapping: nothing stored with the record",
-            type(result).__name__,
-        )
-        return None
-    try:
-        size = len(json.dumps(result, default=str).encode("utf-8"))
-    except (TypeError, ValueError):
-        size = MAX_RESULT_BYTES + 1
-    if size > MAX_RESULT_BYTES:
-        logger.warning(
-            "handler result of %d bytes not stored (limit %d): duplicates get no result",
-            size,
-            MAX_RESULT_BYTES,
-        )
-        return None
-    return dict(result)
+"""A handler result larger than this, as Firestore measures it
+(`dedup.platform.firestore_values.value_size`), is not stored; nor is one that would take the
+record past Firestore's 1 MiB document (`dedup.kernel.room.storable_result`): "sent" must
+always fit. The run still reports it; duplicates get None."""
 
 
 def new_record(
@@ -290,8 +262,9 @@ def finished(
     reconciled: bool = False,
 ) -> Fields:
     """The record ends in a final state (sent, failed, dead or unknown); the lease is dropped.
-    A sent record keeps the handler's `result` (see `storable_result`); `reconciled`: "sent"
-    because `reconcile` found an earlier attempt's effect (the field is written only then)."""
+    A sent record keeps the handler's `result` (see `dedup.kernel.room.storable_result`);
+    `reconciled`: "sent" because `reconcile` found an earlier attempt's effect (the field is
+    written only then)."""
     sent = state is State.SENT
     fields: Fields = {
         Field.STATE: state.value,

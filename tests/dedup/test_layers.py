@@ -185,6 +185,7 @@ LAYERS: dict[str, int] = {
     "dedup.kernel.record": 0,
     "dedup.platform.strict_json": 0,
     "dedup.platform.document_ids": 0,
+    "dedup.platform.firestore_values": 0,
     "dedup.kinds.base": 0,
     "dedup.platform.firestore_internals": 0,
     "dedup.platform.firebase_internals": 0,
@@ -198,6 +199,7 @@ LAYERS: dict[str, int] = {
     # 1, types and decisions: claims, record writes, configuration, the kinds of events
     "dedup.kernel.claims": 1,
     "dedup.kernel.transitions": 1,
+    "dedup.kernel.room": 1,
     "dedup.config": 1,
     "dedup.kernel.delivery": 1,
     "dedup.aio.delivery": 1,
@@ -223,6 +225,7 @@ LAYERS: dict[str, int] = {
     "dedup.entrances.triggers": 6,
     "dedup.entrances.gate": 6,
     "dedup.entrances.answers": 6,
+    "dedup.entrances.answer_table": 6,
     "dedup.tasks": 6,
     "dedup.outbox": 6,
     "dedup.send": 6,

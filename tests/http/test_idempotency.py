@@ -12,7 +12,8 @@ from dedup.http.idempotency import (
     parse_key,
     scoped_event_id,
 )
-from dedup.kernel.transitions import MAX_RESULT_BYTES, storable_result
+from dedup.kernel.room import storable_result
+from dedup.kernel.transitions import MAX_RESULT_BYTES
 
 
 @pytest.mark.parametrize(
@@ -70,7 +71,7 @@ def test_a_response_round_trips_through_its_stored_form() -> None:
 def test_a_response_too_large_to_store_becomes_a_stub_that_fits() -> None:
     """A body too large for a record is stored as status, size and sha256, which
     `storable_result` keeps (it would drop the whole result otherwise)."""
-    body = b"\x01" * (MAX_RESULT_BYTES // 2)  # 4 characters each as stored: too large
+    body = b"\x01" * MAX_RESULT_BYTES  # its length as Firestore counts bytes: too large
     result = StoredResponse(200, body, "application/octet-stream", None).to_result()
     assert storable_result(result) == result
     stub = StoredResponse.from_result(result)
