@@ -43,7 +43,7 @@ HOLES = [
         "give-back erases ambiguity",
         "an ambiguous take-over that gives the lease back unstarted leaves a released lease; "
         "the next delivery runs the handler again: a second effect under on_ambiguous='skip'",
-        "dedup.kernel.lease._give_back_unstarted writes `released` (leaseStartedAt: null) after "
+        "dedup.kernel.lease._give_back_unstarted wrote `released` (leaseStartedAt: null) after "
         "an ambiguous take-over, and dedup.kernel.claims.takeover_ambiguous counts a released "
         "lease as not ambiguous",
         ("at-most-once",),
@@ -55,19 +55,18 @@ HOLES = [
         "a handler result under the library's 512 KiB of JSON but over Firestore's 1 MiB "
         "document (170,000 zeros: 8 bytes each to Firestore): 'sent' is refused, retried as an "
         "outage until the lease ends, and the handler reruns",
-        "dedup.kernel.transitions.storable_result measures a result as JSON (MAX_RESULT_BYTES), "
-        "and dedup.kernel.store.ConditionalTries.after wraps INVALID_ARGUMENT as StoreUnavailable",
+        "dedup.kernel.room.storable_result measured a result as JSON only (MAX_RESULT_BYTES), "
+        "not as Firestore measures the record",
         ("record-fits",),
         lambda d: "maximum entity size" in d,
         {"mode": "lease", "program": "big"},
-        open=True,
     ),
     Hole(
         "plain step after the lease",
         "a delivery whose lease ended (a pause, a slow answer) calls its next plain step's "
         "function; only the step's record write finds the lease lost",
-        "dedup.kernel.step_writes.run_step calls a plain step's function with no check of the "
-        "lease's end (Lease.ends)",
+        "dedup.kernel.step_writes.require_live did not check the lease's end (Lease.ends) "
+        "before a plain step's function is called",
         ("lease-fence",),
         lambda d: True,
         {"mode": "lease", "program": "steps"},
@@ -77,8 +76,8 @@ HOLES = [
         "steps named by their place in a list whose order changed between deliveries: a "
         "replay hands one item's recorded value to another, which is never charged, and the "
         "first is charged again under another key",
-        "dedup.kernel.steps.StepLog.replay matches a recorded step by name and place only, "
-        "never by its function or arguments",
+        "dedup.kernel.steps._same_call (StepLog.replay) did not compare a recorded step's "
+        "fingerprint (its function and arguments) with the call's",
         ("replay", "one-key"),
         lambda d: "@s" in d or "charge" in d,
         {"mode": "lease", "program": "steps"},
@@ -88,26 +87,23 @@ HOLES = [
         "a step whose value is a Decimal (the client cannot encode it), nested arrays or a name "
         "Firestore reserves (refused as INVALID_ARGUMENT) fails its record write, which is "
         "retried as an outage and the step runs again; a set comes back from a replay as a list",
-        "dedup.kernel.steps.StepLog.with_entry checks a value's JSON size only, "
-        "dedup.kernel.steps.check_name allows `__.*__`, and "
-        "dedup.kernel.store.ConditionalTries.after wraps INVALID_ARGUMENT as StoreUnavailable",
+        "dedup.kernel.steps.StepLog.with_entry checked a value's JSON size only (no refusal, "
+        "no room in the record), and dedup.kernel.steps.check_name allowed `__.*__`",
         ("record-fits", "replay"),
         lambda d: any(
-            mark in d for mark in ("odd", "__s0__", "cannot encode", "array value in an array")
+            mark in d
+            for mark in ("odd", "__s0__", "cannot encode", "array value in an array", "nested arr")
         ),
         {"mode": "lease", "program": "steps"},
-        open=True,
     ),
     Hole(
         "step check read past the budget",
         "after a transactional step's transaction failed, the record is read with the whole "
         "RPC timeout, not what is left of the budget",
-        "dedup.kernel.step_writes._transaction_once reads the record without `budget=` "
-        "(open: fixed on branch deadline)",
+        "dedup.kernel.step_writes._transaction_once read the record without `budget=`",
         ("budget",),
         lambda d: " sent get " in d and "(check step " in d,
         {"mode": "lease", "program": "steps"},
-        open=True,
     ),
     Hole(
         "stale deadline past the budget",
@@ -115,14 +111,12 @@ HOLES = [
         "conflict, a failed attempt's write after its read): after a slow answer or a pause "
         "it runs past the function's timeout",
         "dedup.kernel.lease.Lease.write, dedup.kernel.lease._claim and "
-        "dedup.kernel.atomic._record_failed_attempt reuse a round's budget for a second RPC "
-        "(open: fixed on branch deadline)",
+        "dedup.kernel.atomic._record_failed_attempt reused a round's budget for a second RPC",
         ("budget",),
         lambda d: (
             (" sent get " in d and "(check step " not in d) or "(record a failed attempt on)" in d
         ),
         {},
-        open=True,
     ),
 ]
 
