@@ -1,25 +1,26 @@
-"""The kernel's behaviour before the fixes of the holes in `sim.holes`, kept verbatim so that a
-test can put one back (`taken_back`) and check that the simulator still finds its hole.
+"""The kernel's behaviour before the fixes of the holes in `sim.holes`, put back one hole at a
+time (`taken_back`) so that a test can check that the simulator still finds each hole.
 
-Each function below is a copy of the kernel's as it was while its hole was open (the code of
-`dedup.kernel` at the time the simulator was written), with its module's names imported here.
-Putting one back replaces the kernel's function in every module that holds it by name (a copy
-reads the clock as `<module>.time`, the simulator's while a run goes on). When a
-fix moves the behaviour elsewhere, its copy here moves with it: the hole's test then fails,
-saying the simulator no longer finds it.
+Each function below is the fixed kernel's function that now holds a hole's fix, with exactly
+that fix taken out (the rest of it as the kernel has it now, so the other fixes stay in), with
+its module's names imported here. Putting one back replaces the kernel's function in every
+module that holds it by name (a copy reads the clock as `<module>.time`, the simulator's while
+a run goes on). When a fix moves to another function, its take-back moves with it: until then
+the hole's test fails, saying the simulator no longer finds it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from dedup.errors import LeaseLost, StepInterrupted, StepMismatch, StoreUnavailable
-from dedup.kernel import atomic, lease, step_writes, steps, transitions
+from dedup.errors import ConfigError, LeaseLost, StepTooLarge, StoreUnavailable
+from dedup.kernel import atomic, lease, room, step_writes, steps
 from dedup.kernel.claims import (
     AfterConflict,
     Claim,
@@ -30,9 +31,9 @@ from dedup.kernel.claims import (
     retry_age,
     written_by,
 )
-from dedup.kernel.delivery import Outcome, OutcomeKind, Step
-from dedup.kernel.record import State, error_text
-from dedup.kernel.steps import DONE, STARTED, check_name
+from dedup.kernel.delivery import Outcome, OutcomeKind
+from dedup.kernel.record import STEP_NAME, State, error_text
+from dedup.kernel.steps import DONE, MAX_STEP_BYTES, MAX_STEPS, MAX_STEPS_BYTES, REFUSED
 from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
     MAX_RESULT_BYTES,
@@ -45,20 +46,32 @@ from dedup.kernel.transitions import (
 
 
 async def give_back_unstarted(run: Any, lease_: Any) -> Outcome:
-    """`dedup.kernel.lease._give_back_unstarted` while the give-back erased an ambiguity."""
+    """`dedup.kernel.lease._give_back_unstarted` without its fix: the lease given back after an
+    ambiguous take-over is released as not ambiguous (`ambiguous` left False)."""
     error = "the time budget was spent claiming the lease; the handler did not start"
-    fields = released(error=error, expire_at=run.expire_at(), attempts=run.attempt - 1)
+    expire_at, attempts = run.expire_at(), run.attempt - 1
+    fields = released(error=error, expire_at=expire_at, attempts=attempts)
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
         await lease_.write(fields, State.IN_PROGRESS, "release", None)
     run.spent("start the handler of")
     raise AssertionError("unreachable: spent raises")
 
 
-def storable_result(result: object) -> dict[str, Any] | None:
-    """`dedup.kernel.transitions.storable_result` while it measured a result as JSON only."""
-    if result is None:
-        return None
-    if not isinstance(result, Mapping):
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, default=str, ensure_ascii=False).encode())
+
+
+def storable_result(
+    result: object,
+    run: Any = None,
+    *,
+    notes: Mapping[str, Any] | None = None,
+    steps: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """`dedup.kernel.room.storable_result` without its fix: a result measured as JSON only
+    (`MAX_RESULT_BYTES`), never as Firestore measures the record, and not checked for values
+    Firestore refuses."""
+    if result is None or not isinstance(result, Mapping):
         return None
     try:
         size = len(json.dumps(result, default=str).encode("utf-8"))
@@ -69,47 +82,54 @@ def storable_result(result: object) -> dict[str, Any] | None:
     return dict(result)
 
 
-async def run_step(lease_: Any, name: str, call: Any, *, transactional: bool, once: bool) -> Any:
-    """`dedup.kernel.step_writes.run_step` while a plain step's function was called with no
-    check of the lease's end."""
+def check_name(name: object) -> None:
+    """`dedup.kernel.steps.check_name` without its fix: a name Firestore reserves (`__.*__`) is
+    allowed."""
+    if not isinstance(name, str) or not re.fullmatch(STEP_NAME, name):
+        raise ConfigError(f"step name {name!r} must be 1 to 100 of [A-Za-z0-9_.-]")
+
+
+def with_entry(
+    self: Any,
+    name: str,
+    state: str,
+    value: Any = None,
+    *,
+    room: int | None = None,
+    refused: bool = False,
+) -> dict[str, Any]:
+    """`dedup.kernel.steps.StepLog.with_entry` without its fix: a value is measured as JSON,
+    never checked for what Firestore cannot store or would store as another type, and the
+    record's room is not counted."""
+    entry: dict[str, Any] = {"index": self.called.index(name), "state": state}
+    entry.update(self.calls[name])
+    if refused:
+        entry[REFUSED] = True
+    elif state == DONE:
+        entry["value"] = value
+        size = _json_size(value)
+        if size > MAX_STEP_BYTES:
+            raise StepTooLarge(f"step {name!r} returned {size} bytes, over {MAX_STEP_BYTES}")
+    entries = {**self.recorded, name: entry}
+    if len(entries) > MAX_STEPS:
+        raise StepTooLarge(f"step {name!r} is step {len(entries)}, over {MAX_STEPS} steps")
+    if (total := _json_size(entries)) > MAX_STEPS_BYTES:
+        raise StepTooLarge(f"the steps with {name!r} hold {total} bytes, over {MAX_STEPS_BYTES}")
+    return entries
+
+
+def require_live(lease_: Any, name: str) -> None:
+    """`dedup.kernel.step_writes.require_live` without its fix: no check of the lease's end
+    (`Lease.ends`) before a step's function is called; a step started after its delivery
+    ended is still refused (another fix)."""
     run = lease_.run
-    done, value = lease_.steps.replay(name, run.path)
-    if done:
-        return value
-    run.step(Step.BEFORE_STEP)
-    if once:
-        record = step_writes._record
-        await record(lease_, name, lease_.steps.with_entry(name, STARTED), f"start step {name} of")
-    if transactional:
-        value = await step_writes._in_transaction(lease_, name, call)
-    else:
-        value = await call(None)
-        run.step(Step.AFTER_STEP_CALL)
-        entry = lease_.steps.with_entry(name, DONE, value)
-        await step_writes._record(lease_, name, entry, f"record step {name} of")
-    run.step(Step.AFTER_STEP_RECORD)
-    return value
+    if run.outcome is not None:
+        raise LeaseLost(f"{run.path}: step {name!r} was started after its delivery ended")
 
 
-def replay(self: Any, name: str, path: str, *_: Any, **__: Any) -> tuple[bool, Any]:
-    """`dedup.kernel.steps.StepLog.replay` while a replay matched a step by name and place
-    only (extra arguments a later version passes, a fingerprint, are ignored)."""
-    check_name(name)
-    index = len(self.called)
-    if name in self.called:
-        raise StepMismatch(f"{path}: step {name!r} is called twice by one delivery")
-    self.called.append(name)
-    entry = self.recorded.get(name)
-    if entry is None:
-        other = next((n for n, e in self.recorded.items() if e.get("index") == index), None)
-        if other is not None:
-            raise StepMismatch(f"{path}: step {index} was recorded as {other!r}")
-        return False, None
-    if entry.get("index") != index:
-        raise StepMismatch(f"{path}: step {name!r} was recorded as step {entry.get('index')}")
-    if entry.get("state") == DONE:
-        return True, entry.get("value")
-    raise StepInterrupted(f"{path}: step {name!r} started without recording its end")
+def same_call(*_: Any) -> None:
+    """`dedup.kernel.steps._same_call` without its fix: a replay is never checked against the
+    recorded step's fingerprint (function and arguments), only by name and place."""
 
 
 async def lease_write(
@@ -159,24 +179,21 @@ async def lease_write(
 
 
 async def transaction_once(lease_: Any, name: str, call: Any) -> Any:
-    """`dedup.kernel.step_writes._transaction_once` while its check read had no `budget=`."""
+    """`dedup.kernel.step_writes._transaction_once` without its fix: the check read after a
+    failed transaction has no `budget=` (the whole RPC timeout)."""
     run = lease_.run
     writers: list[Any] = []
 
     async def fill(transaction: Any) -> tuple[Any, Any]:
         writers.append(transaction)
         value = await call(transaction)
-        entries = lease_.steps.with_entry(name, DONE, value)
+        entries = lease_.steps.with_entry(name, DONE, value, room=lease_.steps_room())
         return (value, entries), steps_recorded(name, entries[name])
 
-    sent = step_writes.time.monotonic()
+    sent, left = step_writes.time.monotonic(), max(0.1, run.time_left())
     try:
         value, entries = await run.io.run_transaction(
-            run.key,
-            fill,
-            lease_.token,
-            attempts=step_writes.TRANSACTION_ATTEMPTS,
-            budget=run.rpc_budget(),
+            run.key, fill, lease_.token, attempts=step_writes.TRANSACTION_ATTEMPTS, budget=left
         )
     except Exception:
         snapshot = await run.io.read(run.key, action=f"check step {name} of")
@@ -241,15 +258,16 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
 PUT_BACK: dict[str, list[tuple[Any, str, Callable[..., Any]]]] = {
     "give-back erases ambiguity": [(lease, "_give_back_unstarted", give_back_unstarted)],
     "result fits JSON, not the document": [
-        (transitions, "storable_result", storable_result),
+        (room, "storable_result", storable_result),
         (lease, "storable_result", storable_result),
         (atomic, "storable_result", storable_result),
     ],
-    "plain step after the lease": [
-        (step_writes, "run_step", run_step),
-        (lease, "run_step", run_step),
+    "plain step after the lease": [(step_writes, "require_live", require_live)],
+    "replay with other arguments": [(steps, "_same_call", same_call)],
+    "step values Firestore cannot keep": [
+        (steps, "check_name", check_name),
+        (steps.StepLog, "with_entry", with_entry),
     ],
-    "replay with other arguments": [(steps.StepLog, "replay", replay)],
     "step check read past the budget": [(step_writes, "_transaction_once", transaction_once)],
     "stale deadline past the budget": [
         (lease.Lease, "write", lease_write),

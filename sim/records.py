@@ -253,9 +253,7 @@ class SimRecords(StoreBase[SimClient]):
     def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
     ) -> datetime | Conflict:
-        return self._conditional(
-            action, key, Write("create", self.path(key), self.encoded(key, fields)), budget
-        )
+        return self._conditional(action, key, "create", fields, None, budget)
 
     def update_if_unchanged(
         self,
@@ -266,16 +264,25 @@ class SimRecords(StoreBase[SimClient]):
         action: str,
         budget: float | None = None,
     ) -> datetime | Conflict:
-        write = Write("update", self.path(key), self.encoded(key, fields), us_of(update_time))
-        return self._conditional(action, key, write, budget)
+        return self._conditional(action, key, "update", fields, us_of(update_time), budget)
 
     def _conditional(
-        self, action: str, key: str, write: Write, budget: float | None
+        self,
+        action: str,
+        key: str,
+        op: str,
+        fields: Fields,
+        guard: int | None,
+        budget: float | None,
     ) -> datetime | Conflict:
+        """One conditional write as `RecordStore` makes it: the client encodes `fields` inside
+        each try (a `TypeError` goes to `ConditionalTries.after`, as from `ref.update`)."""
         tries = ConditionalTries(self, action, key, budget)
+        path = self.path(key)
         while True:
             try:
-                return self.write([write], f"{write.op} {write.path} ({action})", tries.timeout())
+                write = Write(op, path, self.encoded(key, fields), guard)
+                return self.write([write], f"{op} {path} ({action})", tries.timeout())
             except Exception as exc:
                 pause = tries.after(exc)
             if isinstance(pause, Conflict):

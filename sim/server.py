@@ -10,6 +10,11 @@ Rules, each from Firestore's documentation:
   `ALREADY_EXISTS` on an existing document; an update carries exists=true (`NOT_FOUND` on a
   missing one) or an update time (`FAILED_PRECONDITION` when the document was written since,
   or is missing).
+* **Updates by field path** (https://firebase.google.com/docs/firestore/manage-data/add-data,
+  "Update fields in nested objects"): each key of an update is a field path, its names
+  joined by "." (a name quoted in backticks may hold any character); `a.b` changes field `b`
+  of map `a` and leaves `a`'s other fields as they were (the client's `parse_field_path`
+  splits a path). A create's or a set's keys are field names.
 * **Atomic commits** (https://firebase.google.com/docs/firestore/manage-data/transactions,
   "Batched writes"): every write of a commit applies, or none; at most 500 writes.
 * **Server timestamps and read times** come from the database's clock: a commit's time is
@@ -37,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.api_core import exceptions as api
+from google.cloud.firestore_v1.field_path import parse_field_path
 
 from sim.values import (
     MAX_DOCUMENT_BYTES,
@@ -76,6 +82,40 @@ class Write:
     path: str
     data: dict[str, Any] | None = None
     guard: int | None = None
+
+
+def by_paths(fields: dict[str, Any]) -> dict[str, Any]:
+    """An update's `fields` (keys: field paths) as the nested maps it writes: `{"a.b": 1}` is
+    `{"a": {"b": 1}}`, marked as a partial map (`Partial`) for `merged`."""
+    if not any("." in key or "`" in key for key in fields):
+        return fields
+    nested: dict[str, Any] = {}
+    for key, value in fields.items():
+        *parents, last = parse_field_path(key)
+        into = nested
+        for name in parents:
+            inner = into.get(name)
+            if type(inner) is not Partial:
+                inner = into[name] = Partial()
+            into = inner
+        into[last] = value
+    return nested
+
+
+class Partial(dict[str, Any]):
+    """Part of a map an update writes by field path: merged into the stored map, not put in
+    its place."""
+
+
+def merged(current: dict[str, Any], written: dict[str, Any]) -> dict[str, Any]:
+    """`current` with an update's `written` fields (from `by_paths`) put in."""
+    result = dict(current)
+    for key, value in written.items():
+        if type(value) is Partial:
+            inner = result.get(key)
+            value = merged(inner if isinstance(inner, dict) else {}, value)
+        result[key] = value
+    return result
 
 
 @dataclass
@@ -199,15 +239,18 @@ class Server:
                     raise api.Aborted(f"{path} changed since the transaction read it.")
         if self.mode == PESSIMISTIC:
             self._wait_for_locks(writes, txn, now)
-        for write in writes:
-            reason = refusal(write.data) if write.data is not None else None
+        fields = [
+            by_paths(w.data) if w.op == "update" and w.data is not None else w.data for w in writes
+        ]
+        for write, data in zip(writes, fields, strict=True):
+            reason = refusal(data) if data is not None else None
             if reason is not None:
                 self.refusals.append((write.path, reason))
                 raise api.InvalidArgument(reason)
         staged: dict[str, tuple[dict[str, Any], int] | None] = {}
-        for write in writes:
+        for write, data in zip(writes, fields, strict=True):
             current = staged[write.path] if write.path in staged else self.docs.get(write.path)
-            staged[write.path] = self._staged(write, current)
+            staged[write.path] = self._staged(write, data, current)
         stamp = max(now, self.last_commit + 1)
         result: dict[str, dict[str, Any] | None] = {}
         for path, staged_doc in staged.items():
@@ -231,7 +274,9 @@ class Server:
             self._end(txn, "done")
         return stamp
 
-    def _staged(self, write: Write, current: Any) -> tuple[dict[str, Any], int] | None:
+    def _staged(
+        self, write: Write, written: dict[str, Any] | None, current: Any
+    ) -> tuple[dict[str, Any], int] | None:
         if write.op == "create" and current is not None:
             raise api.AlreadyExists(f"Document already exists: {write.path}")
         if write.op == "update":
@@ -241,9 +286,9 @@ class Server:
                 raise api.NotFound(f"No document to update: {write.path}")
         if write.op == "delete":
             return None
-        data = dict(write.data or {})
+        data = dict(written or {})
         if write.op == "update":
-            data = {**current[0], **data}
+            data = merged(current[0], data)
         return data, 0
 
     def _wait_for_locks(self, writes: list[Write], txn: Txn | None, now: int) -> None:

@@ -1,76 +1,76 @@
 """Firestore's values as the simulated store keeps them: what the client can encode, what the
 server refuses, and how large a document is.
 
-Each rule is Firestore's documented one:
+Firestore's size rules and refusals live in one place, the library's own
+`dedup.platform.firestore_values` (each rule cited there): the server here refuses what
+`field_name_refusal` and `refusal` refuse and measures documents with its sizes
+(`tests/sim/test_values.py` checks the two agree). What this module adds is what that one does
+not model:
 
 * **Encoding** (client side, before any RPC): google-cloud-firestore's `encode_value` takes
   None, bool, int, float, str, bytes, datetime, lists (and tuples, sets, frozensets, sent as
   arrays: read back as lists), maps with string keys and the `SERVER_TIMESTAMP` sentinel;
   anything else (a `Decimal`) raises `TypeError` before the request leaves
-  (google/cloud/firestore_v1/_helpers.py, `encode_value`).
-* **Refusals** (server side, `INVALID_ARGUMENT`, nothing of the commit applied):
-  - an array directly inside an array: "an array cannot contain another array value"
-    (https://firebase.google.com/docs/firestore/manage-data/data-types, Arrays);
-  - a field name matching `__.*__`: reserved
-    (https://firebase.google.com/docs/firestore/quotas, "Constraints on field names");
-  - maps and arrays nested deeper than 20 levels ("Maximum depth of fields in a map or
-    array: 20", same page);
-  - a document over 1 MiB, 1,048,576 bytes ("Maximum size for a document", same page).
-* **Sizes** (https://firebase.google.com/docs/firestore/storage-size): a string is its UTF-8
-  bytes + 1; a boolean and a null 1; an integer, a float and a timestamp 8; bytes their length;
-  an array the sum of its values; a map the sum of its keys (as strings) and values. A
-  document name is the sum of its collection and document ids (as strings) + 16; a document
-  is its name + the sum of its field names (as strings) and values + 32.
+  (google/cloud/firestore_v1/_helpers.py, `encode_value`). So the server never sees what the
+  client cannot encode, and checks the rest as stored: `round_trip=False` (a tuple is an
+  array).
+* **Speed**: a handler's long result (`[0] * 170_000`) is written on every retry of its
+  write, and the module measures it item by item (about a microsecond each). A long list of
+  numbers of one type (`int` or `float`) is measured at C speed and judged by the module on
+  its two extremes and one item: its size is `len` times the module's size of one item (every
+  number is the same size to it), its verdict the module's on `[min, max]` (a number's only
+  refusal is its range). Any other long list is measured by the module once while it lives,
+  kept by identity (the simulator's handlers never change a value they returned).
 
-Not modelled: the 40,000 index entries a document may produce, the 1,500-byte field path,
-GeoPoints, references and vectors (nothing here writes them).
+Not modelled: the 40,000 index entries a document may produce, GeoPoints, references and
+vectors (nothing here writes them).
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 
+from dedup.platform import firestore_values as fv
+
 SERVER_TIMESTAMP = firestore.SERVER_TIMESTAMP
+MAX_DOCUMENT_BYTES = fv.MAX_DOCUMENT_BYTES
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+LONG = 1000
+"""A list at least this long is measured once while it lives (`_long`)."""
+
+_LONG: dict[tuple[int, str], tuple[Any, Any]] = {}
+"""(id, what) of long lists seen lately: (the list, what was found of it)."""
 
 
-_LONG: dict[int, tuple[Any, frozenset[type]]] = {}
-"""The item types of long lists seen lately, by identity: a long result is written again on
-every retry of its write, and each check would cost milliseconds."""
+def _numbers(items: list[Any]) -> list[Any] | None:
+    """`[min, max]` of a list of numbers of one type (`int` or `float`, not `bool`), else None:
+    to `dedup.platform.firestore_values` each such number is the same size, and refused only
+    for its range."""
+    kinds = frozenset(map(type, items))
+    if kinds == {int} or kinds == {float}:
+        return [min(items), max(items)]
+    return None
 
 
-def _kinds(items: Any) -> frozenset[type]:
-    if len(items) < 1000:
-        return frozenset(map(type, items))
-    found = _LONG.get(id(items))
+def _long(items: list[Any], what: str, measure: Callable[[list[Any]], Any]) -> Any:
+    """`measure(items)`, kept by the list's identity while the list lives."""
+    found = _LONG.get((id(items), what))
     if found is None or found[0] is not items:
         if len(_LONG) > 64:
             _LONG.clear()
-        found = _LONG[id(items)] = (items, frozenset(map(type, items)))
+        found = _LONG[(id(items), what)] = (items, measure(items))
     return found[1]
 
 
-def _scalars(items: Any) -> bool:
-    """Every item is a scalar (checked at C speed: a 170,000-item list costs milliseconds)."""
-    return _kinds(items) <= _SCALARS
-
-
-MAX_DOCUMENT_BYTES = 1_048_576
-MAX_DEPTH = 20
-_RESERVED = re.compile(r"(?s)__.*__")
-
-
-class Refused(Exception):
-    """The server refuses a write as INVALID_ARGUMENT (`reason` says why)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+def _scalars(items: list[Any]) -> bool:
+    """Every item is a scalar (checked at C speed, once for a long list)."""
+    if len(items) < LONG:
+        return frozenset(map(type, items)) <= _SCALARS
+    return bool(_long(items, "scalars", lambda i: frozenset(map(type, i)) <= _SCALARS))
 
 
 def encode(value: Any) -> Any:
@@ -89,7 +89,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, list | tuple | set | frozenset):
         if type(value) is list and _scalars(value):
             return value  # shared, not copied: the simulator's handlers never change a value
-        if _scalars(value):
+        if _scalars(list(value)):
             return list(value)
         return [encode(v) for v in value]
     if isinstance(value, str | int | float | bytes | datetime):
@@ -103,107 +103,66 @@ def _key(key: Any) -> str:
     return key
 
 
-_NAMES_SEEN: dict[str, bool] = {}
-
-
-def _reserved(name: str) -> bool:
-    found = _NAMES_SEEN.get(name)
-    if found is None:
-        found = _NAMES_SEEN[name] = _RESERVED.fullmatch(name) is not None
-        if len(_NAMES_SEEN) > 10_000:
-            _NAMES_SEEN.clear()
-    return found
-
-
 def refusal(fields: dict[str, Any]) -> str | None:
-    """Why the server refuses a write of `fields` (reserved names, nested arrays, depth), or
-    None; the document's size is checked on the result (`document_size`)."""
+    """Why the server refuses a write of `fields` (as encoded; nested maps for an update's
+    field paths), as `INVALID_ARGUMENT`, or None: `dedup.platform.firestore_values`' refusals
+    of names and values. The document's size is checked on the result (`document_size`)."""
     for name, value in fields.items():
-        if _reserved(name):
-            return f"field name {name!r} is reserved"
-        if type(value) is not dict and type(value) is not list:
-            continue
-        found = _refusal_in(value, 1, in_array=False)
-        if found is not None:
-            return f"{name}: {found}"
+        if value is SERVER_TIMESTAMP:  # a transform the server applies, not a value
+            reason = fv.field_name_refusal(name)
+        else:
+            reason = fv.field_name_refusal(name) or _value_refusal(value, name)
+        if reason is not None:
+            return f"field {name!r}: {reason}"
     return None
 
 
-def _refusal_in(value: Any, depth: int, *, in_array: bool) -> str | None:
-    if isinstance(value, dict):
-        if depth > MAX_DEPTH:
-            return "maps and arrays nest deeper than 20 levels"
+def _value_refusal(value: Any, name: str) -> str | None:
+    if value is None or type(value) is bool or type(value) is float:
+        return None
+    if type(value) is dict and any(
+        type(v) is list and len(v) >= LONG for v in value.values()
+    ):  # a long result: its lists measured once
         for key, item in value.items():
-            if _reserved(key):
-                return f"field name {key!r} is reserved"
-            found = _refusal_in(item, depth + 1, in_array=False)
-            if found is not None:
-                return found
-    elif isinstance(value, list):
-        if in_array:
-            return "Cannot convert an array value in an array value"
-        if depth > MAX_DEPTH:
-            return "maps and arrays nest deeper than 20 levels"
-        if _scalars(value):
-            return None
-        for item in value:
-            if isinstance(item, dict | list):
-                found = _refusal_in(item, depth + 1, in_array=True)
-                if found is not None:
-                    return found
-    return None
+            reason = fv.field_name_refusal(key) or _value_refusal_at(item, (name, key))
+            if reason is not None:
+                return reason
+        return None
+    return fv.refusal(value, at=(name,), round_trip=False)
+
+
+def _value_refusal_at(value: Any, at: tuple[str, ...]) -> str | None:
+    if type(value) is list and len(value) >= LONG:
+        return _long(
+            value, f"refusal{at}", lambda v: fv.refusal(_numbers(v) or v, at=at, round_trip=False)
+        )
+    return fv.refusal(value, at=at, round_trip=False)
 
 
 def value_size(value: Any) -> int:
-    """The storage size of one value (storage-size rules above)."""
+    """The storage size of one value (`dedup.platform.firestore_values.value_size`; a map's
+    long lists measured once while they live)."""
     kind = type(value)
-    if kind is str:
-        return len(value.encode("utf-8", "surrogatepass")) + 1
-    if kind is int or kind is float:
-        return 8
-    if kind is bool or value is None:
-        return 1
-    if kind is list:
-        kinds = _kinds(value)
-        if kinds <= {int, float}:
-            return 8 * len(value)
-        return sum(value_size(v) for v in value)
-    if kind is dict:
-        total = 0
-        for k, v in value.items():
-            total += len(k.encode("utf-8", "surrogatepass")) + 1
-            kv = type(v)
-            if kv is int or kv is float or kv is datetime or kv is DatetimeWithNanoseconds:
-                total += 8
-            elif kv is str:
-                total += len(v.encode("utf-8", "surrogatepass")) + 1
-            elif v is None or kv is bool:
-                total += 1
-            else:
-                total += value_size(v)
-        return total
-    if kind is bytes:
-        return len(value)
-    if isinstance(value, datetime):
-        return 8
-    return value_size(encode(value))
+    if kind is dict and any(_holds_long(v) for v in value.values()):
+        return sum(fv.string_size(k) + value_size(v) for k, v in value.items())
+    if kind is list and len(value) >= LONG:
+        return int(_long(value, "size", _list_size))
+    return fv.value_size(value)
 
 
-def name_size(path: str) -> int:
-    """The size of a document's name: its ids, each as a string, + 16."""
-    return sum(len(part.encode("utf-8", "surrogatepass")) + 1 for part in path.split("/")) + 16
+def _holds_long(value: Any) -> bool:
+    """`value` is a long list, or a map holding one (as a handler's result does)."""
+    if type(value) is list:
+        return len(value) >= LONG
+    return type(value) is dict and any(type(v) is list and len(v) >= LONG for v in value.values())
+
+
+def _list_size(items: list[Any]) -> int:
+    extremes = _numbers(items)
+    return fv.value_size(items) if extremes is None else len(items) * fv.value_size(extremes[0])
 
 
 def document_size(path: str, data: dict[str, Any]) -> int:
-    """The storage size of the document at `path` holding `data`."""
-    return name_size(path) + value_size(data) + 32
-
-
-def frozen(value: Any) -> Any:
-    """A copy of an encoded value that later changes to the caller's objects cannot reach."""
-    kind = type(value)
-    if kind is dict:
-        return {k: frozen(v) for k, v in value.items()}
-    if kind is list:
-        return value if _scalars(value) else [frozen(v) for v in value]
-    return value
+    """The storage size of the document at `path` holding `data`
+    (`dedup.platform.firestore_values.document_size`)."""
+    return fv.document_name_size(path) + value_size(data) + fv.DOCUMENT_EXTRA

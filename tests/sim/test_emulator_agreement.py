@@ -154,7 +154,25 @@ def transaction_conflict(store: Store, path: str) -> list[Any]:
     return [seen, outside, committed, store.read(path)[0]]
 
 
-SCENARIOS = [race_of_two_creates, lost_response, take_over, transaction_conflict]
+def update_by_field_path(store: Store, path: str) -> list[Any]:
+    """An update's keys are field paths: `steps.`a.b`` (a name quoted in backticks, holding a
+    ".") writes that one entry of the `steps` map and keeps the others, as a step's record
+    write does (`dedup.kernel.transitions.steps_recorded`); a path into a missing map makes
+    it; a reserved name inside the map is refused."""
+    first = store.create(path, {"owner": "a", "steps": {"s0": {"index": 0}}})
+    second = store.update(path, {"steps.`s1.x`": {"index": 1}, "owner": "a"}, first)
+    third = store.update(path, {"extra.`k`": 1}, second)
+    refused = outcome(lambda: store.update(path, {"steps.`__s2__`": {"index": 2}}, third))
+    return [refused, store.read(path)[0]]
+
+
+SCENARIOS = [
+    race_of_two_creates,
+    lost_response,
+    take_over,
+    transaction_conflict,
+    update_by_field_path,
+]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])

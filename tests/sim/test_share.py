@@ -1,7 +1,7 @@
 """`make test`'s share of the simulator (docs/simulation.md): a fixed range of seeds on each
-concurrency mode, the real kernel under faults on virtual time. Every violation must be one of
-the holes the simulator knows (`sim.holes`); anything else fails, with the seed that replays
-it (`make simulate SEED=<n>`)."""
+concurrency mode, the real kernel under faults on virtual time. Any violation fails, with the
+seed that replays it (`make simulate SEED=<n>`): the fixed holes (`sim.holes`) excuse nothing;
+only a hole still `open` (its fix not merged yet) does, until its fix merges."""
 
 from __future__ import annotations
 
