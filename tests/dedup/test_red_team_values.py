@@ -1,4 +1,4 @@
-"""Values Firestore refuses, at each write of the record (issue 57, items 2 and 3), on the
+"""Values Firestore refuses, at each write of the record, on the
 Firestore emulator, as the red team ran them: short leases, the platform delivering again
 after every exception until a delivery returns.
 
