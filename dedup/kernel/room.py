@@ -21,6 +21,7 @@ from dedup.kernel.record import MAX_ERROR_CHARS, Field, State
 from dedup.kernel.transitions import MAX_RESULT_BYTES, SERVER_TIMESTAMP, first_write
 from dedup.platform.firestore_values import (
     MAX_DOCUMENT_BYTES,
+    NULL_BYTES,
     document_size,
     refusal,
     string_size,
@@ -43,9 +44,8 @@ def record_size(
     *,
     notes: Mapping[str, Any] | None = None,
     steps: Mapping[str, Any] | None = None,
-    result: Mapping[str, Any] | None = None,
 ) -> int:
-    """The most the record of `run` may hold with these `notes`, `steps` and `result`, as
+    """The most the record of `run` may hold with these `notes` and `steps` and a null result, as
     Firestore measures a document (`dedup.platform.firestore_values.document_size`): every
     other field at its largest (`lastError` at `ERROR_ROOM_BYTES`, every timestamp set, a
     trace id, `reconciled`). Firestore stores at most `MAX_DOCUMENT_BYTES`."""
@@ -54,7 +54,7 @@ def record_size(
     )
     fields[Field.SENT_AT] = SERVER_TIMESTAMP
     fields[Field.TRACE_ID] = "0" * 32
-    fields[Field.RESULT] = None if result is None else dict(result)
+    fields[Field.RESULT] = None
     fields[Field.RECONCILED] = True
     if notes:
         fields[Field.NOTES] = dict(notes)
@@ -103,8 +103,8 @@ def storable_result(
             MAX_RESULT_BYTES,
         )
         return None
-    if run is not None:
-        total = record_size(run, notes=notes, steps=steps, result=stored)
+    if run is not None:  # the record with a null result, the null (1 byte) replaced by it
+        total = record_size(run, notes=notes, steps=steps) - NULL_BYTES + size
         if total > MAX_DOCUMENT_BYTES:
             logger.warning(
                 "%shandler result of %d bytes not stored: the record would hold %d bytes with "
