@@ -34,7 +34,8 @@ refused then, with the `ConfigError` that names the value to set.
 - `firebase_functions.pubsub_fn._message_handler(func, raw)`: the same for
   `on_message_published` (it rewrites the raw data in place, so it runs once per event).
 - `__firebase_endpoint__`, which every firebase-functions decorator sets on the function it
-  returns (its discovery finds the functions of main.py by it): `platform_wrapped`.
+  returns (its discovery finds the functions of main.py by it): `platform_wrapped`; and its
+  `timeoutSeconds` (the decorator's `timeout_sec`, else the global one): `declared_timeout`.
 """
 
 from __future__ import annotations
