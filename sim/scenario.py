@@ -22,7 +22,7 @@ PROGRAMS = {
 BIG_RESULTS = 0.005
 """The share of lease and transaction runs whose handler returns a long list of zeros, kept
 rare: the kernel measures a result item by item (`dedup.kernel.room.storable_result`, about a
-third of a second of CPU for 170,000 zeros here), so at 0.5% they take half of the
+quarter of a second of CPU for 170,000 zeros here), so at 0.5% they take a large share of the
 simulator's time."""
 ODD_VALUES = 0.05
 """The share of step handlers with one step whose value or name Firestore would not keep as
