@@ -83,12 +83,21 @@ class OwnFirestore:
         log.close()
         while time.monotonic() - started < within:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the Firestore emulator exited; see {self.workdir}")
+                raise self._exited()
             with suppress(requests.RequestException):
                 if requests.get(f"http://{self.host}/", timeout=1).ok:
                     return time.monotonic() - started
             time.sleep(0.1)
         raise RuntimeError(f"the Firestore emulator did not answer within {within:.0f} s")
+
+    def _exited(self) -> RuntimeError:
+        """The error for an emulator that exited while starting, with its log's last lines."""
+        log = (self.workdir / "firestore.log").read_text(errors="replace").splitlines()
+        cause = next((line for line in log if "Exception" in line), "no exception logged")
+        error = PortTaken if "Address already in use" in cause else RuntimeError
+        return error(
+            f"the Firestore emulator on port {self.port} exited: {cause}; see {self.workdir}"
+        )
 
     def stop(self) -> None:
         """Export the data, then kill the emulator: every RPC to it now fails."""
@@ -114,11 +123,25 @@ class OwnFirestore:
             self.process = None
 
 
+class PortTaken(RuntimeError):
+    """The emulator could not bind its port: another process took it first."""
+
+
 @contextmanager
 def own_firestore(workdir: Path) -> Iterator[OwnFirestore]:
-    """A running `OwnFirestore` on a free port, killed when the block ends."""
-    emulator = OwnFirestore(free_port(), workdir, find_java())
-    emulator.start()
+    """A running `OwnFirestore` on a free port, killed when the block ends.
+
+    A port another process binds between `free_port` and the emulator's start is given up for
+    another one (three tries); any other exit while starting raises with the emulator's error.
+    """
+    for tries_left in reversed(range(3)):
+        emulator = OwnFirestore(free_port(), workdir, find_java())
+        try:
+            emulator.start()
+            break
+        except PortTaken:
+            if not tries_left:
+                raise
     try:
         yield emulator
     finally:

@@ -9,6 +9,7 @@ crash.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -27,11 +28,30 @@ ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_FRAMEWORK = Path(sys.executable).parent / "functions-framework"
 
 
+FREE_PORTS = range(10_000, 28_000)
+"""Where `free_port` looks: below Linux's ephemeral range (32768 to 60999 by default), above
+the emulators' fixed ports and the band the Functions emulator gives its workers (8081 to
+9200, `tests.ports`)."""
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nobody listens on right now, which no outgoing connection can take.
+
+    Asking the kernel for port 0 hands out a port of its ephemeral range, the same range it
+    takes the local ends of outgoing connections from. On a busy machine (a storm test opens
+    thousands of connections) one of those took the port between this answer and the server's
+    bind, and the server (a Firestore emulator) exited with "Address already in use". A port
+    of `FREE_PORTS`, below that range, is taken only by whoever asks for it by number.
+    """
+    for _ in range(1000):
+        port = random.choice(FREE_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {FREE_PORTS.start}..{FREE_PORTS.stop - 1}")
 
 
 @dataclass
