@@ -34,10 +34,10 @@ from firebase_functions.https_fn import CallableRequest, FunctionsErrorCode, Htt
 
 from dedup.entrances.answer_table import Case, Door, answer, case_of, refusal_status
 from dedup.entrances.gate import TASKS, gate
+from dedup.entrances.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.errors import LeaseHeld, StoreUnavailable
 from dedup.kernel.delivery import Delivery
 from dedup.kernel.record import RERUN, Mode
-from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.platform.propagation import continued, from_headers
 
 if TYPE_CHECKING:

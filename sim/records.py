@@ -16,8 +16,9 @@ What is the client library's and what is the kernel's, kept apart as in producti
   (`dedup.platform.firestore_internals`); values are encoded as `encode_value` does
   (`sim.values.encode`: a `Decimal` is a `TypeError` before any RPC).
 
-`SimRecords` is the sync `Records` a `Deduplicator(records=...)` is given; `SimFlowIO` is the
-async `FlowIO` of an `AsyncDeduplicator(records=...)`, the same operations awaited.
+`SimRecords` does the record operations as plain calls; `SimFlowIO` is the `FlowIO` of either
+front door (`records=...`) over them, whose awaits never suspend (a pause or a turn switches
+greenlets).
 """
 
 from __future__ import annotations
@@ -173,7 +174,8 @@ class AsyncSimTransaction(SimTransaction):
 
 
 class SimRecords(StoreBase[SimClient]):
-    """The record operations of `dedup.kernel.flow_io.Records` over the simulated server."""
+    """The record operations of `dedup.kernel.flow_io.RecordIO`, as plain calls, over the
+    simulated server."""
 
     def __init__(
         self, world: Any, collection: str, *, rpc_timeout_seconds: float, awaited: bool
@@ -357,8 +359,8 @@ class SimRecords(StoreBase[SimClient]):
 
 
 class SimFlowIO:
-    """`SimRecords` awaited, with the pacing of an instance: the `FlowIO` of an
-    `AsyncDeduplicator(records=...)`."""
+    """`SimRecords` awaited, with the pacing of an instance: the `FlowIO` of a
+    `Deduplicator(records=...)` or an `AsyncDeduplicator(records=...)`."""
 
     def __init__(self, records: SimRecords) -> None:
         self.records = records

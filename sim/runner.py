@@ -226,10 +226,8 @@ class Platform:
             instance.front = AsyncDeduplicator(
                 config, records=SimFlowIO(records), telemetry=TELEMETRY
             )
-        else:
-            front = Deduplicator(config, records=records, telemetry=TELEMETRY)
-            front._records.turns = seams.SimTurns(world)  # BlockingIO's KeyTurns: no seam
-            instance.front = front
+        else:  # its pauses and turns switch greenlets, never suspend: the sync door drives it
+            instance.front = Deduplicator(config, records=SimFlowIO(records), telemetry=TELEMETRY)
 
     def body(self, instance: Instance, event: str) -> Any:
         front, scenario = instance.front, self.scenario

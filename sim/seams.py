@@ -5,9 +5,8 @@ What the kernel offers as a seam, and what it does not (docs/simulation.md):
 
 * `DedupConfig.clock` (the instance's wall clock, for `expireAt` and the maximum event age) is
   injectable: each simulated instance gets its own, skewed or standing still.
-* The sync front door's pauses and per-key turns go through `BlockingIO` (`time.sleep`, a
-  `KeyTurns`), the async one's through its `FlowIO` (`sleep`, `turn`): the simulated store
-  serves both.
+* Both front doors pause and take per-key turns through their `FlowIO` (`sleep`, `turn`):
+  the simulated store's (`sim.records.SimFlowIO`) serves both, on virtual time.
 * **No seam**: the kernel reads `time.monotonic()` directly for its time budget, lease ends and
   retry deadlines (`dedup.kernel.run`, `lease`, `store`, `step_writes`, `atomic`); draws its
   backoff jitter from the `random` module (`dedup.kernel.store.backoff`) and owner tokens from
@@ -17,8 +16,6 @@ What the kernel offers as a seam, and what it does not (docs/simulation.md):
   builtin `time.monotonic`, bound when `dedup.kernel.run` was imported; no module name
   reaches it. The simulator sets `started` again at the top of `Run.__post_init__` (before the
   deadline is computed from it).
-* `Deduplicator(records=...)` builds its `KeyTurns` itself (`BlockingIO.turns`); the simulator
-  replaces that attribute with a turn table on virtual time (`SimTurns`).
 """
 
 from __future__ import annotations
@@ -29,8 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dedup.kernel import atomic, delivery, lease, run, step_writes, store
-from dedup.kernel.delivery import KeyTurns
+from dedup.kernel import atomic, lease, run, step_writes, store
+from dedup.kernel.turns import KeyTurns
 
 CURRENT: Any = None
 """The world of the run going on (`sim.world.World`)."""
@@ -85,7 +82,7 @@ def _post_init(self: run.Run) -> None:
 
 
 _PATCHES: list[tuple[Any, str, Any]] = [
-    *((module, "time", _Time) for module in (run, lease, store, step_writes, atomic, delivery)),
+    *((module, "time", _Time) for module in (run, lease, store, step_writes, atomic)),
     (store, "random", _Random),
     (lease, "uuid", _Uuid),
     (atomic, "uuid", _Uuid),
@@ -107,7 +104,7 @@ def kernel_seams() -> Iterator[None]:
 
 
 class SimTurns(KeyTurns):
-    """An instance's per-key turns on virtual time, for `BlockingIO` (the sync front door)."""
+    """An instance's per-key turns on virtual time (`sim.records.SimFlowIO.turn`)."""
 
     def __init__(self, world: Any) -> None:
         super().__init__()

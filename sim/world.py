@@ -268,7 +268,7 @@ class World:
         waiting = self.current_turns(task, key)
         if task in waiting[1:]:
             waiting.remove(task)
-            from dedup.kernel.delivery import TurnTimeout
+            from dedup.kernel.turns import TurnTimeout
 
             self._resume(task, TurnTimeout(f"no turn on {key}"))
 

@@ -1,7 +1,10 @@
 """An in-memory dedup store behind the flows' protocol (`dedup.kernel.flow_io`), for fast tests.
 
-`MemoryStore` is a sync `Records` store, `AsyncMemoryStore` its async twin (`RecordIO` plus
-pacing) over the same documents. They keep what the flows rely on from Firestore:
+`MemoryStore` is a `FlowIO` whose coroutines never suspend (its pauses block the thread, its
+per-key turns are a `KeyTurns`), as `dedup.kernel.store.RecordStore` is over a sync client, so
+the sync front door drives it on the caller's thread; `AsyncMemoryStore` is its async twin
+(pauses and turns of an event loop) over the same documents. They keep what the flows rely on
+from Firestore:
 
 * **update times**: every commit gets a strictly increasing time of the store's `MemoryClock`
   (the database clock: `SERVER_TIMESTAMP` becomes the commit time, reads carry a read time);
@@ -24,6 +27,7 @@ transaction or batch, as they would with Firestore.
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import time
 from collections import Counter
@@ -37,9 +41,10 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import parse_field_path
 
-from dedup.kernel.delivery import KeyTurns, TurnTimeout
+from dedup.kernel.flow_io import Fill
 from dedup.kernel.record import Conflict, Fields, Snapshot
 from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
+from dedup.kernel.turns import KeyTurns, TurnTimeout
 from tests.dedup.grpc_faults import Fault, Plan
 
 DATABASE = "(default)"
@@ -222,7 +227,8 @@ class MemoryWriter:
 
 
 class MemoryStore(StoreBase[MemoryClient]):
-    """The dedup collection in memory, a sync `dedup.kernel.flow_io.Records`; thread-safe.
+    """The dedup collection in memory, a `dedup.kernel.flow_io.FlowIO` that never suspends;
+    thread-safe.
 
     `plan` injects faults into write RPCs as `tests.dedup.grpc_faults` does on the emulator;
     `calls` counts the RPCs per method.
@@ -236,13 +242,23 @@ class MemoryStore(StoreBase[MemoryClient]):
         clock: MemoryClock | None = None,
         rpc_timeout_seconds: float = 10,
     ) -> None:
-        """An empty store of `collection`, its faults from `plan`."""
+        """An empty store of `collection`, its faults from `plan`, its deliveries taking turns
+        per key in a table of its own (`instance`: another instance's)."""
         super().__init__(MemoryClient(self), collection, rpc_timeout_seconds=rpc_timeout_seconds)
         self.plan = plan
         self.clock = clock if clock is not None else MemoryClock()
         self.calls: Counter[str] = Counter()
+        self.turns = KeyTurns()
         self._documents: dict[str, tuple[dict[str, Any], datetime]] = {}
         self._lock = threading.RLock()
+
+    def instance(self) -> MemoryStore:
+        """These documents (and plan, clock and counts) as another instance reaches them: its
+        own per-key turns, as each instance's `RecordStore` has (give one to each
+        `Deduplicator` that shares the store)."""
+        other = copy.copy(self)
+        other.turns = KeyTurns()
+        return other
 
     # --- the documents -------------------------------------------------------------------
 
@@ -309,24 +325,26 @@ class MemoryStore(StoreBase[MemoryClient]):
                 self._documents[write.path] = (data, at)
             return at
 
-    # --- the record operations (dedup.kernel.flow_io.Records) ----------------------------------
+    # --- the record operations (dedup.kernel.flow_io.FlowIO) ---------------------------------
 
     def ref(self, key: str) -> MemoryRef:
         """The record's reference."""
         return self.client.collection(self.collection).document(key)
 
-    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
+    async def read(
+        self, key: str, *, action: str = "claim", budget: float | None = None
+    ) -> Snapshot:
         """Read the record (reads never fail here, as document reads pass the gRPC plan)."""
         return snapshot_of(self.document(self.path(key)))
 
-    def create(
+    async def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
     ) -> datetime | Conflict:
         """Create the record if absent (see `RecordStore.create`)."""
         write = _Write("create", self.path(key), fields)
-        return self._conditional(action, key, write, budget)
+        return await self._conditional(action, key, write, budget)
 
-    def update_if_unchanged(
+    async def update_if_unchanged(
         self,
         key: str,
         fields: Fields,
@@ -337,36 +355,40 @@ class MemoryStore(StoreBase[MemoryClient]):
     ) -> datetime | Conflict:
         """Update the record if last written at `update_time` (see `RecordStore`)."""
         write = _Write("update", self.path(key), fields, update_time)
-        return self._conditional(action, key, write, budget)
+        return await self._conditional(action, key, write, budget)
 
-    def commit_batch(
+    async def commit_batch(
         self,
         key: str,
-        fill: Callable[[Any], tuple[Any, Fields]],
+        fill: Fill,
         guard: datetime | None,
         *,
         budget: float | None = None,
+        client: MemoryClient | None = None,
     ) -> Any:
-        """Fill a batch, add the marker, commit it once."""
-        writer = MemoryWriter(self.client)
-        result, fields = fill(writer)
+        """Fill a batch (of `client`, default this store's), add the marker, commit it once."""
+        writer = MemoryWriter(client or self.client)
+        result, fields = await fill(writer)
         self.commit([*writer.writes, self._marker(key, fields, guard)])
         return result
 
-    def run_transaction(
+    async def run_transaction(
         self,
         key: str,
-        fill: Callable[[Any], tuple[Any, Fields]],
+        fill: Fill,
         guard: datetime | None,
         *,
         attempts: int,
         budget: float | None = None,
+        client: MemoryClient | None = None,
     ) -> Any:
-        """Fill a transaction, add the marker, commit it; filled again on Aborted."""
+        """Fill a transaction (of `client`, default this store's), add the marker, commit it;
+        filled again on Aborted."""
         for attempt in range(attempts):
             writer = self.begin()
+            writer.client = client or self.client
             try:
-                result, fields = fill(writer)
+                result, fields = await fill(writer)
                 writer.commit_time = self.commit([*writer.writes, self._marker(key, fields, guard)])
             except api_exceptions.Aborted:
                 self.rollback()
@@ -378,6 +400,16 @@ class MemoryStore(StoreBase[MemoryClient]):
                 raise
             return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def sleep(self, seconds: float) -> None:
+        """Block this thread (never suspends: the sync front door's `drive` runs it)."""
+        time.sleep(seconds)
+
+    @asynccontextmanager
+    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
+        """This thread's turn for `key` (`KeyTurns.turn`), waited for `timeout` at most."""
+        with self.turns.turn(key, timeout):
+            yield
 
     def begin(self) -> MemoryWriter:
         """A new transaction (one `BeginTransaction` RPC)."""
@@ -393,7 +425,7 @@ class MemoryStore(StoreBase[MemoryClient]):
             return _Write("create", self.path(key), fields)
         return _Write("update", self.path(key), fields, guard)
 
-    def _conditional(
+    async def _conditional(
         self, action: str, key: str, write: _Write, budget: float | None
     ) -> datetime | Conflict:
         tries = ConditionalTries(self, action, key, budget)
@@ -404,13 +436,13 @@ class MemoryStore(StoreBase[MemoryClient]):
                 pause = tries.after(exc)
             if isinstance(pause, Conflict):
                 return pause
-            time.sleep(pause)
+            await self.sleep(pause)
 
 
 class AsyncMemoryStore:
-    """`MemoryStore`, awaited, with the pacing of an event loop: the async twin
-    (`dedup.kernel.flow_io.FlowIO`), as `dedup.kernel.store.RecordStore` is over an
-    `AsyncClient`."""
+    """`MemoryStore`'s documents with the pacing of an event loop: the async twin, as
+    `dedup.kernel.store.RecordStore` over an `AsyncClient` is of the one over a sync client.
+    (A transient fault's backoff still blocks: the in-memory store's pause, not the loop's.)"""
 
     def __init__(self, store: MemoryStore, turns: KeyTurns | None = None) -> None:
         """Serve `store`'s documents; deliveries of one key take turns in `turns`."""
@@ -419,69 +451,21 @@ class AsyncMemoryStore:
         self.turns = turns if turns is not None else KeyTurns()
         self.path = store.path
         self.unavailable = store.unavailable
-
-    async def read(
-        self, key: str, *, action: str = "claim", budget: float | None = None
-    ) -> Snapshot:
-        """See `MemoryStore.read`."""
-        return self.store.read(key, action=action)
-
-    async def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
-    ) -> datetime | Conflict:
-        """See `MemoryStore.create`."""
-        return self.store.create(key, fields, action=action, budget=budget)
-
-    async def update_if_unchanged(
-        self,
-        key: str,
-        fields: Fields,
-        update_time: datetime,
-        *,
-        action: str,
-        budget: float | None = None,
-    ) -> datetime | Conflict:
-        """See `MemoryStore.update_if_unchanged`."""
-        return self.store.update_if_unchanged(
-            key, fields, update_time, action=action, budget=budget
-        )
+        self.read = store.read
+        self.create = store.create
+        self.update_if_unchanged = store.update_if_unchanged
 
     async def commit_batch(
-        self, key: str, fill: Any, guard: datetime | None, *, budget: float | None = None
+        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
     ) -> Any:
-        """See `MemoryStore.commit_batch` (`fill` awaited)."""
-        writer = MemoryWriter(self.client)
-        result, fields = await fill(writer)
-        self.store.commit([*writer.writes, self.store._marker(key, fields, guard)])
-        return result
+        """See `MemoryStore.commit_batch` (the batch of the awaited client)."""
+        return await self.store.commit_batch(key, fill, guard, **bounds, client=self.client)
 
     async def run_transaction(
-        self,
-        key: str,
-        fill: Any,
-        guard: datetime | None,
-        *,
-        attempts: int,
-        budget: float | None = None,
+        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
     ) -> Any:
-        """See `MemoryStore.run_transaction` (`fill` awaited)."""
-        for attempt in range(attempts):
-            writer = self.store.begin()
-            writer.client = self.client
-            try:
-                result, fields = await fill(writer)
-                marker = self.store._marker(key, fields, guard)
-                writer.commit_time = self.store.commit([*writer.writes, marker])
-            except api_exceptions.Aborted:
-                self.store.rollback()
-                if attempt + 1 == attempts:
-                    raise
-                continue
-            except BaseException:
-                self.store.rollback()
-                raise
-            return result
-        raise AssertionError("unreachable")  # pragma: no cover
+        """See `MemoryStore.run_transaction` (the transaction of the awaited client)."""
+        return await self.store.run_transaction(key, fill, guard, **bounds, client=self.client)
 
     async def sleep(self, seconds: float) -> None:
         """Pause this task, not the loop."""

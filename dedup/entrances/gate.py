@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from dedup.entrances.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.errors import ConfigError
 from dedup.kernel.delivery import EventOptions, Reconcile
 from dedup.kernel.front_door import Deduplicator, default_deduplicator
@@ -43,7 +44,6 @@ from dedup.kernel.handler_shape import (
     is_async_handler,
 )
 from dedup.kernel.record import RERUN, Mode
-from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.kernel.transitions import validate_suffix
 from dedup.platform.firebase_internals import (
     function_timeout_of,

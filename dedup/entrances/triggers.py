@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 from dedup.entrances.answer_table import Door, answer, given_up
 from dedup.entrances.gate import EVENTS, gate
+from dedup.entrances.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.errors import GivenUp, LeaseHeld, MissingEventId
 from dedup.kernel.delivery import Delivery, mark_entered
 from dedup.kernel.record import RERUN, Mode
-from dedup.kernel.suffixes import DEFAULT_REGISTRY, SuffixRegistry
 from dedup.kinds import USES_DEDUP, describe
 from dedup.platform.propagation import continued, from_event
 

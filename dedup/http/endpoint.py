@@ -37,9 +37,9 @@ from dedup.platform.strict_json import loads as strict_loads
 
 if TYPE_CHECKING:
     from dedup.config import DedupConfig
+    from dedup.entrances.suffixes import SuffixRegistry
     from dedup.kernel.delivery import Delivery, HandlerResult, Reconcile
     from dedup.kernel.front_door import Deduplicator
-    from dedup.kernel.suffixes import SuffixRegistry
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """Largest request body accepted by default (a stored fingerprint covers the whole body)."""

@@ -1,14 +1,12 @@
 """What a handler is told (`Delivery`), what a delivery did (`Outcome`), the points it passes
-(`Step`), and how a flow runs on the caller's thread (`drive`, `BlockingIO`, `KeyTurns`)."""
+(`Step`), how an entrance hands a front door one event (`EventOptions`), and the blocking
+driver that runs a sync delivery's flow on the caller's thread (`drive`)."""
 
 from __future__ import annotations
 
 import re
 import sys
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -23,9 +21,6 @@ from dedup.kernel.record import OutcomeKind as OutcomeKind  # its home is the re
 
 if TYPE_CHECKING:
     from dedup.config import TimeBudget
-    from dedup.errors import StoreUnavailable
-    from dedup.kernel.flow_io import Fill, Records
-    from dedup.kernel.record import Conflict, Fields, Snapshot
 
 
 @dataclass(frozen=True)
@@ -271,9 +266,9 @@ SYNC_DELIVERIES: DeliveryKinds = (Delivery, TransactionDelivery, WriteOnlyDelive
 """What sync handlers get (`dedup.aio.delivery.ASYNC_DELIVERIES`: async handlers)."""
 
 
-# How a flow runs on the caller's thread: `drive`, `BlockingIO`, the per-key turns (`KeyTurns`).
 def drive[T](flow: Coroutine[Any, Any, T]) -> T:
-    """Run a flow that never suspends (a sync client's `RecordStore`, `BlockingIO`) to its end."""
+    """Run a flow that never suspends (a `RecordStore` over a sync client) to its end on the
+    caller's thread, without an event loop."""
     try:
         flow.send(None)
     except StopIteration as done:
@@ -285,116 +280,7 @@ def drive[T](flow: Coroutine[Any, Any, T]) -> T:
     )
 
 
-class BlockingIO:
-    """The I/O of a sync store given as `Deduplicator(records=...)`: its `Records` operations
-    (awaitable, never suspending), `KeyTurns`, `time.sleep`."""
-
-    def __init__(self, store: Records, turns: KeyTurns) -> None:
-        """Do the flows' I/O through `store`, taking per-key turns in `turns`."""
-        self.store = store
-        self.turns = turns
-        self.client = store.client
-
-    def path(self, key: str) -> str:
-        """The store's path of the record."""
-        return self.store.path(key)
-
-    def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
-        """The store's error for a failed `action`."""
-        return self.store.unavailable(action, key, exc)
-
-    async def read(self, key: str, **options: Any) -> Snapshot:
-        """The store's `read`."""
-        return self.store.read(key, **options)
-
-    async def create(self, key: str, fields: Fields, **options: Any) -> datetime | Conflict:
-        """The store's `create`."""
-        return self.store.create(key, fields, **options)
-
-    async def update_if_unchanged(
-        self, key: str, fields: Fields, update_time: datetime, **options: Any
-    ) -> datetime | Conflict:
-        """The store's `update_if_unchanged`."""
-        return self.store.update_if_unchanged(key, fields, update_time, **options)
-
-    async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
-    ) -> Any:
-        """The store's `commit_batch` (`budget` in `bounds`), `fill` driven on this thread."""
-        return self.store.commit_batch(key, driven(fill), guard, **bounds)
-
-    async def run_transaction(
-        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
-    ) -> Any:
-        """The store's `run_transaction` (`attempts`, `budget` in `bounds`), `fill` driven on
-        this thread."""
-        return self.store.run_transaction(key, driven(fill), guard, **bounds)
-
-    async def sleep(self, seconds: float) -> None:
-        """Block this thread for `seconds`."""
-        time.sleep(seconds)
-
-    @asynccontextmanager
-    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
-        """This thread's turn for `key` (`KeyTurns.turn`), waited for `timeout` at most."""
-        with self.turns.turn(key, timeout):
-            yield
-
-
 def driven[T](step: Callable[[Any], Coroutine[Any, Any, T]]) -> Callable[[Any], T]:
     """`step` as a plain function, its coroutine run by `drive` (a fill for a library's
     transaction or batch, which calls plain functions)."""
     return lambda writer: drive(step(writer))
-
-
-class TurnTimeout(TimeoutError):
-    """A delivery's time budget ran out while it waited for its turn on a key (`KeyTurns`)."""
-
-
-class KeyTurns:
-    """Mutual exclusion per key within one process; holds no memory for idle keys.
-
-    `turn` serves threads; `lock_of` gives the per-key lock of another kind to wait on (the
-    async path's `asyncio.Lock`, `dedup.kernel.store.RecordStore.turn`)."""
-
-    def __init__(self) -> None:
-        """No key is busy."""
-        self._lock = threading.Lock()
-        self._locks: dict[str, tuple[Any, int]] = {}
-
-    @contextmanager
-    def turn(self, key: str, timeout: float | None = None) -> Iterator[None]:
-        """Wait until no other thread of this process is inside `turn(key)`, then enter;
-        `TurnTimeout` after `timeout` seconds (None: wait as long as it takes)."""
-        with self.lock_of(key, threading.Lock) as lock:
-            wait = -1.0 if timeout is None else max(0.001, timeout)
-            if not lock.acquire(timeout=wait):
-                raise TurnTimeout(f"no turn on {key} within {timeout:.1f} s")
-            try:
-                yield
-            finally:
-                lock.release()
-
-    @contextmanager
-    def lock_of[L](self, key: str, new: Callable[[], L]) -> Iterator[L]:
-        """The lock every user of `key` shares (made by `new` for the first), kept while any
-        user is inside this block; the caller acquires it."""
-        with self._lock:
-            lock, users = self._locks.get(key, (None, 0))
-            if lock is None:
-                lock = new()
-            self._locks[key] = (lock, users + 1)
-        try:
-            yield cast(L, lock)
-        finally:
-            with self._lock:
-                lock, users = self._locks[key]
-                if users <= 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
-
-    def __len__(self) -> int:
-        """Number of keys with a delivery inside or waiting."""
-        with self._lock:
-            return len(self._locks)

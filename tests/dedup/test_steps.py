@@ -50,7 +50,7 @@ class World:
     def instance(self, crash_at: tuple[Step, int] | None = None) -> Deduplicator:
         """A deduplicator whose process dies at the n-th time (1-based) it reaches a step."""
         config = DedupConfig(lease_seconds=LEASE, cache_size=0, min_retry_seconds=0)
-        dedup = Deduplicator(config, records=self.store)
+        dedup = Deduplicator(config, records=self.store.instance())
         if crash_at is not None:
             seen: Counter[Step] = Counter()
 

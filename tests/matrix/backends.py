@@ -68,7 +68,7 @@ class MemoryBackend:
     def deduplicator(self, config: DedupConfig, kind: str) -> Deduplicator | AsyncDeduplicator:
         if kind in ASYNC_KINDS:
             return AsyncDeduplicator(config, records=AsyncMemoryStore(self.store))
-        return Deduplicator(config, records=self.store)
+        return Deduplicator(config, records=self.store.instance())
 
     def seed(self, key: str, fields: dict[str, Any]) -> None:
         self.store.put(self.store.path(key), fields)
