@@ -1,43 +1,8 @@
-"""What a delivery leaves to observe: one log line (Cloud Logging's JSON shape), and with
-OpenTelemetry one span, one count and one overhead measurement.
-
-The library uses the OpenTelemetry API only: without an SDK every call here is a no-op. The
-functions switch the SDK and the Google Cloud exporters on with DEDUP_OTEL=1
-(`functions.observability`); any application may configure its own SDK instead. Names (exact;
-docs/observability.md):
-
-* span `dedup <suffix>`, one per delivery (kind INTERNAL), attributes `dedup.key`,
-  `dedup.suffix`, `dedup.mode`, `dedup.outcome`, `dedup.attempt`;
-* counter `dedup.deliveries`, one per delivery, attributes `suffix`, `outcome`;
-* histogram `dedup.overhead`, milliseconds spent in dedup with the handler's time taken out,
-  attributes `suffix`, `outcome`.
-
-A duplicate adds the span event `dedup.duplicate` (`dedup.replayed` when the record holds an
-HTTP or callable answer), with `dedup.original_trace_id` from the record's `traceId`. The span
-is the child of the current context: the entrances make the caller's context current first
-(`dedup.platform.propagation`), so a delivery continues its caller's trace.
-
-The span is the current span while the delivery runs, so Firestore calls traced by a gRPC
-instrumentation (google-cloud-firestore emits no spans of its own) and the handler's own spans
-are its children. `dedup.key` is absent when no key could be built (missing event id, bad
-suffix); `dedup.attempt` is the attempt the delivery ran or found (0 when it touched no
-record). The span's status is ERROR when an exception leaves the delivery (recorded on the
-span) and for every outcome `SEVERITY` ranks ERROR (`ERROR_OUTCOMES`).
-
-Outcomes (`OUTCOMES`): the `OutcomeKind` values, which are also the `outcome` field of the
-delivery's log line (below), including those that end in an exception (`lease_held`,
-`released` for a handler error, `lease_lost`, `unavailable`, `payload_mismatch`); plus
-`invalid_key` (`MissingEventId`, `InvalidSuffix`: no record was touched) and `error` (any other
-exception, such as `DatabaseMismatch`: a bug or a setting to fix, never an event's fate).
-
-`Telemetry.delivery()` is the one place a delivery is observed; the sync front door
-(`Deduplicator.run`) uses it, and any other flow (async) can use the same context manager.
-
-**The log line.** Lines go to `logging.getLogger("dedup")`, each with `severity`, `message`,
-`eventId`, `suffix`, `key`, `outcome`, `attempt` and `ms` (plus `error`, `path` and `subject`
-when known), never payloads. The first line configures the "dedup" logger, and only it, unless
-the application already has a handler there or on the root logger (`configure_logging`,
-re-exported by `dedup.logs`; docs/observability.md).
+"""What a delivery leaves to observe: one log line (Cloud Logging's JSON shape, `log_delivery`,
+set up by `configure_logging`), and with OpenTelemetry one span, one count and one overhead
+measurement (`Telemetry.delivery`, the one place a delivery is observed); and the one table of
+how bad each outcome is (`SEVERITY`). The OpenTelemetry API only: without an SDK every call
+here is a no-op. The names, attributes and fields, exactly: docs/observability.md.
 """
 
 from __future__ import annotations
