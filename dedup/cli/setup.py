@@ -214,12 +214,16 @@ ALREADY_EXISTS = "ALREADY_EXISTS"
 def _run(commands: Sequence[list[str]]) -> None:
     for command in commands:
         click.echo(f"+ {shlex.join(command)}", err=True)
-        if command[2:5] == ["indexes", "composite", "create"]:
-            returncode = _create_index(command)
-        else:
-            returncode = subprocess.run(command, check=False).returncode
+        creates = command[2:5] == ["indexes", "composite", "create"]
+        returncode = _create_index(command) if creates else subprocess.run(command).returncode
         if returncode != 0:
-            raise click.ClickException(f"{command[0]} exited {returncode}: {command}")
+            hint = (
+                " (the Enterprise edition's indexes: on a Standard-edition database pass "
+                "--edition standard, or --edition detect to read the edition)"
+                if creates
+                else ""
+            )
+            raise click.ClickException(f"{command[0]} exited {returncode}: {command}{hint}")
 
 
 def _create_index(command: list[str]) -> int:
@@ -284,8 +288,11 @@ def setup_command(
     database = setup_database or getattr(target, "database", None) or DEFAULT_DATABASE
     collection = setup_collection or getattr(target, "collection", None) or DEFAULT_COLLECTION
     steps = only or SETUP_STEPS
-    chosen = read_edition(project, database) if edition == "detect" else cast(Edition, edition)
-    if edition == "detect":
+    chosen: Edition = "standard"
+    if edition != "detect":
+        chosen = cast(Edition, edition)
+    elif "indexes" in steps:  # the only step that differs between editions
+        chosen = read_edition(project, database)
         click.echo(f"database {database} is {chosen} edition", err=True)
     commands = setup_commands(project, database, collection, service_account, steps, chosen)
     if dry_run:

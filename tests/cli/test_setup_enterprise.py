@@ -135,6 +135,14 @@ def test_detect_reads_the_edition_from_gcloud(tmp_path: Path, answer: str, editi
     assert f"database db1 is {edition} edition" in result.output
 
 
+def test_detect_asks_nothing_when_the_indexes_are_not_set_up(tmp_path: Path) -> None:
+    """With `--only ttl` (or roles) the edition changes nothing, so detect reads nothing."""
+    log = fake_gcloud(tmp_path, "ENTERPRISE")
+    result = invoke(tmp_path, "--edition", "detect", "--only", "ttl")
+    assert result.exit_code == 0, result.output
+    assert calls(log) == [ttl_command("p1", "(default)", "triggerEvents")[1:]]
+
+
 def test_detect_fails_clearly_when_gcloud_cannot_say(tmp_path: Path) -> None:
     """A describe that fails, or an edition dedup does not know, stops the set-up before any
     change (exit status 1) and names --edition as the way around."""
@@ -171,6 +179,7 @@ def test_an_index_made_by_an_earlier_run_is_kept(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "PERMISSION_DENIED" in result.output
     assert "exited 1" in result.output
+    assert "on a Standard-edition database pass --edition standard" in result.output
 
 
 # --- gcloud's parser, and a real run against the fake ----------------------------------------
@@ -242,6 +251,7 @@ def test_setup_creates_the_indexes_through_firestores_admin_api(tmp_path: Path) 
         assert {"role": RECORDS_ROLES[0], "members": [f"serviceAccount:{ACCOUNT}"]} in [
             {k: b[k] for k in ("role", "members")} for b in policy["bindings"]
         ]
+        args[-4:] = ["--edition", "enterprise", "--only", "indexes"]  # the creations again
         again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-3000:]
         assert again.stderr.count("exists already: kept") == len(ENTERPRISE_INDEXES)
