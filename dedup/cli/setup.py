@@ -258,7 +258,8 @@ def _create_index(command: list[str]) -> int:
     default="standard",
     show_default=True,
     help="The database's edition: the indexes step exempts fields on standard and creates the "
-    "CLI's indexes on enterprise; detect asks gcloud (a read, also with --dry-run).",
+    "CLI's indexes on enterprise; detect asks gcloud (a read, also with --dry-run) when the "
+    "indexes step runs.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the commands, one a line; run nothing.")
 @click.pass_context
