@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from dedup.cli import cli
 from dedup.cli.manifest import retry_gaps, with_retries
 from dedup.cli.setup import RECORDS_ROLES, UNINDEXED_FIELDS, rules_block, setup_commands
+from tests.cli.conftest import fake_gcloud
 
 ROOT = Path(__file__).resolve().parents[2]
 DEDUP = Path(sys.executable).parent / "dedup"
@@ -202,15 +203,8 @@ def test_setup_dry_run_prints_the_ttl_command_and_the_rules_block() -> None:
 def test_setup_runs_each_command_through_gcloud(tmp_path: Path) -> None:
     """Without --dry-run each command of `setup_commands` reaches gcloud with exactly its
     argv, in order (a fake gcloud on PATH records them)."""
-    log = tmp_path / "calls.jsonl"
-    fake = tmp_path / "bin" / "gcloud"
-    fake.parent.mkdir()
-    fake.write_text(
-        f"#!{sys.executable}\nimport json, sys\n"
-        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-    )
-    fake.chmod(0o755)
-    env = {"PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    log = fake_gcloud(tmp_path)
+    env = {"PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     args = ["setup", "--project", "p1", "--database", "db1", "--collection", "recs"]
     args += ["--service-account", "fn@p1.iam.gserviceaccount.com"]
     result = CliRunner(env=env).invoke(cli, args)

@@ -245,6 +245,15 @@ class FakeGoogle:
     def operation(self, name: str, response: dict[str, Any]) -> dict[str, Any]:
         """A finished long-running operation. Eventarc names its operations by location, so a
         trigger's is stored under its own name, and polling it answers that trigger."""
+        if "/collectionGroups/" in name:  # Firestore admin names its operations by database
+            operation_name = (
+                f"{name.split('/collectionGroups/')[0]}/operations/op-{len(self.resources)}"
+            )
+            operation = {"name": operation_name, "done": True, "response": response,
+                         "metadata": {}}  # fmt: skip
+            with self.lock:
+                self.resources[operation_name] = operation
+            return operation
         if "/triggers/" in name:
             where, trigger_id = name.split("/triggers/")
             operation_name = f"{where}/operations/op-{trigger_id}"
@@ -326,6 +335,16 @@ class FakeGoogle:
             with self.lock:
                 self.resources[name] = {**task, "name": name}
             return 200, {**task, "name": name, "task": {"name": "/" + name}}  # both answers' forms
+        if (
+            method == "POST"
+            and resource.endswith("/indexes")
+            and any(
+                k.rsplit("/", 1)[0] == resource and v.get("fields") == body.get("fields")
+                for k, v in self.resources.items()
+            )
+        ):  # Firestore's answer to a composite index it has already
+            return 409, {"error": {"code": 409, "message": "Index already exists.",
+                                   "status": "ALREADY_EXISTS"}}  # fmt: skip
         if parts[0] == "apis":  # Cloud Run's Knative API (`gcloud run`)
             return self.knative_write(method, resource, body)
         if method == "PUT":
