@@ -19,9 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, partial
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from dedup.errors import ConfigError
+from dedup.kernel.budget import Budget
+from dedup.kernel.budget import BudgetSource as BudgetSource
+from dedup.kernel.budget import TimeBudget as TimeBudget
 from dedup.kernel.claims import AttemptLimit
 from dedup.kernel.transitions import KEY_LAYOUTS, KeyLayout
 
@@ -63,19 +66,6 @@ FUNCTION_TIMEOUT_VARIABLE = "DEDUP_FUNCTION_TIMEOUT_SECONDS"
 """The deployed timeout of the function an instance serves: `make deploy-gcloud` and `make
 deploy-run` put it in each function's environment, equal to the `--timeout` it is deployed with
 (`DedupConfig.function_timeout_seconds`)."""
-
-BudgetSource = Literal["function_timeout", "declared_timeout", "lease"]
-"""Which bound a delivery's time budget is (`DedupConfig.time_budget`), as its log line says
-(`budget_source`): the config's `function_timeout_seconds` (DEDUP_FUNCTION_TIMEOUT_SECONDS), the
-timeout the function declares to firebase-functions, or the longest timeout the lease covers."""
-
-
-class TimeBudget(NamedTuple):
-    """How long one delivery may take, and which bound that is."""
-
-    seconds: float
-    source: BudgetSource
-
 
 GIVE_UP_ANSWERS = ("ack", "nack")
 """The values of DEDUP_ON_GIVE_UP (case-insensitive; empty or unset: "ack")."""
@@ -189,6 +179,10 @@ class DedupConfig:
     dead-letters redrive`. The Cloud Run path sets "nack" on every event function
     (docs/deploy.md); elsewhere no dead-letter topic would keep it. DEDUP_ON_GIVE_UP."""
 
+    budget_clock: Callable[[], float] | None = field(default=None, repr=False)
+    """The clock of each delivery's time budget (`dedup.kernel.budget.Budget`), in seconds;
+    None: `time.monotonic`. Injectable for tests."""
+
     def __post_init__(self) -> None:
         """Validate every setting; raise `ConfigError` naming the first bad one."""
         segments = self.collection.split("/")
@@ -248,18 +242,15 @@ class DedupConfig:
         return self.time_budget().seconds
 
     def time_budget(self, declared_timeout: int | None = None) -> TimeBudget:
-        """How long one delivery may take, and which bound that is (docs/configuration.md,
-        "The time budget of a delivery"): `function_timeout_seconds` when set; else
-        `declared_timeout` (the function's `timeout_sec`) when the lease covers it; else the
-        longest timeout the lease covers, `lease_seconds` - `rpc_timeout_seconds` (at least
-        1 s). Claims, rounds, pauses and the handler's start happen within it, every dedup RPC
-        is cut to what is left, and once it is spent the delivery answers `BudgetSpent`."""
-        if self.function_timeout_seconds is not None:
-            return TimeBudget(float(self.function_timeout_seconds), "function_timeout")
-        covered = max(1, self.lease_seconds - self.rpc_timeout_seconds)
-        if declared_timeout is not None and 0 < declared_timeout <= covered:
-            return TimeBudget(float(declared_timeout), "declared_timeout")
-        return TimeBudget(float(covered), "lease")
+        """How long one delivery may take, and which bound that is (`Budget.length_of`, with
+        this config's settings; docs/configuration.md, "The time budget of a delivery").
+        `declared_timeout`: the function's `timeout_sec`, when known."""
+        return Budget.length_of(
+            self.function_timeout_seconds,
+            declared_timeout,
+            self.lease_seconds,
+            self.rpc_timeout_seconds,
+        )
 
     def check_lease_covers(self, timeout: int) -> None:
         """Refuse (`ConfigError`, saying what to set) a function timeout of `timeout` seconds

@@ -65,7 +65,7 @@ HOLES = [
         "plain step after the lease",
         "a delivery whose lease ended (a pause, a slow answer) calls its next plain step's "
         "function; only the step's record write finds the lease lost",
-        "dedup.kernel.step_writes.require_live did not check the lease's end (Lease.ends) "
+        "dedup.kernel.step_writes.require_live did not check the lease's end (Budget.lease_left) "
         "before a plain step's function is called",
         ("lease-fence",),
         lambda d: True,

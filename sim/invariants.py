@@ -194,7 +194,7 @@ def _budget(scenario: Any, world: Any, fail: Any) -> None:
         run = task.run
         if run is None:
             continue
-        ends = run.started + scenario.budget
+        ends = run.budget.started + scenario.budget
         for sent, what, timeout in task.sends:
             # configuration.md: every dedup RPC's deadline is cut to what is left (0.1 s at
             # least), so the last one ends within the function's timeout; a rollback keeps its
@@ -205,7 +205,7 @@ def _budget(scenario: Any, world: Any, fail: Any) -> None:
                 fail(
                     "budget",
                     f"{task.name} sent {what} at {sent:.3f} with a deadline of {timeout:.3f} s, "
-                    f"past its budget's end {ends:.3f} (started {run.started:.3f})",
+                    f"past its budget's end {ends:.3f} (started {run.budget.started:.3f})",
                 )
                 break
         if task.handler_at is not None and task.handler_at > ends + 1e-9:

@@ -52,7 +52,7 @@ async def give_back_unstarted(run: Any, lease_: Any) -> Outcome:
     expire_at, attempts = run.expire_at(), run.attempt - 1
     fields = released(error=error, expire_at=expire_at, attempts=attempts)
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
-        await lease_.write(fields, State.IN_PROGRESS, "release", None)
+        await lease_.write(fields, State.IN_PROGRESS, "release")
     run.spent("start the handler of")
     raise AssertionError("unreachable: spent raises")
 
@@ -120,7 +120,7 @@ def with_entry(
 
 def require_live(lease_: Any, name: str) -> None:
     """`dedup.kernel.step_writes.require_live` without its fix: no check of the lease's end
-    (`Lease.ends`) before a step's function is called; a step started after its delivery
+    (`Budget.lease_left`) before a step's function is called; a step started after its delivery
     ended is still refused (another fix)."""
     run = lease_.run
     if run.outcome is not None:
@@ -133,34 +133,27 @@ def same_call(*_: Any) -> None:
 
 
 async def lease_write(
-    self: Any,
-    fields: Any,
-    state: State,
-    action: str,
-    until: float | None,
-    *,
-    notes: bool = False,
+    self: Any, fields: Any, state: State, action: str, *, notes: bool = False
 ) -> None:
     """`dedup.kernel.lease.Lease.write` while the read after a conflict reused the bound taken
     before the update."""
     run, store = self.run, self.run.io
-    latest = run.outcome_deadline(self.ends)
-    deadline = latest if until is None else min(until, latest)
+    budget = run.budget.after_handler()
     token, round_, refreshes = self.token, 0, 0
     while True:
         try:
-            budget = run.outcome_budget(deadline)
+            left = budget.call()
             result = await store.update_if_unchanged(
-                run.key, fields, token, action=action, budget=budget
+                run.key, fields, token, action=action, budget=left
             )
             if isinstance(result, datetime):
                 self.token = result
                 return
-            snapshot = await store.read(run.key, action=action, budget=budget)
+            snapshot = await store.read(run.key, action=action, budget=left)
         except StoreUnavailable:
             pause = backoff(round_)
             round_ += 1
-            if lease.time.monotonic() + pause >= deadline:
+            if not budget.affords(pause):
                 raise
             await store.sleep(pause)
             continue
@@ -190,7 +183,7 @@ async def transaction_once(lease_: Any, name: str, call: Any) -> Any:
         entries = lease_.steps.with_entry(name, DONE, value, room=lease_.steps_room())
         return (value, entries), steps_recorded(name, entries[name])
 
-    sent, left = step_writes.time.monotonic(), max(0.1, run.time_left())
+    sent, left = run.budget.now(), run.budget.call()
     try:
         value, entries = await run.io.run_transaction(
             run.key, fill, lease_.token, attempts=step_writes.TRANSACTION_ATTEMPTS, budget=left
@@ -217,11 +210,11 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
     """`dedup.kernel.atomic._record_failed_attempt` while its write reused the bound taken
     before its read."""
     error = error_text(exc)
-    store = run.io
+    store, after_handler = run.io, run.budget.after_handler()
     for round_ in range(atomic.RECORD_ROUNDS):
-        if round_ and atomic.time.monotonic() >= run.outcome_deadline():
+        if round_ and after_handler.left() <= 0:
             break
-        budget = run.outcome_budget()
+        budget = after_handler.call()
         snapshot = await store.read(run.key, action="record a failed attempt on", budget=budget)
         record = snapshot.record
         if record is not None and written_by(record, token):

@@ -5,7 +5,7 @@ handler gets (documents, a batch, a transaction).
 What is the client library's and what is the kernel's, kept apart as in production:
 
 * the kernel's: `ConditionalTries` (a conditional write's retries of transient errors, and
-  `Conflict.maybe_applied`), the time bounds (`StoreBase.timeout_within`, `shrinking`) and
+  `Conflict.maybe_applied`), the time bounds (each call's `StoreBase.budget`) and
   the error wrapping (`StoreBase.unavailable`) are imported from `dedup.kernel.store` and run
   as they are;
 * the client library's, modelled here: a read retries transient errors with backoff within
@@ -238,7 +238,7 @@ class SimRecords(StoreBase[SimClient]):
     def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
         with self.wrapped(action, key):
             return snapshot_of(
-                self.get(self.path(key), timeout=self.timeout_within(budget), action=action)
+                self.get(self.path(key), timeout=self.budget(budget).rpc(), action=action)
             )
 
     def encoded(self, key: str, fields: Fields) -> Fields:
@@ -306,12 +306,11 @@ class SimRecords(StoreBase[SimClient]):
         *,
         budget: float | None = None,
     ) -> Any:
-        ends = None if budget is None else self.world.now + budget
+        call = self.budget(budget)
         batch = SimBatch()
         result, fields = fill(batch)
         self._marker(batch, key, fields, guard)
-        left = None if ends is None else ends - self.world.now
-        self.write(batch.writes, f"commit batch of {key}", self.timeout_within(left))
+        self.write(batch.writes, f"commit batch of {key}", call.rpc())
         return result
 
     def run_transaction(
@@ -323,9 +322,8 @@ class SimRecords(StoreBase[SimClient]):
         attempts: int,
         budget: float | None = None,
     ) -> Any:
-        bound = self.shrinking(budget)
-        each = bound if callable(bound) else (lambda: float(bound))
-        rollback = self.shrinking(budget, floor=0.5)
+        call = self.budget(budget)
+        each, rollback = call.rpc_bound(), call.rpc_bound(0.5)
         last: Exception | None = None
         kind = AsyncSimTransaction if self.awaited else SimTransaction
         transaction: SimTransaction | None = None

@@ -7,15 +7,13 @@ What the kernel offers as a seam, and what it does not (docs/simulation.md):
   injectable: each simulated instance gets its own, skewed or standing still.
 * Both front doors pause and take per-key turns through their `FlowIO` (`sleep`, `turn`):
   the simulated store's (`sim.records.SimFlowIO`) serves both, on virtual time.
-* **No seam**: the kernel reads `time.monotonic()` directly for its time budget, lease ends and
-  retry deadlines (`dedup.kernel.run`, `lease`, `store`, `step_writes`, `atomic`); draws its
-  backoff jitter from the `random` module (`dedup.kernel.store.backoff`) and owner tokens from
-  `uuid.uuid4()` (`lease`, `atomic`). The simulator replaces the `time`, `random` and `uuid`
-  names inside those modules while a run is going on.
-* **Bypasses even that**: `Run.started` is a dataclass field whose `default_factory` is the
-  builtin `time.monotonic`, bound when `dedup.kernel.run` was imported; no module name
-  reaches it. The simulator sets `started` again at the top of `Run.__post_init__` (before the
-  deadline is computed from it).
+* A delivery's time budget, lease end and retry deadlines are its `dedup.kernel.budget.Budget`'s,
+  on `DedupConfig.budget_clock` (None: `time.monotonic`, looked up when a budget is made).
+* **No seam**: the kernel draws its backoff jitter from the `random` module
+  (`dedup.kernel.store.backoff`) and owner tokens from `uuid.uuid4()` (`lease`, `atomic`), and
+  reads `time` for its pauses and the instance's memory of keys (`dedup.kernel.run`). The
+  simulator replaces the `time`, `random` and `uuid` names inside those modules (and
+  `dedup.kernel.budget`'s `time`) while a run is going on.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from dedup.kernel import atomic, lease, run, step_writes, store
+from dedup.kernel import atomic, budget, lease, run, store
 from dedup.kernel.turns import KeyTurns
 
 CURRENT: Any = None
@@ -70,23 +68,22 @@ class _Uuid:
         return _Token(CURRENT.token())
 
 
-_ORIGINAL_POST_INIT = run.Run.__post_init__
+_ORIGINAL_INIT = run.Run.__init__
 
 
-def _post_init(self: run.Run) -> None:
-    self.started = _Time.monotonic()
+def _init(self: run.Run, *args: Any, **kwargs: Any) -> None:
+    _ORIGINAL_INIT(self, *args, **kwargs)
     task = CURRENT.current
     if task is not None:
         task.run = self
-    _ORIGINAL_POST_INIT(self)
 
 
 _PATCHES: list[tuple[Any, str, Any]] = [
-    *((module, "time", _Time) for module in (run, lease, store, step_writes, atomic)),
+    *((module, "time", _Time) for module in (budget, run, store)),
     (store, "random", _Random),
     (lease, "uuid", _Uuid),
     (atomic, "uuid", _Uuid),
-    (run.Run, "__post_init__", _post_init),
+    (run.Run, "__init__", _init),
 ]
 
 

@@ -83,7 +83,7 @@ class PastNotes:
 
     def time_left(self) -> float:
         """What is left of the delivery's time budget."""
-        return self.run.time_left()
+        return self.run.budget.left()
 
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
         """Refused: nothing may be noted without the lease."""
@@ -122,11 +122,11 @@ async def settle_ambiguity(run: Run, lease: FencedLease, choice: Ambiguity) -> O
     owner = lease.owner
     if after is AfterAmbiguity.RECONCILED:
         fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
-        await lease.write(fields, State.SENT, "mark sent", lease.ends)
+        await lease.write(fields, State.SENT, "mark sent")
         run.sent_keys.add(run.key, run.payload_hash)
         return run.finish(OutcomeKind.RECONCILED)
     fields = finished(State.UNKNOWN, owner=owner, expire_at=run.expire_at())
-    await lease.write(fields, State.UNKNOWN, "mark unknown", lease.ends)
+    await lease.write(fields, State.UNKNOWN, "mark unknown")
     return run.finish(OutcomeKind.AMBIGUOUS)
 
 
@@ -142,8 +142,9 @@ async def reconcile_before_burial(
     if verdict is not True:
         return None
     fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
+    budget = run.budget.after_handler().call()
     written = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark sent", budget=run.outcome_budget()
+        run.key, fields, precondition(snapshot), action="mark sent", budget=budget
     )
     if not isinstance(written, datetime):
         return None  # the record moved meanwhile: burying it re-reads and decides again

@@ -35,7 +35,6 @@ and what a failed handler leaves behind (`after_failure`). Written once, as coro
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import datetime
@@ -106,7 +105,7 @@ async def run_transaction(run: Run, invoke: Invoke) -> Outcome:
     that commits with the sent marker. One commit per key at a time on this instance."""
     async with run.turn():
         run.require_time("read")
-        first = await run.io.read(run.key, budget=run.rpc_budget())
+        first = await run.io.read(run.key, budget=run.budget.rpc())
         return await _run_atomic(run, invoke, first, _in_transaction)
 
 
@@ -148,10 +147,10 @@ async def _run_atomic(
             if claim is Claim.WAIT:
                 run.raise_lease_held(record, snapshot.read_time)
             if claim is Claim.MARK_DEAD:
-                owner, budget = uuid.uuid4().hex, run.outcome_budget()
+                owner, budget = uuid.uuid4().hex, run.budget.after_handler().call()
                 if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at(), budget):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
-                snapshot = await store.read(run.key, budget=run.rpc_budget())
+                snapshot = await store.read(run.key, budget=run.budget.rpc())
                 continue
             guard = precondition(snapshot)
         run.counted((record.attempts if record is not None else 0) + 1)
@@ -178,7 +177,7 @@ async def _run_atomic(
             else:
                 last, stale = cause, False
                 if failed is not CommitFailed.OTHER:
-                    snapshot = await store.read(run.key, budget=run.rpc_budget())
+                    snapshot = await store.read(run.key, budget=run.budget.rpc())
                     ours = written_by(snapshot.record, token)
                     moved = _marker_moved(guard, snapshot)
             after = after_commit_failure(
@@ -194,13 +193,13 @@ async def _run_atomic(
             if after is AfterCommit.FRESH_TRY:
                 retried_invalid = True  # maybe the transaction expired: once more, fresh
                 if stale:
-                    snapshot = await store.read(run.key, budget=run.rpc_budget())
+                    snapshot = await store.read(run.key, budget=run.budget.rpc())
                 continue
             if after is AfterCommit.REFUSED:
                 return await _record_failed_attempt(run, cause, token)  # the handler's writes
             if after is AfterCommit.BACK_OFF:
                 contended = contended or failed is CommitFailed.CONTENTION
-                await store.sleep(run.pause(backoff(round_)))
+                await store.sleep(run.budget.pause(backoff(round_)))
             continue  # contention or an outage, or another delivery wrote the marker: again
         return _committed(run, result)
     raise store.unavailable(
@@ -233,13 +232,14 @@ async def _commit(
     API error of a failed commit."""
 
     async def fill(writer: Any) -> tuple[HandlerResult, Fields]:
-        run.start_try("run the handler of")  # BudgetSpent: nothing is committed
+        if not run.budget.affords_try():  # BudgetSpent: nothing is committed
+            run.spent("run the handler of")
         result = await _call_handler(invoke, writer)
         run.step(Step.AFTER_EFFECT)
         return result, _marker(run, record, token, result)
 
-    # What is left, not `rpc_budget`: the store cuts each RPC to the RPC timeout when it is sent.
-    result: HandlerResult = await commit(run.io, run.key, fill, guard, max(0.1, run.time_left()))
+    # What is left, not `rpc`: the store cuts each RPC to the RPC timeout when it is sent.
+    result: HandlerResult = await commit(run.io, run.key, fill, guard, run.budget.call())
     return result
 
 
@@ -296,11 +296,12 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
     """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
     error = error_text(exc)
     store, action = run.io, "record a failed attempt on"
+    budget = run.budget.after_handler()
     for round_ in range(RECORD_ROUNDS):
-        if round_ and time.monotonic() >= run.outcome_deadline():
+        if round_ and budget.left() <= 0:
             break  # out of time: the attempt goes uncounted, as when the process dies
         # Each RPC ends within the function's timeout, its bound taken when it is sent.
-        snapshot = await store.read(run.key, action=action, budget=run.outcome_budget())
+        snapshot = await store.read(run.key, action=action, budget=budget.call())
         record = snapshot.record
         if record is not None and written_by(record, token):
             run.counted(record.attempts)  # our earlier try landed; its response was lost
@@ -315,17 +316,17 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
         age = retry_age(record, snapshot.read_time)
         after = after_failure(exc, attempts, run.config.attempt_limit, age)
         state = after.state
-        budget = run.outcome_budget()  # what the read left
+        left = budget.call()  # what the read left
         written: datetime | object
         if record is None:
             fields = first_write(run, state, token, attempts=attempts, last_error=error)
-            written = await store.create(run.key, fields, action=action, budget=budget)
+            written = await store.create(run.key, fields, action=action, budget=left)
         else:
             fields = attempt_finished(
                 state, owner=token, attempts=attempts, expire_at=run.expire_at(), error=error
             )
             written = await store.update_if_unchanged(
-                run.key, fields, precondition(snapshot), action=action, budget=budget
+                run.key, fields, precondition(snapshot), action=action, budget=left
             )
         if isinstance(written, datetime):
             run.counted(attempts)

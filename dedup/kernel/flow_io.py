@@ -154,16 +154,13 @@ class FencedLease(Protocol):
     run: Any
     owner: str
     token: datetime
-    ends: float
 
     @property
     def steps(self) -> Any:
         """The delivery's steps (`dedup.kernel.steps.StepLog`)."""
         ...
 
-    async def write(
-        self, fields: Fields, state: Any, action: str, until: float | None, *, notes: bool = False
-    ) -> None:
+    async def write(self, fields: Fields, state: Any, action: str, *, notes: bool = False) -> None:
         """A write fenced by `token`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
         ...
 

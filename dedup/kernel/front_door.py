@@ -16,6 +16,7 @@ from google.cloud import firestore
 
 from dedup.config import DEFAULT_DATABASE, DedupConfig
 from dedup.errors import StoreUnavailable
+from dedup.kernel.budget import Budget
 from dedup.kernel.delivery import (
     SYNC_DELIVERIES,
     DeliveryKinds,
@@ -142,9 +143,8 @@ class DeduplicatorBase:
         return first
 
     def store_for(self, event_database: str | None = None) -> Any:
-        """The record store for an event from `event_database`: records live in the config's
-        database (DEDUP_DATABASE), else the event's, else the first client's. Clients are
-        made on first use; the one place both front doors choose."""
+        """The record store for an event from `event_database`, in the config's database
+        (DEDUP_DATABASE), else the event's, else the first client's; both front doors ask it."""
         with self._lock:
             stores = self.store_table()
             first = self._first_store(stores)
@@ -234,7 +234,7 @@ class DeduplicatorBase:
             source=options.source,
             step_hooks=self._step_hooks,
             ambiguity=ambiguity,
-            budget=options.budget or self.config.time_budget(),
+            budget=Budget.of_delivery(options.budget or self.config.time_budget(), self.config),
         )
         if observed is not None:
             observed.watch(run)

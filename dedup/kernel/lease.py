@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -71,8 +70,6 @@ class Lease:
     """This delivery's owner token, written on the record with the claim."""
     token: datetime
     """The update time of this lease's last write: what its next write is fenced by."""
-    ends: float
-    """A monotonic lower bound of the lease's end (the claim was sent before it started)."""
     ambiguous: bool = False
     """The claim took over an expired lease (`dedup.kernel.claims.takeover_ambiguous`)."""
     notes: Mapping[str, Any] = NO_NOTES
@@ -90,19 +87,20 @@ class Lease:
 
     def time_left(self) -> float:
         """Seconds left of the delivery's time budget."""
-        return self.run.time_left()
+        return self.run.budget.left()
 
     def steps_room(self) -> int:
         """The bytes the record has for its `steps` (`dedup.kernel.room.steps_room`)."""
         return steps_room(self.run, self.notes)
 
     def steps_landed(self, steps: Mapping[str, Any], sent: float, token: datetime | None) -> None:
-        """A write of `steps`, sent at monotonic `sent`, committed: the lease runs `lease_seconds`
-        from `sent`; `token`: the new fence of a step's transaction (None after `write`)."""
+        """A write of `steps`, sent at `sent` (`Budget.now`), committed: the lease runs
+        `lease_seconds` from `sent`; `token`: the new fence of a step's transaction (None after
+        `write`)."""
         if token is not None:
             self.token = token
         self.steps.landed(steps)
-        self.ends = sent + self.run.config.lease_seconds
+        self.run.budget.lease_from(sent, self.run.config.lease_seconds)
 
     def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
         """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced like
@@ -127,42 +125,36 @@ class Lease:
 
     async def _note(self, fields: dict[str, Any]) -> None:
         notes = {**self.notes, **fields}
-        await self.write(noted(notes), State.IN_PROGRESS, "note on", self.ends, notes=True)
+        await self.write(noted(notes), State.IN_PROGRESS, "note on", notes=True)
         self.notes = notes
 
     async def write(
-        self,
-        fields: Fields,
-        state: State,
-        action: str,
-        until: float | None,
-        *,
-        notes: bool = False,
+        self, fields: Fields, state: State, action: str, *, notes: bool = False
     ) -> None:
-        """Write `fields` fenced by `token` (which moves on), retrying transient errors until
-        `until` (monotonic), never past `Run.outcome_deadline`, each RPC bounded by what is left.
-        Raises `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store
-        kept failing. `notes`: the write keeps the lease (a record still ours is written over)."""
+        """Write `fields` fenced by `token` (which moves on), retrying transient errors within
+        the budget of the writes after the handler (`Budget.after_handler`: never past the
+        lease's end), each RPC bounded by what is left. Raises `LeaseLost` if another delivery
+        moved the record, `StoreUnavailable` if the store kept failing. `notes`: the write
+        keeps the lease (a record still ours is written over)."""
         run, store = self.run, self.run.io
-        latest = run.outcome_deadline(self.ends)
-        deadline = latest if until is None else min(until, latest)
+        budget = run.budget.after_handler()
         token, round_, refreshes = self.token, 0, 0
         while True:
             try:
                 result = await store.update_if_unchanged(
-                    run.key, fields, token, action=action, budget=run.outcome_budget(deadline)
+                    run.key, fields, token, action=action, budget=budget.call()
                 )
                 if isinstance(result, datetime):
                     self.token = result
                     return
                 # The precondition failed: our own earlier try may have landed (lost response),
                 # an operator may have released our lease, or another delivery took it over.
-                left = run.outcome_budget(deadline)  # asked again: the update may be slow
+                left = budget.call()  # asked again: the update may be slow
                 snapshot = await store.read(run.key, action=action, budget=left)
             except StoreUnavailable:
                 pause = backoff(round_)
                 round_ += 1
-                if time.monotonic() + pause >= deadline:
+                if not budget.affords(pause):
                     raise
                 await store.sleep(pause)
                 continue
@@ -216,19 +208,19 @@ async def _claim(run: Run) -> Outcome | Lease:
     ambiguous = False  # the latest claim write took over an expired lease
     notes = NO_NOTES  # what the record it took over had noted
     steps: Mapping[str, Any] | None = None  # and the steps it had recorded
-    sent_at = time.monotonic()  # when the latest claim write was sent: our lease starts later
+    sent_at = run.budget.now()  # when the latest claim write was sent: our lease starts later
     unsure: Conflict | StoreUnavailable | None = None  # how the latest claim write failed
     for _ in range(CLAIM_ROUNDS):
         if not _maybe_ours(unsure):  # else it learns whether it holds a lease, whatever the time
             run.require_time("claim")
         if try_create:
             ambiguous, notes, steps = False, NO_NOTES, None
-            sent_at = time.monotonic()
+            sent_at = run.budget.now()
             fields = first_write(run, State.IN_PROGRESS, owner, lease_seconds=config.lease_seconds)
-            created = await _claimed(store.create(run.key, fields, budget=run.rpc_budget()))
+            created = await _claimed(store.create(run.key, fields, budget=run.budget.rpc()))
             if isinstance(created, datetime):
                 run.counted(1)
-                return _owned(Lease(run, owner, created, sent_at + config.lease_seconds))
+                return _owned(Lease(run, owner, created), sent_at)
             unsure = created
         snapshot = await _read_back(run, _maybe_ours(unsure))
         record = snapshot.record
@@ -237,9 +229,8 @@ async def _claim(run: Run) -> Outcome | Lease:
             run.counted(record.attempts)
             if record.state is State.DEAD:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
-            ends = sent_at + config.lease_seconds
             token = precondition(snapshot)
-            return _owned(Lease(run, owner, token, ends, ambiguous, notes, steps))
+            return _owned(Lease(run, owner, token, ambiguous, notes, steps), sent_at)
         if isinstance(unsure, StoreUnavailable):
             raise unsure  # it did not land: the store fails writes, the platform retries
         unsure = None
@@ -259,14 +250,13 @@ async def _claim(run: Run) -> Outcome | Lease:
                 reconciled = await reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
-            if await mark_dead(
-                run.io, run.key, snapshot, owner, run.expire_at(), run.outcome_budget()
-            ):
+            budget = run.budget.after_handler().call()
+            if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at(), budget):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
         ambiguous = takeover_ambiguous(record, snapshot.read_time)
         notes, steps = record.notes or NO_NOTES, record.steps
-        sent_at = time.monotonic()
+        sent_at = run.budget.now()
         fields = lease_taken(
             owner=owner,
             lease_seconds=config.lease_seconds,
@@ -275,13 +265,12 @@ async def _claim(run: Run) -> Outcome | Lease:
         )
         guard, action = precondition(snapshot), "take over the lease of"
         write = store.update_if_unchanged(
-            run.key, fields, guard, action=action, budget=run.rpc_budget()
+            run.key, fields, guard, action=action, budget=run.budget.rpc()
         )
         taken = await _claimed(write)
         if isinstance(taken, datetime):
             run.counted(record.attempts + 1)
-            ends = sent_at + config.lease_seconds
-            return _owned(Lease(run, owner, taken, ends, ambiguous, notes, steps))
+            return _owned(Lease(run, owner, taken, ambiguous, notes, steps), sent_at)
         unsure = taken
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
@@ -310,12 +299,12 @@ async def _read_back(run: Run, maybe_ours: bool) -> Snapshot:
     until the budget ends: the delivery learns whether it holds the lease (run, or give back)."""
     for round_ in itertools.count():
         try:
-            return await run.io.read(run.key, budget=run.rpc_budget())
+            return await run.io.read(run.key, budget=run.budget.rpc())
         except StoreUnavailable as exc:
             pause = backoff(round_)
             if not (maybe_ours and store_down(exc)):
                 raise
-            if run.time_left() <= pause:
+            if not run.budget.affords(pause):
                 raise StoreUnavailable(
                     f"{exc}; its claim may have landed unanswered, the store down until the budget"
                     " ended: the handler never started, the next delivery is ambiguous"
@@ -324,9 +313,12 @@ async def _read_back(run: Run, maybe_ours: bool) -> Snapshot:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _owned(lease: Lease) -> Lease:
-    """The lease is ours: tell this instance's other copies, before our turn ends."""
-    lease.run.live_leases.own(lease.run.key, lease.run.config.lease_seconds)
+def _owned(lease: Lease, sent: float) -> Lease:
+    """The lease, taken by the claim write sent at `sent`, is ours: it runs `lease_seconds` from
+    then (`Budget.lease_from`); tell this instance's other copies, before our turn ends."""
+    run = lease.run
+    run.budget.lease_from(sent, run.config.lease_seconds)
+    run.live_leases.own(run.key, run.config.lease_seconds)
     return lease
 
 
@@ -334,7 +326,7 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
     """Run the handler under `lease`; record its outcome fenced by the lease's last write."""
     config, owner = run.config, lease.owner
     try:
-        if run.time_left() <= 0:
+        if run.budget.left() <= 0:
             return await _give_back_unstarted(run, lease)
         run.step(Step.AFTER_CLAIM)
         choice = run.ambiguity
@@ -351,11 +343,10 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
             after = after_failure(exc, run.attempt, config.attempt_limit, run.retry_age)
             if after is AfterFailure.RELEASED:
                 fields = released(error=error, expire_at=run.expire_at())
-                await lease.write(fields, after.state, "release", None)
+                await lease.write(fields, after.state, "release")
             else:
                 fields = finished(after.state, owner=owner, expire_at=run.expire_at(), error=error)
-                until = run.outcome_deadline(lease.ends)
-                await lease.write(fields, after.state, f"mark {after.state.value}", until)
+                await lease.write(fields, after.state, f"mark {after.state.value}")
             return run.failed(after, error, exc)
         run.step(Step.AFTER_EFFECT)
         steps = lease.recorded_steps if lease._steps is None else lease._steps.recorded
@@ -373,7 +364,7 @@ async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> N
     without it, as a result too large is (WARNING): the effect happened, "sent" must fit."""
     fields = finished(State.SENT, owner=lease.owner, expire_at=run.expire_at(), result=stored)
     try:
-        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
+        await lease.write(fields, State.SENT, "mark sent")
     except RecordRefused as exc:
         if stored is None:
             raise
@@ -381,7 +372,7 @@ async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> N
             "%s: handler result not stored (%s); duplicates get no result", run.path, exc
         )
         fields[Field.RESULT] = None
-        await lease.write(fields, State.SENT, "mark sent", run.outcome_deadline(lease.ends))
+        await lease.write(fields, State.SENT, "mark sent")
 
 
 async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:
@@ -393,5 +384,5 @@ async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:
     expire_at, attempts = run.expire_at(), run.attempt - 1
     fields = released(error=error, expire_at=expire_at, attempts=attempts, ambiguous=ambiguous)
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
-        await lease.write(fields, State.IN_PROGRESS, "release", None)
+        await lease.write(fields, State.IN_PROGRESS, "release")
     run.spent("start the handler of")

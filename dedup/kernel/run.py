@@ -1,5 +1,5 @@
-"""One delivery's `Run` (identity, attempt, time budget, its single log line, the checks
-before a claim), which the flows work and report through, sync or async alike; and the
+"""One delivery's `Run` (identity, attempt, time budget (`run.budget`), its single log line,
+the checks before a claim), which the flows work and report through, sync or async alike; and the
 instance's memory of keys (`SentKeys`: only keys known sent; `LiveLeases`: only ever "retry
 later"), an optimization that cannot lose an effect."""
 
@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -32,7 +32,8 @@ from dedup.kernel.turns import TurnTimeout
 from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
 
 if TYPE_CHECKING:
-    from dedup.config import DedupConfig, TimeBudget
+    from dedup.config import DedupConfig
+    from dedup.kernel.budget import Budget
     from dedup.kernel.flow_io import Ambiguity, FlowIO
 
 _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
@@ -41,12 +42,6 @@ _DELIVERY_OF: dict[Mode, tuple[int, str | None]] = {
     Mode.WRITE_ONLY: (2, "batch"),
 }
 """Per mode: its delivery type's place in `DeliveryKinds`, and the field holding the writer."""
-
-BUDGET_MARGIN = 0.1
-"""The budget's share (at most 1 s) kept for the floors of the last tries and a rollback."""
-OUTCOME_MARGIN = 0.2
-"""How long before the function's timeout the writes after the handler stop being tried
-(`Run.outcome_deadline`): room for the last try's floor (0.1 s) and the answer."""
 
 
 @dataclass
@@ -64,13 +59,12 @@ class Run:
     suffix: str
     key: str
     payload_hash: str | None
-    budget: TimeBudget
-    """The time budget and its source (`DedupConfig.time_budget`: the function's timeout)."""
+    budget: Budget
+    """This delivery's time: every deadline, RPC timeout and pause (`dedup.kernel.budget`)."""
     subject: str | None = None
     source: str | None = None
     """Where the event came from (the CloudEvent `source`), written on a new record."""
     step_hooks: tuple[StepHook, ...] = ()
-    started: float = field(default_factory=time.monotonic)
     attempt: int = 0
     mismatch: bool = False
     outcome: OutcomeKind | None = None
@@ -82,39 +76,20 @@ class Run:
     retry_age: float = 0.0
     """Seconds from the record's first attempt to the read this delivery claimed on (database
     clock, `kernel.claims.retry_age`); 0 for a fresh event."""
-    deadline: float = 0.0
-    """When this delivery's time budget ends (monotonic), set on construction."""
-    _try_started: float | None = field(default=None, init=False, repr=False)
-    _longest_try: float = field(default=0.0, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        """Start the time budget at `started`; it ends `BUDGET_MARGIN` early (at most 1 s),
-        the room the last tries' floors (0.1 s per RPC) and a rollback take."""
-        budget = self.budget.seconds
-        self.deadline = self.started + budget - min(1.0, BUDGET_MARGIN * budget)
 
     def time_left(self) -> float:
-        """Seconds left of the time budget (0 or less: spent)."""
-        return self.deadline - time.monotonic()
-
-    def rpc_budget(self) -> float:
-        """The deadline of the next dedup RPC, its retries included (ask right before it, once
-        per RPC): the RPC timeout, cut to what is left of the budget (0.1 s at least)."""
-        return max(0.1, min(float(self.config.rpc_timeout_seconds), self.time_left()))
-
-    def pause(self, seconds: float) -> float:
-        """A backoff pause cut to what is left of the budget (never negative)."""
-        return max(0.0, min(seconds, self.time_left()))
+        """Seconds left of the time budget (0 or less: spent): `Delivery.time_left`."""
+        return self.budget.left()
 
     def require_time(self, action: str, cause: BaseException | None = None) -> None:
         """Raise `BudgetSpent` (`spent`) when the time budget is spent, before `action`."""
-        if self.time_left() <= 0:
+        if self.budget.left() <= 0:
             self.spent(action, cause)
 
     def spent(self, action: str, cause: BaseException | None = None) -> NoReturn:
         """Raise `BudgetSpent`, chaining `cause` (the last store error, if any): the budget ran
         out before `action` could start (`kernel.front_door.run_flow` logs it, unavailable)."""
-        budget = self.budget.seconds
+        budget = self.budget.length.seconds if self.budget.length else 0.0
         error = (
             f"the delivery's time budget of {budget:g} s is spent before it could {action} "
             f"{self.path}; nothing was committed, the event will be retried"
@@ -123,41 +98,15 @@ class Run:
             error += f" (last error: {cause})"
         raise BudgetSpent(error) from cause
 
-    def start_try(self, action: str, cause: BaseException | None = None) -> None:
-        """Before each try of a transaction or batch (a round of the flow, or the client's own
-        retry on contention): raise `BudgetSpent` unless the time left covers the longest try
-        so far (a try that waited on a locked document is not started with less to go)."""
-        now = time.monotonic()
-        if self._try_started is not None:
-            self._longest_try = max(self._longest_try, now - self._try_started)
-        if self.deadline - now <= 0 or self.deadline - now < self._longest_try:
-            self.spent(action, cause)
-        self._try_started = now
-
     @asynccontextmanager
     async def turn(self, key: str | None = None) -> AsyncIterator[None]:
         """This delivery's turn on its key (or on `key`) among the instance's deliveries
         (`FlowIO.turn`), waited for no longer than the budget allows (then `BudgetSpent`)."""
         try:
-            async with self.io.turn(key or self.key, max(0.0, self.time_left())):
+            async with self.io.turn(key or self.key, max(0.0, self.budget.left())):
                 yield
         except TurnTimeout as waited:
             self.spent("take its turn on", waited)
-
-    def outcome_deadline(self, lease_ends: float | None = None) -> float:
-        """Until when the writes after the handler (its outcome, a release, a failed attempt)
-        may be tried: the end of the function's timeout (`started` plus the budget) less
-        `OUTCOME_MARGIN`, so that the last write, its floor included, ends within the timeout;
-        never before the end of the budget, never past `lease_ends` (the lease's end)."""
-        ends = self.started + self.budget.seconds - OUTCOME_MARGIN
-        until = max(self.deadline, ends)
-        return min(until, lease_ends) if lease_ends else until
-
-    def outcome_budget(self, until: float | None = None) -> float:
-        """The deadline of the next RPC after the handler, asked right before it: what is left
-        until `until` (default: `outcome_deadline`), 0.1 s at least; cut to the RPC timeout."""
-        end = self.outcome_deadline() if until is None else until
-        return max(0.1, end - time.monotonic())
 
     @property
     def path(self) -> str:
@@ -284,7 +233,7 @@ class Run:
     ) -> Outcome:
         """Log the delivery's single line and build its `Outcome`."""
         self.outcome = kind
-        ms = int((time.monotonic() - self.started) * 1000)
+        ms = int(self.budget.elapsed() * 1000)
         level = SEVERITY[kind]
         message = f"{kind.value}: {self.path} (attempt {self.attempt})"
         if self.mismatch:
@@ -306,7 +255,7 @@ class Run:
             error=error,
             path=self.path,
             subject=self.subject,
-            budget_source=self.budget.source,
+            budget_source=self.budget.length.source if self.budget.length else None,
         )
         gave_up = kind in GIVING_UP or (self.found is not None and self.found.state in GIVEN_UP)
         return Outcome(kind, self.key, self.attempt, ms, result, gave_up)

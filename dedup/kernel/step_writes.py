@@ -5,7 +5,6 @@ says what each kind of step guarantees."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING, Any
 
 from dedup.errors import LeaseLost, TerminalError
@@ -77,8 +76,8 @@ async def _run_one(
 
 def require_live(lease: FencedLease, name: str) -> None:
     """Refuse (`LeaseLost`, the step's function not called) to start step `name` once the
-    lease may have ended: `lease.ends` (the send time of the write that last renewed it, plus
-    `lease_seconds`, on this instance's monotonic clock) less `LEASE_MARGIN`. No RPC: a
+    lease may have ended: `Budget.lease_left` (from the send time of the write that last renewed
+    it, `lease_seconds`, on the budget's clock) less `LEASE_MARGIN`. No RPC: a
     delivery that stalled past its lease (a pause, a slow call before the step) stops here
     whether or not another delivery took the lease over meanwhile. A step started after its
     delivery ended (from a thread or task the handler did not wait for) is refused too."""
@@ -89,7 +88,7 @@ def require_live(lease: FencedLease, name: str) -> None:
             f"({run.outcome.value}), so it was not called; await each step in the handler"
         )
     margin = min(1.0, LEASE_MARGIN * run.config.lease_seconds)
-    late = time.monotonic() - (lease.ends - margin)
+    late = margin - run.budget.lease_left()
     if late < 0:
         return
     run.finish(OutcomeKind.LEASE_LOST)
@@ -105,11 +104,11 @@ async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: 
     """Write step `name`'s entry of `steps` (and no other), fenced by the lease, which the
     write renews; unless the delivery ended while the step ran (a step the handler did not
     wait for): its entry is recorded, and the lease the end gave back or closed stays so."""
-    sent = time.monotonic()
+    sent = lease.run.budget.now()
     fields = steps_recorded(name, steps[name])
     if lease.run.outcome is not None:
         del fields[Field.LEASE_STARTED_AT]
-    await lease.write(fields, State.IN_PROGRESS, action, lease.ends, notes=True)
+    await lease.write(fields, State.IN_PROGRESS, action, notes=True)
     lease.steps_landed(steps, sent, None)
 
 
@@ -139,14 +138,14 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
         return (value, steps), steps_recorded(name, steps[name])
 
-    sent, left = time.monotonic(), max(0.1, run.time_left())  # each RPC cut when it is sent
+    sent, left = run.budget.now(), run.budget.call()  # each RPC cut when it is sent
     try:
         value, steps = await run.io.run_transaction(
             run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=left
         )
     except Exception:
         # Bounded by what is left of the budget now, after the transaction's time.
-        action, left = f"check step {name} of", run.outcome_budget()
+        action, left = f"check step {name} of", run.budget.after_handler().call()
         snapshot = await run.io.read(run.key, action=action, budget=left)
         record = snapshot.record
         if not written_by(record, lease.owner):

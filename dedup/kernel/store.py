@@ -31,6 +31,7 @@ from google.cloud import firestore
 from google.cloud.firestore import AsyncClient
 
 from dedup.errors import DatabaseMismatch, RecordRefused, StoreUnavailable
+from dedup.kernel.budget import Budget
 from dedup.kernel.claims import PRECONDITION_ERRORS, TRANSIENT_ERRORS
 from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
@@ -62,7 +63,7 @@ def backoff(round_: int) -> float:
 
 class StoreBase[C]:
     """The dedup collection of one client `C`: what `RecordStore` shares with the tests'
-    in-memory stores (paths, time bounds, the error of a failed call)."""
+    in-memory stores (paths, each call's `Budget`, the error of a failed call)."""
 
     def __init__(self, client: C, collection: str, *, rpc_timeout_seconds: float = 10) -> None:
         """Operate on `collection` (a collection path) through `client`; each call gives up
@@ -76,20 +77,10 @@ class StoreBase[C]:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""
         return f"{self.collection}/{key}"
 
-    def timeout_within(self, budget: float | None, floor: float = 0.1) -> float:
-        """The deadline of one call: the RPC timeout, or `budget` when that is shorter
-        (`floor` at least)."""
-        limit = float(self.rpc_timeout_seconds)
-        return limit if budget is None else max(floor, min(limit, budget))
-
-    def shrinking(self, budget: float | None, *, floor: float = 0.1) -> float | Callable[[], float]:
-        """The bound of each RPC of a transaction started now with `budget` seconds left:
-        the RPC timeout, cut to what is left of `budget` when that RPC starts (`floor` at
-        least)."""
-        if budget is None:
-            return float(self.rpc_timeout_seconds)
-        end = time.monotonic() + budget
-        return lambda: self.timeout_within(end - time.monotonic(), floor)
+    def budget(self, seconds: float | None) -> Budget:
+        """The `Budget` of one call started now with `seconds` left of its caller's (None: no
+        end of its own, each RPC gets the RPC timeout)."""
+        return Budget.of_call(self.rpc_timeout_seconds, seconds)
 
     def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
@@ -137,12 +128,13 @@ class RecordStore(StoreBase[Any]):
         RPCs are bounded like every other call of this store (`budget`: the time left of the
         delivery's budget, which every RPC's bound then shrinks with)."""
         kind: Any = BoundedAsyncTransaction if self.awaits else BoundedTransaction
+        call = self.budget(budget)
         return kind(
             self.client,
             max_attempts=max_attempts,
-            timeout=self.shrinking(budget),
-            begin_retry=self.retry(self.timeout_within(budget)),
-            rollback_timeout=self.shrinking(budget, floor=ROLLBACK_FLOOR_SECONDS),
+            timeout=call.rpc_bound(),
+            begin_retry=self.retry(call.rpc()),
+            rollback_timeout=call.rpc_bound(ROLLBACK_FLOOR_SECONDS),
         )
 
     def retry(self, timeout: float) -> Any:
@@ -155,7 +147,7 @@ class RecordStore(StoreBase[Any]):
         self, key: str, *, action: str = "claim", budget: float | None = None
     ) -> Snapshot:
         """Read the record, retrying transient errors within the RPC timeout (or `budget`)."""
-        timeout = self.timeout_within(budget)
+        timeout = self.budget(budget).rpc()
         with self.wrapped(action, key):
             document = self.ref(key).get(retry=self.retry(timeout), timeout=timeout)
             if self.awaits:
@@ -205,12 +197,11 @@ class RecordStore(StoreBase[Any]):
         """Fill a batch, add the marker (`add_marker`) and commit it once (no retry: a lost
         response is resolved by reading), within the RPC timeout (or what is left of `budget`,
         counted from this call: `fill` runs the handler); what `fill` returned first."""
-        ends = None if budget is None else time.monotonic() + budget
+        call = self.budget(budget)
         batch = self.client.batch()
         result, fields = await fill(batch)
         add_marker(batch, self.ref(key), fields, guard, "write_only")
-        left = None if ends is None else ends - time.monotonic()
-        committed = batch.commit(retry=None, timeout=self.timeout_within(left))
+        committed = batch.commit(retry=None, timeout=call.rpc())
         if self.awaits:
             await committed
         return result
@@ -324,25 +315,22 @@ def require_one_database(writer: Any, marker: Any, mode: str) -> None:
 
 class ConditionalTries:
     """The retry rule of one conditional write (sync or async): transient errors are retried
-    with backoff within the budget, the precondition failing is a `Conflict`, a refused write
+    with backoff within its `Budget`, the precondition failing is a `Conflict`, a refused write
     `RecordRefused` (terminal), anything else from Firestore `StoreUnavailable`."""
 
     def __init__(self, store: StoreBase[Any], action: str, key: str, budget: float | None):
-        """Tries of `action` on `key` through `store` (anything with `rpc_timeout_seconds`,
-        `unavailable` and `path`), for `budget` seconds (None: the store's RPC timeout)."""
+        """Tries of `action` on `key` through `store` (anything with `budget`, `unavailable`
+        and `path`), for `budget` seconds (None: the store's RPC timeout)."""
         self._store = store
         self._action = action
         self._key = key
-        self._deadline = time.monotonic() + (
-            store.rpc_timeout_seconds if budget is None else budget
-        )
+        self._budget = store.budget(store.rpc_timeout_seconds if budget is None else budget)
         self._maybe_applied = False
         self._round = 0
 
     def timeout(self) -> float:
         """The timeout of the next try: the RPC timeout, or what is left of the budget."""
-        remaining = self._deadline - time.monotonic()
-        return float(max(0.1, min(self._store.rpc_timeout_seconds, remaining)))
+        return self._budget.rpc()
 
     def after(self, exc: Exception) -> float | Conflict:
         """After a try raised `exc`: the `Conflict` to return, or the pause before the next
@@ -355,7 +343,7 @@ class ConditionalTries:
             self._maybe_applied = True
             pause = backoff(self._round)
             self._round += 1
-            if time.monotonic() + pause >= self._deadline:
+            if not self._budget.affords(pause):
                 raise self._store.unavailable(self._action, self._key, exc) from exc
             return pause
         if isinstance(exc, api_exceptions.InvalidArgument | TypeError | ValueError):

@@ -94,9 +94,10 @@ class BoundedTransaction(_Bounded, Transaction):
         rollback_timeout: RpcTimeout | None = None,
     ) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
-        bounded by `timeout` seconds (a callable: asked before each RPC, so the bound can
-        shrink with a deadline), a rollback by `rollback_timeout` (default: `timeout`), its
-        retries included, and a begin and a rollback retry transient errors by `begin_retry`.
+        bounded by `timeout` seconds (a callable, `dedup.kernel.budget.Budget.rpc_bound`: asked
+        before each RPC, so the bound shrinks with the budget), a rollback by
+        `rollback_timeout` (default: `timeout`), its retries included, and a begin and a
+        rollback retry transient errors by `begin_retry`.
         A rollback keeps its own bound: one cut short leaves the transaction open on the
         server, holding its locks until the database expires it (60 s), and every other writer
         of those documents waits."""

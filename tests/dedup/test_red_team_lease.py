@@ -56,7 +56,8 @@ CRASHED_LEASE = 3
 """The lease of the attempt that produces the effect and dies (seconds)."""
 SLOW_LEASE = 8
 """The lease of the delivery whose take-over is slow: its budget is 7 s (lease less the RPC
-timeout), which ends 0.7 s early (`Run.deadline`); its writes after that may use 0.5 s more."""
+timeout), which ends 0.7 s early (`Budget.of_delivery`); its writes after that may use 0.5 s
+more."""
 
 
 class Crash(BaseException):
