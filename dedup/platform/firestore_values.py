@@ -91,6 +91,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _ARRAYS = (list, tuple, set, frozenset)
 """What the Python client writes as an array."""
+_CONTAINERS = (dict, *_ARRAYS)
 _FIXED: dict[type, int] = {
     int: INTEGER_BYTES,
     float: FLOAT_BYTES,
@@ -217,6 +218,9 @@ def refusal(value: Any, *, at: Sequence[str] = (), round_trip: bool = True) -> s
     field of the document itself), from which its depth and its keys' field paths are
     counted. `round_trip=False` accepts what Firestore stores as something else (a tuple or a
     set as an array: a handler's result, read back as JSON-like data)."""
+    if not isinstance(value, _CONTAINERS):  # no place inside it, no depth to count
+        found = _value_refused(value, 1, False, round_trip)
+        return None if found is None else f"{found[0]}: {found[1]}"
     base_depth = max(len(at) - 1, 0)
     base_path = len(".".join(at).encode("utf-8", "surrogatepass"))
     stack: list[tuple[Any, _Place, int, int, bool]] = [
@@ -298,7 +302,7 @@ def _value_refused(
     if depth <= MAX_DEPTH and (exact is dict or (exact is list and not in_array)):
         return None
     kind = exact.__name__
-    if isinstance(item, (dict, *_ARRAYS)):
+    if isinstance(item, _CONTAINERS):
         if in_array and isinstance(item, _ARRAYS):
             return f"{_a(kind)} directly inside an array", "Firestore refuses nested arrays"
         if depth > MAX_DEPTH:
