@@ -245,11 +245,13 @@ def refusal(value: Any, *, at: Sequence[str] = (), round_trip: bool = True) -> s
                         ),
                     )
                     break
-                stack.append((child, inside, depth + 1, length, False))
+                if _holds_or_refused(child, round_trip):
+                    stack.append((child, inside, depth + 1, length, False))
         elif found is None and isinstance(item, _ARRAYS) and not _scalars_taken(item):
             children: Iterable[Any] = item
             for index, child in enumerate(children):
-                stack.append((child, (where, index), depth + 1, path_bytes, True))
+                if _holds_or_refused(child, round_trip):
+                    stack.append((child, (where, index), depth + 1, path_bytes, True))
         if found is not None:
             what, why = found
             return f"{what}{f' at {_place(where)}' if where else ''}: {why}"
@@ -263,6 +265,14 @@ def _place(where: _Place) -> str:
         where, part = where
         parts.append(f"[{part}]" if isinstance(part, int) else f"[{_shown(part)}]")
     return "".join(reversed(parts))
+
+
+def _holds_or_refused(child: Any, round_trip: bool) -> bool:
+    """`child` is a map or an array (its depth and items to check), or a scalar refused
+    wherever it is: the ones `refusal` must visit. A scalar taken is passed at once."""
+    if type(child) in _NEVER_REFUSED:
+        return False
+    return isinstance(child, _CONTAINERS) or _value_refused(child, 1, False, round_trip) is not None
 
 
 def _scalars_taken(items: Iterable[Any]) -> bool:
