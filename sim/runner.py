@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry import trace
+
 from dedup import AsyncDeduplicator, DedupConfig, Deduplicator, Outcome
 from dedup.kernel.delivery import drive
 from dedup.telemetry import Telemetry
@@ -28,7 +30,33 @@ from sim.world import Died, Instance, Task, World
 COLLECTION = "triggerEvents"
 SUFFIX = "fn"
 HORIZON = 4 * 3600.0
-TELEMETRY = Telemetry()
+
+
+class _NoSpan:
+    """A span's block that makes no span and sets no context: the current span stays
+    `INVALID_SPAN`, as under the API's no-op tracer."""
+
+    def __enter__(self) -> trace.Span:
+        return trace.INVALID_SPAN
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+class _Untraced(trace.TracerProvider):
+    """Telemetry's public `tracer_provider` setting, switched off: the simulator checks
+    records and effects, never spans, and the API's no-op tracer still costs a context
+    switch per delivery."""
+
+    class _Tracer(trace.NoOpTracer):
+        def start_as_current_span(self, *_: Any, **__: Any) -> Any:
+            return _NoSpan()
+
+    def get_tracer(self, *_: Any, **__: Any) -> trace.Tracer:
+        return self._Tracer()
+
+
+TELEMETRY = Telemetry(tracer_provider=_Untraced())
 
 
 @dataclass

@@ -50,7 +50,7 @@ Nothing here touches the network; the functions never raise on any value (`value
 
 from __future__ import annotations
 
-import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -89,10 +89,26 @@ VECTOR_DIMENSION_BYTES = 8
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-_RESERVED = r"(?s)__.*__"
-"""A name Firestore reserves (text, compiled by `re`'s cache at its first use)."""
 _ARRAYS = (list, tuple, set, frozenset)
 """What the Python client writes as an array."""
+_CONTAINERS = (dict, *_ARRAYS)
+_FIXED: dict[type, int] = {
+    int: INTEGER_BYTES,
+    float: FLOAT_BYTES,
+    bool: BOOLEAN_BYTES,
+    type(None): NULL_BYTES,
+    datetime: TIMESTAMP_BYTES,
+    DatetimeWithNanoseconds: TIMESTAMP_BYTES,
+}
+"""Scalars of one size whatever their value, by exact type: an array holding only these is
+measured by counting its items' types (at C speed), not item by item."""
+_Place = tuple[Any, str | int] | None
+"""Where an item is inside the value `refusal` checks: None for the value itself, else (its
+container's place, its key or its index), written out only for a refusal (`_place`)."""
+_NEVER_REFUSED = frozenset({float, bool, type(None)})
+"""Exact types `refusal` takes at any place and depth, whatever their value (an `int` is
+refused only outside 64 bits)."""
+_INT_OR_NEVER_REFUSED = _NEVER_REFUSED | {int}
 
 
 def string_size(text: str) -> int:
@@ -115,18 +131,47 @@ def value_size(value: Any) -> int:
     stack: list[Any] = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, dict):
-            for key in item:
-                if not isinstance(key, str):
-                    raise TypeError(
-                        f"the Firestore client cannot encode a {type(key).__name__} key"
-                    )
-                size += string_size(key)
-            stack.extend(item.values())
+        kind = type(item)
+        if kind in _FIXED:
+            size += _FIXED[kind]
+        elif kind is str:
+            size += string_size(item)
+        elif isinstance(item, dict):
+            if set(map(type, item)) <= {str}:  # the keys' UTF-8 bytes, + 1 each
+                size += len("".join(item).encode("utf-8", "surrogatepass")) + len(item)
+            else:
+                for key in item:
+                    if not isinstance(key, str):
+                        raise TypeError(
+                            f"the Firestore client cannot encode a {type(key).__name__} key"
+                        )
+                    size += string_size(key)
+            size += _sized(item.values(), stack)
         elif isinstance(item, _ARRAYS):
-            stack.extend(item)
+            kinds = set(map(type, item))
+            if len(kinds) == 1 and kinds <= _FIXED.keys():
+                size += len(item) * _FIXED[kinds.pop()]
+            elif kinds <= _FIXED.keys():
+                size += sum(_FIXED[k] * n for k, n in Counter(map(type, item)).items())
+            else:
+                size += _sized(item, stack)
         else:
             size += _scalar_size(item)
+    return size
+
+
+def _sized(items: Iterable[Any], stack: list[Any]) -> int:
+    """The size of those of `items` whose exact type tells it (`_FIXED`, `str`); the others
+    are put on `stack`, in order, for `value_size` to measure."""
+    size = 0
+    for item in items:
+        kind = type(item)
+        if kind in _FIXED:
+            size += _FIXED[kind]
+        elif kind is str:
+            size += len(item.encode("utf-8", "surrogatepass")) + 1
+        else:
+            stack.append(item)
     return size
 
 
@@ -173,9 +218,14 @@ def refusal(value: Any, *, at: Sequence[str] = (), round_trip: bool = True) -> s
     field of the document itself), from which its depth and its keys' field paths are
     counted. `round_trip=False` accepts what Firestore stores as something else (a tuple or a
     set as an array: a handler's result, read back as JSON-like data)."""
+    if not isinstance(value, _CONTAINERS):  # no place inside it, no depth to count
+        found = _value_refused(value, 1, False, round_trip)
+        return None if found is None else f"{found[0]}: {found[1]}"
     base_depth = max(len(at) - 1, 0)
     base_path = len(".".join(at).encode("utf-8", "surrogatepass"))
-    stack: list[tuple[Any, str, int, int, bool]] = [(value, "", base_depth + 1, base_path, False)]
+    stack: list[tuple[Any, _Place, int, int, bool]] = [
+        (value, None, base_depth + 1, base_path, False)
+    ]
     while stack:
         item, where, depth, path_bytes, in_array = stack.pop()
         found = _value_refused(item, depth, in_array, round_trip)
@@ -185,7 +235,7 @@ def refusal(value: Any, *, at: Sequence[str] = (), round_trip: bool = True) -> s
                 if found is not None:
                     break
                 length = path_bytes + (1 if path_bytes else 0) + len(key.encode("utf-8"))
-                inside = f"{where}[{_shown(key)}]"
+                inside = (where, key)
                 if length > MAX_FIELD_PATH_BYTES:
                     where, found = (
                         inside,
@@ -195,15 +245,46 @@ def refusal(value: Any, *, at: Sequence[str] = (), round_trip: bool = True) -> s
                         ),
                     )
                     break
-                stack.append((child, inside, depth + 1, length, False))
-        elif found is None and isinstance(item, _ARRAYS):
+                if _holds_or_refused(child, round_trip):
+                    stack.append((child, inside, depth + 1, length, False))
+        elif found is None and isinstance(item, _ARRAYS) and not _scalars_taken(item):
             children: Iterable[Any] = item
             for index, child in enumerate(children):
-                stack.append((child, f"{where}[{index}]", depth + 1, path_bytes, True))
+                if _holds_or_refused(child, round_trip):
+                    stack.append((child, (where, index), depth + 1, path_bytes, True))
         if found is not None:
             what, why = found
-            return f"{what}{f' at {where}' if where else ''}: {why}"
+            return f"{what}{f' at {_place(where)}' if where else ''}: {why}"
     return None
+
+
+def _place(where: _Place) -> str:
+    """`where` as text: `['steps'][3]`."""
+    parts: list[str] = []
+    while where is not None:
+        where, part = where
+        parts.append(f"[{part}]" if isinstance(part, int) else f"[{_shown(part)}]")
+    return "".join(reversed(parts))
+
+
+def _holds_or_refused(child: Any, round_trip: bool) -> bool:
+    """`child` is a map or an array (its depth and items to check), or a scalar refused
+    wherever it is: the ones `refusal` must visit. A scalar taken is passed at once."""
+    if type(child) in _NEVER_REFUSED:
+        return False
+    return isinstance(child, _CONTAINERS) or _value_refused(child, 1, False, round_trip) is not None
+
+
+def _scalars_taken(items: Iterable[Any]) -> bool:
+    """Every item of the array `items` is a scalar `refusal` takes anywhere (a `float`, a
+    `bool`, None, a 64-bit `int`: exact types), checked at C speed: nothing inside to visit."""
+    kinds = set(map(type, items))
+    if not kinds <= _INT_OR_NEVER_REFUSED:
+        return False
+    if int not in kinds:
+        return True
+    ints = items if kinds <= {int, bool} else [i for i in items if type(i) is int]
+    return min(ints) >= INT64_MIN and max(ints) <= INT64_MAX
 
 
 def _name_refused(name: object) -> tuple[str, str] | None:
@@ -216,7 +297,7 @@ def _name_refused(name: object) -> tuple[str, str] | None:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "a map key with a lone surrogate", "field names are valid Unicode text"
-    if re.fullmatch(_RESERVED, name):
+    if len(name) >= 4 and name.startswith("__") and name.endswith("__"):  # __.*__
         return f"the map key {_shown(name)}", "Firestore reserves names matching __.*__"
     return None
 
@@ -225,8 +306,13 @@ def _value_refused(
     item: Any, depth: int, in_array: bool, round_trip: bool
 ) -> tuple[str, str] | None:
     """(what, why) `item` itself (not what it holds) cannot be written at `depth`, or None."""
-    kind = type(item).__name__
-    if isinstance(item, (dict, *_ARRAYS)):
+    exact = type(item)  # first what is taken at once, by exact type; then every rule
+    if exact in _NEVER_REFUSED or (exact is int and INT64_MIN <= item <= INT64_MAX):
+        return None
+    if depth <= MAX_DEPTH and (exact is dict or (exact is list and not in_array)):
+        return None
+    kind = exact.__name__
+    if isinstance(item, _CONTAINERS):
         if in_array and isinstance(item, _ARRAYS):
             return f"{_a(kind)} directly inside an array", "Firestore refuses nested arrays"
         if depth > MAX_DEPTH:

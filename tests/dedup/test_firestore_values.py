@@ -205,3 +205,22 @@ def test_a_record_write_refused_as_invalid_is_terminal(error: Exception) -> None
         tries.after(error)
     assert not isinstance(raised.value, StoreUnavailable)
     assert raised.value.__cause__ is error
+
+
+def test_a_long_array_is_measured_and_checked_as_item_by_item() -> None:
+    """An array of numbers, booleans, nulls or timestamps is taken by its items' types at once
+    (a handler's result of 170,000 zeros): its size is still each item's, an int outside 64
+    bits in it is still refused at its place, and a map key refused still wins over a value
+    refused before it in the same map (keys are checked first)."""
+    moment = datetime(2024, 1, 1, tzinfo=UTC)
+    assert value_size([0] * 170_000) == 8 * 170_000
+    assert value_size([1, 2.5, True, None, moment, "ab"]) == 8 + 8 + 1 + 1 + 8 + 3
+    assert value_size({"ab": [0, None], "c": {"d": False}}) == 3 + 9 + 2 + 2 + 1
+    assert refusal({"zeros": [0] * 170_000}, at=("result",), round_trip=False) is None
+    zeros = [0] * 1_000
+    zeros[417] = 2**63
+    assert refusal({"zeros": zeros}) == (
+        "an int outside 64 bits at ['zeros'][417]: Firestore stores 64-bit integers"
+    )
+    assert "at ['a'][1]" in (refusal({"a": [0.5, -(2**63) - 1, None]}) or "")
+    assert (refusal({"a": Decimal(1), "__b__": 1}) or "").startswith("the map key '__b__'")
