@@ -423,17 +423,21 @@ def test_a_step_the_handler_did_not_wait_for_renews_no_lease_and_none_starts_aft
     release = threading.Event()
     slow = waiting(started, "slow", release)
 
+    threads: list[threading.Thread] = []
+
     def handler(delivery: Delivery) -> None:
         deliveries.append(delivery)
-        threading.Thread(target=delivery.step, args=("slow", slow)).start()
+        threads.append(threading.Thread(target=delivery.step, args=("slow", slow)))
+        threads[0].start()
         while not started:
             time.sleep(0.01)
 
     assert make_dedup(**SHORT).run(EVENT, SUFFIX, handler).kind is OutcomeKind.RAN
     release.set()
-    deadline = time.monotonic() + 10
-    while "slow" not in steps_of(read_record) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The slow step is over once its thread is: its entry is written and the step has ended
+    # (its record landing alone is not the end: a step begun then meets the running one).
+    threads[0].join(timeout=60)
+    assert not threads[0].is_alive()
     with pytest.raises(LeaseLost, match="after its delivery ended"):
         deliveries[0].step("late", noting(started, "late", None))
     assert started == ["slow"]
