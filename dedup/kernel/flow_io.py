@@ -88,20 +88,21 @@ class RecordOperations[Read, Written, Committed, FillT](Protocol):
         self,
         key: str,
         fields: Fields,
-        update_time: datetime,
+        fence: datetime,
+        /,
         *,
         action: str,
         budget: float | None = None,
     ) -> Written:
-        """Update the record if last written at `update_time`: the new update time, or
+        """Update the record if last written at `fence`: the new update time, or
         `Conflict` if it changed or vanished."""
         ...
 
     def commit_batch(
-        self, key: str, fill: FillT, guard: datetime | None, *, budget: float | None = None
+        self, key: str, fill: FillT, fence: datetime | None, /, *, budget: float | None = None
     ) -> Committed:
-        """Open a batch, `fill` it, add the marker (a create if `guard` is None, else an update
-        guarded by it), commit once (no retry: a lost response is resolved by reading).
+        """Open a batch, `fill` it, add the marker (a create if `fence` is None, else an update
+        fenced by it), commit once (no retry: a lost response is resolved by reading).
         Returns what `fill` returned first; raises what `fill` or the commit raised."""
         ...
 
@@ -109,7 +110,8 @@ class RecordOperations[Read, Written, Committed, FillT](Protocol):
         self,
         key: str,
         fill: FillT,
-        guard: datetime | None,
+        fence: datetime | None,
+        /,
         *,
         attempts: int,
         budget: float | None = None,
@@ -180,7 +182,7 @@ class FencedLease(Protocol):
 
     run: Any
     owner: str
-    token: datetime
+    fence: datetime
 
     @property
     def steps(self) -> Any:
@@ -188,14 +190,14 @@ class FencedLease(Protocol):
         ...
 
     async def write(self, fields: Fields, state: Any, action: str, *, notes: bool = False) -> None:
-        """A write fenced by `token`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
+        """A write fenced by `fence`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
         ...
 
     def steps_room(self) -> int:
         """The bytes the record has for its `steps` (`dedup.kernel.lease.Lease.steps_room`)."""
         ...
 
-    def steps_landed(self, steps: Any, sent: float, token: datetime | None) -> None:
+    def steps_landed(self, steps: Any, sent: float, fence: datetime | None) -> None:
         """A write of the step log committed (`dedup.kernel.lease.Lease.steps_landed`)."""
         ...
 
