@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from dedup.errors import ConfigError, LeaseLost, StepTooLarge, StoreUnavailable
@@ -32,14 +33,15 @@ from dedup.kernel.claims import (
     written_by,
 )
 from dedup.kernel.delivery import Outcome, OutcomeKind
-from dedup.kernel.record import STEP_NAME, State, error_text
+from dedup.kernel.record import STEP_NAME, Snapshot, State, error_text
 from dedup.kernel.steps import DONE, MAX_STEP_BYTES, MAX_STEPS, MAX_STEPS_BYTES, REFUSED
 from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
     MAX_RESULT_BYTES,
     attempt_finished,
+    fence_of,
+    fenced_write,
     first_write,
-    precondition,
     released,
     steps_recorded,
 )
@@ -139,17 +141,13 @@ async def lease_write(
     before the update."""
     run, store = self.run, self.run.io
     budget = run.budget.after_handler()
-    token, round_, refreshes = self.token, 0, 0
+    fence, round_, refreshes = self.fence, 0, 0
     while True:
         try:
             left = budget.call()
-            result = await store.update_if_unchanged(
-                run.key, fields, token, action=action, budget=left
+            written = await fenced_write(
+                store, run.key, fields, fence, action, partial(float, left), read_back=True
             )
-            if isinstance(result, datetime):
-                self.token = result
-                return
-            snapshot = await store.read(run.key, action=action, budget=left)
         except StoreUnavailable:
             pause = backoff(round_)
             round_ += 1
@@ -157,14 +155,19 @@ async def lease_write(
                 raise
             await store.sleep(pause)
             continue
+        if isinstance(written, datetime):
+            self.fence = written
+            return
+        assert isinstance(written, Snapshot)
+        snapshot = written
         after = after_fenced_conflict(snapshot.record, self.owner, state)
         if after is AfterConflict.RECORDED and notes:
             after = AfterConflict.REFRESH
         if after is AfterConflict.RECORDED:
-            self.token = precondition(snapshot)
+            self.fence = fence_of(snapshot)
             return
         if after is AfterConflict.REFRESH and refreshes < lease.CLAIM_ROUNDS:
-            token = precondition(snapshot)
+            fence = fence_of(snapshot)
             refreshes += 1
             continue
         run.finish(OutcomeKind.LEASE_LOST)
@@ -186,7 +189,7 @@ async def transaction_once(lease_: Any, name: str, call: Any) -> Any:
     sent, left = run.budget.now(), run.budget.call()
     try:
         value, entries = await run.io.run_transaction(
-            run.key, fill, lease_.token, attempts=step_writes.TRANSACTION_ATTEMPTS, budget=left
+            run.key, fill, lease_.fence, attempts=step_writes.TRANSACTION_ATTEMPTS, budget=left
         )
     except Exception:
         snapshot = await run.io.read(run.key, action=f"check step {name} of")
@@ -198,11 +201,11 @@ async def transaction_once(lease_: Any, name: str, call: Any) -> Any:
         entry = recorded.get(name)
         if entry is None or entry.get("state") != DONE:
             raise
-        token = precondition(snapshot)
+        fence = fence_of(snapshot)
         value, entries = entry.get("value"), recorded
     else:
-        token = writers[-1].commit_time
-    lease_.steps_landed(entries, sent, token)
+        fence = writers[-1].commit_time
+    lease_.steps_landed(entries, sent, fence)
     return value
 
 
@@ -238,8 +241,8 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
             fields = attempt_finished(
                 after.state, owner=token, attempts=attempts, expire_at=run.expire_at(), error=error
             )
-            written = await store.update_if_unchanged(
-                run.key, fields, precondition(snapshot), action=action, budget=budget
+            written = await fenced_write(
+                store, run.key, fields, fence_of(snapshot), action, partial(float, budget)
             )
         if isinstance(written, datetime):
             run.counted(attempts)

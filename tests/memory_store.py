@@ -192,7 +192,7 @@ class _Write:
     operation: str  # create, set, update, delete
     path: str
     data: Fields | None
-    guard: datetime | None = None
+    fence: datetime | None = None
 
 
 @dataclass
@@ -214,8 +214,8 @@ class MemoryWriter:
 
     def update(self, ref: MemoryRef, data: Fields, option: Any = None) -> None:
         """Update fields of an existing `ref` (if last written at the option's time)."""
-        guard = getattr(option, "_last_update_time", None) if option is not None else None
-        self.writes.append(_Write("update", ref.path, dict(data), guard))
+        fence = getattr(option, "_last_update_time", None) if option is not None else None
+        self.writes.append(_Write("update", ref.path, dict(data), fence))
 
     def delete(self, ref: MemoryRef) -> None:
         """Delete `ref`, at commit."""
@@ -311,7 +311,7 @@ class MemoryStore(StoreBase[MemoryClient]):
                     raise api_exceptions.AlreadyExists(f"document {write.path} exists")
                 if write.operation == "update" and found is None:
                     raise api_exceptions.NotFound(f"no document {write.path}")
-                if write.guard is not None and (found is None or found[1] != write.guard):
+                if write.fence is not None and (found is None or found[1] != write.fence):
                     raise api_exceptions.FailedPrecondition(f"{write.path} changed")
             at = self.clock.commit_time()
             for write in writes:
@@ -361,7 +361,7 @@ class MemoryStore(StoreBase[MemoryClient]):
         self,
         key: str,
         fill: Fill,
-        guard: datetime | None,
+        fence: datetime | None,
         *,
         budget: float | None = None,
         client: MemoryClient | None = None,
@@ -369,14 +369,14 @@ class MemoryStore(StoreBase[MemoryClient]):
         """Fill a batch (of `client`, default this store's), add the marker, commit it once."""
         writer = MemoryWriter(client or self.client)
         result, fields = await fill(writer)
-        self.commit([*writer.writes, self._marker(key, fields, guard)])
+        self.commit([*writer.writes, self._marker(key, fields, fence)])
         return result
 
     async def run_transaction(
         self,
         key: str,
         fill: Fill,
-        guard: datetime | None,
+        fence: datetime | None,
         *,
         attempts: int,
         budget: float | None = None,
@@ -389,7 +389,7 @@ class MemoryStore(StoreBase[MemoryClient]):
             writer.client = client or self.client
             try:
                 result, fields = await fill(writer)
-                writer.commit_time = self.commit([*writer.writes, self._marker(key, fields, guard)])
+                writer.commit_time = self.commit([*writer.writes, self._marker(key, fields, fence)])
             except api_exceptions.Aborted:
                 self.rollback()
                 if attempt + 1 == attempts:
@@ -420,10 +420,10 @@ class MemoryStore(StoreBase[MemoryClient]):
         with suppress(api_exceptions.GoogleAPICallError):
             self.rpc("Rollback", lambda: None)
 
-    def _marker(self, key: str, fields: Fields, guard: datetime | None) -> _Write:
-        if guard is None:
+    def _marker(self, key: str, fields: Fields, fence: datetime | None) -> _Write:
+        if fence is None:
             return _Write("create", self.path(key), fields)
-        return _Write("update", self.path(key), fields, guard)
+        return _Write("update", self.path(key), fields, fence)
 
     async def _conditional(
         self, action: str, key: str, write: _Write, budget: float | None
@@ -456,16 +456,16 @@ class AsyncMemoryStore:
         self.update_if_unchanged = store.update_if_unchanged
 
     async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
+        self, key: str, fill: Fill, fence: datetime | None, **bounds: Any
     ) -> Any:
         """See `MemoryStore.commit_batch` (the batch of the awaited client)."""
-        return await self.store.commit_batch(key, fill, guard, **bounds, client=self.client)
+        return await self.store.commit_batch(key, fill, fence, **bounds, client=self.client)
 
     async def run_transaction(
-        self, key: str, fill: Fill, guard: datetime | None, **bounds: Any
+        self, key: str, fill: Fill, fence: datetime | None, **bounds: Any
     ) -> Any:
         """See `MemoryStore.run_transaction` (the transaction of the awaited client)."""
-        return await self.store.run_transaction(key, fill, guard, **bounds, client=self.client)
+        return await self.store.run_transaction(key, fill, fence, **bounds, client=self.client)
 
     async def sleep(self, seconds: float) -> None:
         """Pause this task, not the loop."""

@@ -38,7 +38,7 @@ from dedup.kernel.delivery import (
     RunNotes,
 )
 from dedup.kernel.record import RERUN, OutcomeKind, Record, State, error_text
-from dedup.kernel.transitions import finished, precondition
+from dedup.kernel.transitions import fence_of, fenced_write, finished
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import Ambiguity, FencedLease
@@ -142,10 +142,8 @@ async def reconcile_before_burial(
     if verdict is not True:
         return None
     fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
-    budget = run.budget.after_handler().call()
-    written = await run.io.update_if_unchanged(
-        run.key, fields, precondition(snapshot), action="mark sent", budget=budget
-    )
+    budget = run.budget.after_handler().call
+    written = await fenced_write(run.io, run.key, fields, fence_of(snapshot), "mark sent", budget)
     if not isinstance(written, datetime):
         return None  # the record moved meanwhile: burying it re-reads and decides again
     run.sent_keys.add(run.key, run.payload_hash)

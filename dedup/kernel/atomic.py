@@ -2,7 +2,7 @@
 or not at all; no lease is taken.
 
 The marker is written blind, never read inside the transaction: a create with an exists=false
-precondition, or an update guarded by the update time of the record as last read. A read
+precondition, or an update fenced by the update time of the record as last read. A read
 inside would take a lock on which concurrent deliveries of the event deadlock until the
 database aborts them. Transaction mode reads the record first, outside (a duplicate then costs
 that one read); write-only mode assumes the common case, no record, and settles a fresh event
@@ -11,7 +11,7 @@ in its single commit.
 When a commit fails, a plain read tells what happened (the marker carries this attempt's owner
 token):
 
-* it carries this attempt's token: the commit landed, its response was lost -> ran;
+* it carries this attempt's owner: the commit landed, its response was lost -> ran;
 * it changed since this attempt read it: another delivery wrote the marker -> decide again;
 * unchanged, and the commit was rejected (AlreadyExists, NotFound, FailedPrecondition,
   InvalidArgument): the handler's own writes were refused -> a failed attempt, counted. An
@@ -63,9 +63,10 @@ from dedup.kernel.run import Run
 from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
     attempt_finished,
+    fence_of,
+    fenced_write,
     first_write,
     mark_dead,
-    precondition,
 )
 
 TRANSACTION_ROUNDS = 12
@@ -96,7 +97,7 @@ class _HandlerFailed(Exception):
 
 
 Commit = Callable[[FlowIO, str, Fill, datetime | None, float], Coroutine[Any, Any, Any]]
-"""How an atomic flow commits: `await commit(io, key, fill, guard, budget)` (`budget`: each
+"""How an atomic flow commits: `await commit(io, key, fill, fence, budget)` (`budget`: each
 RPC's deadline, what is left of the delivery's time budget)."""
 
 
@@ -117,13 +118,13 @@ async def run_write_only(run: Run, invoke: Invoke) -> Outcome:
 
 
 async def _in_transaction(
-    io: FlowIO, key: str, fill: Fill, guard: datetime | None, budget: float
+    io: FlowIO, key: str, fill: Fill, fence: datetime | None, budget: float
 ) -> Any:
-    return await io.run_transaction(key, fill, guard, attempts=TRANSACTION_ATTEMPTS, budget=budget)
+    return await io.run_transaction(key, fill, fence, attempts=TRANSACTION_ATTEMPTS, budget=budget)
 
 
-async def _in_batch(io: FlowIO, key: str, fill: Fill, guard: datetime | None, budget: float) -> Any:
-    return await io.commit_batch(key, fill, guard, budget=budget)
+async def _in_batch(io: FlowIO, key: str, fill: Fill, fence: datetime | None, budget: float) -> Any:
+    return await io.commit_batch(key, fill, fence, budget=budget)
 
 
 async def _run_atomic(
@@ -137,7 +138,7 @@ async def _run_atomic(
     contended = False  # a commit was aborted for contention: the next tries take CONTENDED
     for round_ in range(TRANSACTION_ROUNDS):
         record = snapshot.record if snapshot is not None else None
-        guard: datetime | None = None
+        fence: datetime | None = None
         if snapshot is not None and record is not None:
             run.check_record(record)
             run.counted(record.attempts)
@@ -147,24 +148,24 @@ async def _run_atomic(
             if claim is Claim.WAIT:
                 run.raise_lease_held(record, snapshot.read_time)
             if claim is Claim.MARK_DEAD:
-                owner, budget = uuid.uuid4().hex, run.budget.after_handler().call()
-                if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at(), budget):
+                budget, burier = run.budget.after_handler().call, uuid.uuid4().hex
+                if await mark_dead(run.io, run.key, snapshot, burier, run.expire_at(), budget):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
                 snapshot = await store.read(run.key, budget=run.budget.rpc())
                 continue
-            guard = precondition(snapshot)
+            fence = fence_of(snapshot)
         run.counted((record.attempts if record is not None else 0) + 1)
         # A record already read is decided on whatever the time (a duplicate costs nothing more);
         # a new try of the handler and the commit only starts within the budget.
         run.require_time("commit the writes and the marker of", last)
-        token = uuid.uuid4().hex
+        owner = uuid.uuid4().hex
         run.step(Step.AFTER_CLAIM)
         try:
             if contended:
                 async with run.turn(CONTENDED):
-                    result = await _commit(run, invoke, commit, record, guard, token)
+                    result = await _commit(run, invoke, commit, record, fence, owner)
             else:
-                result = await _commit(run, invoke, commit, record, guard, token)
+                result = await _commit(run, invoke, commit, record, fence, owner)
         except Exception as exc:
             failure = None if isinstance(exc, BudgetSpent) else _failure_in_chain(exc)
             if failure is None:
@@ -178,8 +179,8 @@ async def _run_atomic(
                 last, stale = cause, False
                 if failed is not CommitFailed.OTHER:
                     snapshot = await store.read(run.key, budget=run.budget.rpc())
-                    ours = written_by(snapshot.record, token)
-                    moved = _marker_moved(guard, snapshot)
+                    ours = written_by(snapshot.record, owner)
+                    moved = _marker_moved(fence, snapshot)
             after = after_commit_failure(
                 failed, ours=ours, marker_moved=moved, retried_invalid=retried_invalid
             )
@@ -196,7 +197,7 @@ async def _run_atomic(
                     snapshot = await store.read(run.key, budget=run.budget.rpc())
                 continue
             if after is AfterCommit.REFUSED:
-                return await _record_failed_attempt(run, cause, token)  # the handler's writes
+                return await _record_failed_attempt(run, cause, owner)  # the handler's writes
             if after is AfterCommit.BACK_OFF:
                 contended = contended or failed is CommitFailed.CONTENTION
                 await store.sleep(run.budget.pause(backoff(round_)))
@@ -212,11 +213,11 @@ def _committed(run: Run, result: HandlerResult) -> Outcome:
     return run.ran(result)
 
 
-def _marker_moved(guard: datetime | None, snapshot: Snapshot) -> bool:
+def _marker_moved(fence: datetime | None, snapshot: Snapshot) -> bool:
     """The record changed since the attempt read it (or appeared, when it assumed none)."""
-    if guard is None:
+    if fence is None:
         return snapshot.record is not None
-    return snapshot.update_time != guard
+    return snapshot.update_time != fence
 
 
 async def _commit(
@@ -224,8 +225,8 @@ async def _commit(
     invoke: Invoke,
     commit: Commit,
     record: Record | None,
-    guard: datetime | None,
-    token: str,
+    fence: datetime | None,
+    owner: str,
 ) -> HandlerResult:
     """Run the handler into a batch or transaction with the marker and commit it; returns
     what the handler returned. Raises `_HandlerFailed` for the handler's error, the Google
@@ -236,10 +237,10 @@ async def _commit(
             run.spent("run the handler of")
         result = await _call_handler(invoke, writer)
         run.step(Step.AFTER_EFFECT)
-        return result, _marker(run, record, token, result)
+        return result, _marker(run, record, owner, result)
 
     # What is left, not `rpc`: the store cuts each RPC to the RPC timeout when it is sent.
-    result: HandlerResult = await commit(run.io, run.key, fill, guard, run.budget.call())
+    result: HandlerResult = await commit(run.io, run.key, fill, fence, run.budget.call())
     return result
 
 
@@ -256,16 +257,16 @@ async def _call_handler(invoke: Invoke, writer: Any) -> HandlerResult:
     return result if isinstance(result, Mapping) else None
 
 
-def _marker(run: Run, record: Record | None, token: str, result: HandlerResult) -> Fields:
+def _marker(run: Run, record: Record | None, owner: str, result: HandlerResult) -> Fields:
     """The sent marker's fields (with the handler's result): a new record, or the update of
     `record`."""
     if record is None:
         return first_write(
-            run, State.SENT, token, attempts=run.attempt, result=storable_result(result, run)
+            run, State.SENT, owner, attempts=run.attempt, result=storable_result(result, run)
         )
     return attempt_finished(
         State.SENT,
-        owner=token,
+        owner=owner,
         attempts=run.attempt,
         expire_at=run.expire_at(),
         result=storable_result(result, run),
@@ -292,7 +293,7 @@ def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | No
     return None
 
 
-async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcome:
+async def _record_failed_attempt(run: Run, exc: Exception, owner: str) -> Outcome:
     """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
     error = error_text(exc)
     store, action = run.io, "record a failed attempt on"
@@ -303,7 +304,7 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
         # Each RPC ends within the function's timeout, its bound taken when it is sent.
         snapshot = await store.read(run.key, action=action, budget=budget.call())
         record = snapshot.record
-        if record is not None and written_by(record, token):
+        if record is not None and written_by(record, owner):
             run.counted(record.attempts)  # our earlier try landed; its response was lost
             return run.failed(after_state(record.state), error, exc)
         if record is not None:
@@ -319,14 +320,14 @@ async def _record_failed_attempt(run: Run, exc: Exception, token: str) -> Outcom
         left = budget.call()  # what the read left
         written: datetime | object
         if record is None:
-            fields = first_write(run, state, token, attempts=attempts, last_error=error)
+            fields = first_write(run, state, owner, attempts=attempts, last_error=error)
             written = await store.create(run.key, fields, action=action, budget=left)
         else:
             fields = attempt_finished(
-                state, owner=token, attempts=attempts, expire_at=run.expire_at(), error=error
+                state, owner=owner, attempts=attempts, expire_at=run.expire_at(), error=error
             )
-            written = await store.update_if_unchanged(
-                run.key, fields, precondition(snapshot), action=action, budget=left
+            written = await fenced_write(
+                store, run.key, fields, fence_of(snapshot), action, budget.call
             )
         if isinstance(written, datetime):
             run.counted(attempts)

@@ -53,7 +53,7 @@ a durable step's transaction uses too), read back from the record (`after_commit
 
 | the record read after the commit     | the commit failed with             | next      |
 |--------------------------------------|------------------------------------|-----------|
-| carries this attempt's token         | anything                           | LANDED    |
+| carries this attempt's owner         | anything                           | LANDED    |
 | (not read)                           | other Firestore errors (permission)| GIVE_UP   |
 | unchanged since the attempt read it  | a first InvalidArgument            | FRESH_TRY |
 | unchanged since the attempt read it  | another refusal                    | REFUSED   |
@@ -304,7 +304,7 @@ class AfterCommit(Enum):
     """What an atomic attempt does after its commit raised, once it read the record."""
 
     LANDED = "landed"
-    """The marker carries this attempt's token: the commit applied, its response was lost."""
+    """The marker carries this attempt's owner: the commit applied, its response was lost."""
     GIVE_UP = "give_up"
     """Firestore refused for a reason no retry here cures: `StoreUnavailable`."""
     FRESH_TRY = "fresh_try"
@@ -321,7 +321,7 @@ def after_commit_failure(
     failed: CommitFailed, *, ours: bool, marker_moved: bool, retried_invalid: bool
 ) -> AfterCommit:
     """The next step of an atomic attempt whose commit failed with `failed`: `ours` is the
-    record carrying this attempt's token, `marker_moved` it changed since the attempt read it,
+    record carrying this attempt's owner, `marker_moved` it changed since the attempt read it,
     `retried_invalid` a fresh try after an invalid refusal was made already."""
     if ours:
         return AfterCommit.LANDED

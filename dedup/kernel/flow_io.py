@@ -40,7 +40,7 @@ return what it returned. `writer`: None in lease mode, the transaction or the ba
 
 type Fill = Callable[[Any], Coroutine[Any, Any, tuple[Any, Fields]]]
 """`await fill(writer)`: run the handler into a transaction or batch; returns what it returned
-and the marker's fields (the store adds the marker write, guarded, then commits)."""
+and the marker's fields (the store adds the marker write, fenced, then commits)."""
 
 
 class RecordIO(Protocol):
@@ -80,20 +80,21 @@ class RecordIO(Protocol):
         self,
         key: str,
         fields: Fields,
-        update_time: datetime,
+        fence: datetime,
+        /,
         *,
         action: str,
         budget: float | None = None,
     ) -> datetime | Conflict:
-        """Update the record if last written at `update_time`: the new update time, or
+        """Update the record if last written at `fence`: the new update time, or
         `Conflict` if it changed or vanished."""
         ...
 
     async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+        self, key: str, fill: Fill, fence: datetime | None, /, *, budget: float | None = None
     ) -> Any:
-        """Open a batch, `fill` it, add the marker (a create if `guard` is None, else an update
-        guarded by it), commit once (no retry: a lost response is resolved by reading).
+        """Open a batch, `fill` it, add the marker (a create if `fence` is None, else an update
+        fenced by it), commit once (no retry: a lost response is resolved by reading).
         Returns what `fill` returned first; raises what `fill` or the commit raised."""
         ...
 
@@ -101,7 +102,8 @@ class RecordIO(Protocol):
         self,
         key: str,
         fill: Fill,
-        guard: datetime | None,
+        fence: datetime | None,
+        /,
         *,
         attempts: int,
         budget: float | None = None,
@@ -153,7 +155,7 @@ class FencedLease(Protocol):
 
     run: Any
     owner: str
-    token: datetime
+    fence: datetime
 
     @property
     def steps(self) -> Any:
@@ -161,14 +163,14 @@ class FencedLease(Protocol):
         ...
 
     async def write(self, fields: Fields, state: Any, action: str, *, notes: bool = False) -> None:
-        """A write fenced by `token`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
+        """A write fenced by `fence`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
         ...
 
     def steps_room(self) -> int:
         """The bytes the record has for its `steps` (`dedup.kernel.lease.Lease.steps_room`)."""
         ...
 
-    def steps_landed(self, steps: Any, sent: float, token: datetime | None) -> None:
+    def steps_landed(self, steps: Any, sent: float, fence: datetime | None) -> None:
         """A write of the step log committed (`dedup.kernel.lease.Lease.steps_landed`)."""
         ...
 

@@ -1,9 +1,9 @@
 """Lease mode: claim a lease on the record, run the handler, record its outcome.
 
 Owns the claim (`_claim`: a create with exists=false, else a read, `dedup.kernel.claims.decide`
-and a take-over under an update-time precondition; a claim write that may have landed unanswered
-is read back), the `Lease` a claim makes (the only writer of the record after the claim, every
-write fenced by the update time of its last one: a stale owner gets `LeaseLost`), and the
+and a take-over fenced by that read; a claim write that may have landed unanswered is read
+back), the `Lease` a claim makes (the only writer of the record after the claim, every write
+fenced by the update time of its last one, its `fence`: a stale owner gets `LeaseLost`), and the
 handler's run with its outcome (sent, failed, dead, or the lease given back). Copies of a key on
 one instance claim in turn, so a copy that finds the lease known live answers `LeaseHeld`
 without a round trip. What an expired lease's next delivery does is `dedup.kernel.ambiguity`'s;
@@ -42,12 +42,13 @@ from dedup.kernel.step_writes import run_step
 from dedup.kernel.steps import StepLog, at_most_once, step_call
 from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
+    fence_of,
+    fenced_write,
     finished,
     first_write,
     lease_taken,
     mark_dead,
     noted,
-    precondition,
     released,
 )
 
@@ -63,12 +64,12 @@ CLAIM_ROUNDS = 8
 @dataclass
 class Lease:
     """One delivery's lease, from its claim to its outcome: the record's only writer. Each write
-    is fenced by `token` and moves it on; one that finds the record moved raises `LeaseLost`."""
+    is fenced by `fence` and moves it on; one that finds the record moved raises `LeaseLost`."""
 
     run: Run
     owner: str
     """This delivery's owner token, written on the record with the claim."""
-    token: datetime
+    fence: datetime
     """The update time of this lease's last write: what its next write is fenced by."""
     ambiguous: bool = False
     """The claim took over an expired lease (`dedup.kernel.claims.takeover_ambiguous`)."""
@@ -93,12 +94,12 @@ class Lease:
         """The bytes the record has for its `steps` (`dedup.kernel.room.steps_room`)."""
         return steps_room(self.run, self.notes)
 
-    def steps_landed(self, steps: Mapping[str, Any], sent: float, token: datetime | None) -> None:
+    def steps_landed(self, steps: Mapping[str, Any], sent: float, fence: datetime | None) -> None:
         """A write of `steps`, sent at `sent` (`Budget.now`), committed: the lease runs
-        `lease_seconds` from `sent`; `token`: the new fence of a step's transaction (None after
+        `lease_seconds` from `sent`; `fence`: the new fence of a step's transaction (None after
         `write`)."""
-        if token is not None:
-            self.token = token
+        if fence is not None:
+            self.fence = fence
         self.steps.landed(steps)
         self.run.budget.lease_from(sent, self.run.config.lease_seconds)
 
@@ -131,26 +132,20 @@ class Lease:
     async def write(
         self, fields: Fields, state: State, action: str, *, notes: bool = False
     ) -> None:
-        """Write `fields` fenced by `token` (which moves on), retrying transient errors within
-        the budget of the writes after the handler (`Budget.after_handler`: never past the
-        lease's end), each RPC bounded by what is left. Raises `LeaseLost` if another delivery
-        moved the record, `StoreUnavailable` if the store kept failing. `notes`: the write
-        keeps the lease (a record still ours is written over)."""
+        """Write `fields` fenced by `fence` (which moves on; `fenced_write`), retrying transient
+        errors within the budget of the writes after the handler (`Budget.after_handler`: never
+        past the lease's end), each RPC bounded by what is left. Raises `LeaseLost` if another
+        delivery moved the record, `StoreUnavailable` if the store kept failing. `notes`: the
+        write keeps the lease (a record still ours is written over)."""
         run, store = self.run, self.run.io
         budget = run.budget.after_handler()
-        token, round_, refreshes = self.token, 0, 0
+        fence, round_, refreshes = self.fence, 0, 0
         while True:
             try:
-                result = await store.update_if_unchanged(
-                    run.key, fields, token, action=action, budget=budget.call()
+                # Each RPC asks what is left: the read back after a slow update gets less.
+                written = await fenced_write(
+                    store, run.key, fields, fence, action, budget.call, read_back=True
                 )
-                if isinstance(result, datetime):
-                    self.token = result
-                    return
-                # The precondition failed: our own earlier try may have landed (lost response),
-                # an operator may have released our lease, or another delivery took it over.
-                left = budget.call()  # asked again: the update may be slow
-                snapshot = await store.read(run.key, action=action, budget=left)
             except StoreUnavailable:
                 pause = backoff(round_)
                 round_ += 1
@@ -158,16 +153,23 @@ class Lease:
                     raise
                 await store.sleep(pause)
                 continue
+            if isinstance(written, datetime):
+                self.fence = written
+                return
+            # The fence failed: our own earlier try may have landed (lost response), an
+            # operator may have released our lease, or another delivery took it over.
+            assert isinstance(written, Snapshot)
+            snapshot = written
             after = after_fenced_conflict(snapshot.record, self.owner, state)
             if after is AfterConflict.RECORDED and notes:
                 after = AfterConflict.REFRESH
             if after is AfterConflict.RECORDED:
-                self.token = precondition(snapshot)  # our write is there
+                self.fence = fence_of(snapshot)  # our write is there
                 return
             if after is AfterConflict.REFRESH and refreshes < CLAIM_ROUNDS:
                 # Still ours (an operator released the lease, or edited the record by hand):
                 # record the outcome over what is there now.
-                token = precondition(snapshot)
+                fence = fence_of(snapshot)
                 refreshes += 1
                 continue
             run.finish(OutcomeKind.LEASE_LOST)
@@ -229,8 +231,7 @@ async def _claim(run: Run) -> Outcome | Lease:
             run.counted(record.attempts)
             if record.state is State.DEAD:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
-            token = precondition(snapshot)
-            return _owned(Lease(run, owner, token, ambiguous, notes, steps), sent_at)
+            return _owned(Lease(run, owner, fence_of(snapshot), ambiguous, notes, steps), sent_at)
         if isinstance(unsure, StoreUnavailable):
             raise unsure  # it did not land: the store fails writes, the platform retries
         unsure = None
@@ -250,7 +251,7 @@ async def _claim(run: Run) -> Outcome | Lease:
                 reconciled = await reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
-            budget = run.budget.after_handler().call()
+            budget = run.budget.after_handler().call
             if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at(), budget):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
@@ -263,14 +264,13 @@ async def _claim(run: Run) -> Outcome | Lease:
             attempts=record.attempts + 1,
             expire_at=run.expire_at(),
         )
-        guard, action = precondition(snapshot), "take over the lease of"
-        write = store.update_if_unchanged(
-            run.key, fields, guard, action=action, budget=run.budget.rpc()
-        )
+        action = "take over the lease of"
+        write = fenced_write(store, run.key, fields, fence_of(snapshot), action, run.budget.rpc)
         taken = await _claimed(write)
         if isinstance(taken, datetime):
             run.counted(record.attempts + 1)
             return _owned(Lease(run, owner, taken, ambiguous, notes, steps), sent_at)
+        assert not isinstance(taken, Snapshot)  # read back by `_read_back`, not by the write
         unsure = taken
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
@@ -279,7 +279,7 @@ async def _claim(run: Run) -> Outcome | Lease:
     )
 
 
-async def _claimed(write: Awaitable[datetime | Conflict]) -> datetime | Conflict | StoreUnavailable:
+async def _claimed[W](write: Awaitable[W]) -> W | StoreUnavailable:
     """A claim write's result, or its error if it failed `store_down` (it may have landed)."""
     try:
         return await write

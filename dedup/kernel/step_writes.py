@@ -12,7 +12,7 @@ from dedup.kernel.claims import CommitFailed, commit_failure, written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import Field, OutcomeKind, State
 from dedup.kernel.steps import DONE, LEASE_MARGIN, STARTED, StepCall
-from dedup.kernel.transitions import precondition, steps_recorded
+from dedup.kernel.transitions import fence_of, steps_recorded
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import FencedLease
@@ -141,7 +141,7 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
     sent, left = run.budget.now(), run.budget.call()  # each RPC cut when it is sent
     try:
         value, steps = await run.io.run_transaction(
-            run.key, fill, lease.token, attempts=TRANSACTION_ATTEMPTS, budget=left
+            run.key, fill, lease.fence, attempts=TRANSACTION_ATTEMPTS, budget=left
         )
     except Exception:
         # Bounded by what is left of the budget now, after the transaction's time.
@@ -155,9 +155,9 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         entry = recorded.get(name)
         if entry is None or entry.get("state") != DONE:
             raise  # nothing committed: the step runs again on the next try
-        token = precondition(snapshot)  # it committed; its answer was lost
+        fence = fence_of(snapshot)  # it committed; its answer was lost
         value, steps = entry.get("value"), recorded
     else:
-        token = writers[-1].commit_time
-    lease.steps_landed(steps, sent, token)
+        fence = writers[-1].commit_time
+    lease.steps_landed(steps, sent, fence)
     return value

@@ -12,7 +12,7 @@ value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error (
 as invalid: `RecordRefused`, terminal). Conditional writes retry transient errors
 themselves, so they can tell the caller when an earlier try may have been applied although its
 response was lost (`Conflict.maybe_applied`): the caller then reads the record and recognises
-its own write by its owner token.
+its own write by its owner token (`owner`).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class RecordStore(StoreBase[Any]):
     ) -> datetime | Conflict:
         """Create the record if absent (exists=false precondition).
 
-        Returns the write's update time (the new owner's fencing token), or a `Conflict` if
+        Returns the write's update time (the new owner's fence), or a `Conflict` if
         the record exists. Transient errors are retried for `budget` seconds (default: the
         RPC timeout), then `StoreUnavailable`.
         """
@@ -172,18 +172,18 @@ class RecordStore(StoreBase[Any]):
         self,
         key: str,
         fields: Fields,
-        update_time: datetime,
+        fence: datetime,
         *,
         action: str,
         budget: float | None = None,
     ) -> datetime | Conflict:
-        """Update the record only if it was last written at `update_time`.
+        """Update the record only if it was last written at `fence` (its update time).
 
         Returns the new update time, or a `Conflict` if the record changed (or vanished) since.
         Transient errors are retried for `budget` seconds (default: the RPC timeout).
         """
         ref = self.ref(key)
-        option = self.client.write_option(last_update_time=update_time)
+        option = self.client.write_option(last_update_time=fence)
         return await self._conditional(
             action,
             key,
@@ -192,7 +192,7 @@ class RecordStore(StoreBase[Any]):
         )
 
     async def commit_batch(
-        self, key: str, fill: Fill, guard: datetime | None, *, budget: float | None = None
+        self, key: str, fill: Fill, fence: datetime | None, *, budget: float | None = None
     ) -> Any:
         """Fill a batch, add the marker (`add_marker`) and commit it once (no retry: a lost
         response is resolved by reading), within the RPC timeout (or what is left of `budget`,
@@ -200,7 +200,7 @@ class RecordStore(StoreBase[Any]):
         call = self.budget(budget)
         batch = self.client.batch()
         result, fields = await fill(batch)
-        add_marker(batch, self.ref(key), fields, guard, "write_only")
+        add_marker(batch, self.ref(key), fields, fence, "write_only")
         committed = batch.commit(retry=None, timeout=call.rpc())
         if self.awaits:
             await committed
@@ -210,7 +210,7 @@ class RecordStore(StoreBase[Any]):
         self,
         key: str,
         fill: Fill,
-        guard: datetime | None,
+        fence: datetime | None,
         *,
         attempts: int,
         budget: float | None = None,
@@ -222,7 +222,7 @@ class RecordStore(StoreBase[Any]):
 
         async def body(transaction: Any) -> Any:
             result, fields = await fill(transaction)
-            add_marker(transaction, ref, fields, guard, "transaction")
+            add_marker(transaction, ref, fields, fence, "transaction")
             return result
 
         transaction = self.transaction(max_attempts=attempts, budget=budget)
@@ -272,15 +272,15 @@ class RecordStore(StoreBase[Any]):
             await self.sleep(pause)
 
 
-def add_marker(writer: Any, ref: Any, fields: Fields, guard: datetime | None, mode: str) -> None:
+def add_marker(writer: Any, ref: Any, fields: Fields, fence: datetime | None, mode: str) -> None:
     """Add the marker write to a transaction or batch of either client (their create and
-    update only buffer): a create if `guard` is None, else an update guarded by that update
+    update only buffer): a create if `fence` is None, else an update fenced by that update
     time. Refuses (`DatabaseMismatch`) a writer holding writes outside the records' database."""
     require_one_database(writer, ref, mode)  # the handler's writes, same database
-    if guard is None:
+    if fence is None:
         writer.create(ref, fields)
         return
-    writer.update(ref, fields, option=firestore.Client.write_option(last_update_time=guard))
+    writer.update(ref, fields, option=firestore.Client.write_option(last_update_time=fence))
 
 
 # The one-database rule of the atomic modes: a Firestore transaction (or batch) commits in a
@@ -366,7 +366,7 @@ def snapshot_of(document: Any) -> Snapshot:
 
 
 def written_time(result: Any) -> datetime:
-    """The update time of a write's result (the new fencing token)."""
+    """The update time of a write's result (the new fence)."""
     return _required_time(result.update_time)
 
 

@@ -2,10 +2,13 @@
 
 Defined once, used by the flows (`kernel.lease`, `kernel.atomic`) and by the operator command
 line (`dedup.cli`), so a record means the same thing whoever wrote it. Each function returns
-the fields of one write; preconditions are the caller's business (`kernel.store`).
+the fields of one write. A write that changes an existing record is fenced: it lands only if
+the record's update time is still its **fence** (`fence_of` a read, or the writer's last write);
+`fenced_write` makes every such write.
 
-`owner`, the writing attempt's token (uuid4 hex), outlives its lease: an attempt recognises its
-own write whose response was lost, and an owner released by an operator can still record.
+`owner`, the writing attempt's owner token (uuid4 hex), outlives its lease: an attempt
+recognises its own write whose response was lost, and an owner released by an operator can
+still record.
 
 **Record ids** (`dedup_key`): `<event id>-<suffix>`. Suffixes hold no "-", so distinct
 (event id, suffix) pairs give distinct keys. An event id that Firestore would refuse as part of
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,7 +35,7 @@ from dedup.platform.propagation import current_trace_id
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import EventFacts, RecordIO
-    from dedup.kernel.record import Snapshot
+    from dedup.kernel.record import Conflict, Snapshot
 
 MAX_KEY_BYTES = 1500
 """Firestore's limit on a document id, in bytes of UTF-8."""
@@ -354,20 +357,40 @@ async def mark_dead(
     snapshot: Snapshot,
     owner: str,
     expire_at: datetime,
-    budget: float | None = None,
+    budget: Callable[[], float],
 ) -> bool:
-    """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, guarded
-    by the update time of that read (its RPC bounded by `budget`); False if it changed."""
+    """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, fenced by
+    that read (`fenced_write`, its RPC bounded by `budget()`); False if it changed."""
     error = snapshot.record.last_error if snapshot.record is not None else None
     fields = finished(State.DEAD, owner=owner, expire_at=expire_at, error=error)
-    result = await io.update_if_unchanged(
-        key, fields, precondition(snapshot), action="mark dead", budget=budget
-    )
-    return isinstance(result, datetime)
+    written = await fenced_write(io, key, fields, fence_of(snapshot), "mark dead", budget)
+    return isinstance(written, datetime)
 
 
-def precondition(snapshot: Snapshot) -> datetime:
-    """The update time guarding a change of what `snapshot` showed (an existing record)."""
+def fence_of(snapshot: Snapshot) -> datetime:
+    """The fence of a change of what `snapshot` showed (an existing record): its update time."""
     if snapshot.update_time is None:  # pragma: no cover - only existing records are updated
         raise AssertionError("an existing record always has an update time")
     return snapshot.update_time
+
+
+async def fenced_write(
+    io: RecordIO,
+    key: str,
+    fields: Fields,
+    fence: datetime,
+    action: str,
+    budget: Callable[[], float],
+    *,
+    read_back: bool = False,
+) -> datetime | Conflict | Snapshot:
+    """Every fenced write: update the record with `fields` only if its update time is still
+    `fence` (Firestore's `last_update_time` option, `kernel.store`). Returns the new fence when
+    it landed, else its `Conflict`, or with `read_back` the record read back (an earlier try may
+    have landed unanswered, an operator or another delivery moved it: `kernel.claims` decides).
+    `budget()` bounds each RPC, asked right before it. (Inside a transaction or batch the same
+    fence guards the marker: `kernel.store.add_marker`.)"""
+    written = await io.update_if_unchanged(key, fields, fence, action=action, budget=budget())
+    if isinstance(written, datetime) or not read_back:
+        return written
+    return await io.read(key, action=action, budget=budget())
