@@ -101,7 +101,7 @@ demo: install ## The main job: the scripted story on the local emulators, checke
 # T= a test file, folder or node id; K= a name expression (pytest -k): `make test T=tests/cli K=purge`
 T ?=
 K ?=
-# The whole suite runs the deploy harness (no emulator) beside the rest (tools/test_runner.py).
+# The whole suite runs the tests that need no emulator beside those that do (tools/test_runner.py).
 test: install ## All tests on the emulators; one file or test: make test T=tests/dedup/test_lease.py K=expired
 	$(EMULATORS) exec -- $(PY) -m tools.test_runner $(T) $(if $(K),-k '$(K)')
 
