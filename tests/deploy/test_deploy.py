@@ -387,6 +387,9 @@ the same words give the same answer."""
 
 
 @needs_gcloud
+# deploy-run's 69 commands each start gcloud (about a second of CPU apiece): the suite's 300 s
+# ran out on a loaded machine (two cores, load 15), the commands still running.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     "target",
     ["deploy-gcloud", "deploy-run", "bootstrap", "ttl", "topics", "queues", "deploy-firebase"],
