@@ -31,10 +31,10 @@ from typing import Any
 from google.api_core import exceptions as api
 from google.cloud import firestore
 
-from dedup.kernel.claims import TRANSIENT_ERRORS
 from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Snapshot
 from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
+from dedup.kernel.store_errors import TRANSIENT_ERRORS
 from sim.seams import SimTurns
 from sim.server import Write, at, us_of
 from sim.values import encode

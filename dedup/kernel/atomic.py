@@ -46,11 +46,9 @@ from dedup.errors import BudgetSpent
 from dedup.kernel.claims import (
     AfterCommit,
     Claim,
-    CommitFailed,
     after_commit_failure,
     after_failure,
     after_state,
-    commit_failure,
     decide,
     retry_age,
     written_by,
@@ -61,6 +59,7 @@ from dedup.kernel.record import Fields, Record, Snapshot, State, error_text
 from dedup.kernel.room import storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.store import backoff
+from dedup.kernel.store_errors import CommitFailed, commit_failure
 from dedup.kernel.transitions import (
     attempt_finished,
     fence_of,

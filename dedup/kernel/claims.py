@@ -1,55 +1,40 @@
-"""The claim decision: what a delivery does after reading its record, in every mode.
+"""The claim decisions: what a delivery does after reading its record, after its handler raised,
+after its atomic commit raised, and after its fenced outcome write found the record changed, in
+every mode. Each condition is named and checked on its own; `decide` combines them in one order
+a reviewer can follow line by line. Leases are judged on the database's read time only (never an
+instance clock). Nothing here touches Firestore; its errors are read in
+`dedup.kernel.store_errors`. Why each rule holds, for users: docs/guarantees.md.
 
-Each condition is named and checked on its own; `decide` combines them in one order that a
-reviewer can follow line by line. Leases are judged on the database's read time only (never
-an instance clock). Nothing here touches Firestore.
+| the record read (`decide`)                   | claim                                             |
+|----------------------------------------------|---------------------------------------------------|
+| absent                                       | CREATE                                            |
+| sent, failed, dead or unknown                | SKIP                                              |
+| a lease live at the read time                | WAIT                                              |
+| a lease that expired (its owner crashed)     | MARK_DEAD if attempts are used up, else TAKE_OVER |
+| no lease (released, or an atomic try failed) | TAKE_OVER, even with attempts used up             |
 
-| record                                        | claim     |
-|-----------------------------------------------|-----------|
-| absent                                        | CREATE    |
-| sent, failed, dead or unknown                 | SKIP      |
-| a lease that is live at the read time         | WAIT      |
-| a lease that expired (its owner crashed)      | BURY if attempts are used up, else TAKE_OVER |
+Attempts are used up after `max_attempts` attempts *and* `min_retry_seconds` since the first
+(docs/configuration.md says why both). A released record was handed back on purpose (every flow
+buries an exhausted record itself): its next run is an operator's. A take-over is ambiguous
+(`takeover_ambiguous`) when the lease expired or was given back `ambiguous` (docs/guarantees.md,
+"The ambiguous delivery"); what it does then:
 
-"Attempts used up" (`AttemptLimit.used_up`) needs two things: `max_attempts` attempts, and
-`min_retry_seconds` since the first one (database clock). Attempts alone can be spent in
-seconds by a transport that redelivers fast (a Cloud Tasks queue's own backoff, a redrive, a
-manual run) while a downstream is down or instances are being killed; the age keeps such an
-event alive until the outage had time to end, and a poison event still stops once both hold.
-| no lease (released, or an atomic attempt failed) | TAKE_OVER |
+| `reconcile(delivery)` returned | `on_ambiguous` | next (`after_ambiguity`)             |
+|--------------------------------|----------------|--------------------------------------|
+| True (the effect happened)     | any            | RECONCILED: sent, `reconciled: true` |
+| False (it did not)             | any            | RUN: the handler runs                |
+| None, or no `reconcile`        | "rerun"        | RUN: the handler runs, same key      |
+| None, or no `reconcile`        | "skip"         | SKIP: unknown, acknowledged          |
 
-Before burying an expired lease, lease mode asks the function's `reconcile` (if any) whether
-that last attempt produced the effect: if so the record is marked sent (`dedup.kernel.lease`).
+| the handler's error (`after_failure`)         | the record                       | the platform |
+|-----------------------------------------------|----------------------------------|--------------|
+| terminal (`TerminalError`, `InvalidArgument`) | FAILED                           | stops        |
+| any other, attempts used up (`AttemptLimit`)  | DEAD                             | stops        |
+| any other, attempts left                      | RELEASED (in progress, no lease) | retries      |
 
-A released record is taken over even when its attempts are used up: every flow buries an
-exhausted record itself instead of releasing it, so a released one was handed back on purpose
-(`dedup release`) and the operator asked for one more run.
-
-A take-over of an expired lease is **ambiguous** (`takeover_ambiguous`): the attempt that held
-it may have produced the effect before it died, or before the store failed for the rest of its
-lease after the handler returned (that owner never releases its lease). So is a take-over of
-a lease given back ambiguous (`release_ambiguous`: by a delivery that took over an expired
-lease and never started the handler, or by `dedup release`): a give-back settles nothing. A
-lease released by a handler that raised is not ambiguous; a fresh event never is. What an
-ambiguous take-over does (`after_ambiguity`, lease mode):
-
-| `reconcile(delivery)` returned    | `on_ambiguous` | next                                    |
-|-----------------------------------|----------------|-----------------------------------------|
-| True (the effect happened)        | any            | RECONCILED: sent, `reconciled: true`    |
-| False (it did not)                | any            | RUN: the handler runs                   |
-| None, or no `reconcile`           | "rerun"        | RUN: the handler runs, same key         |
-| None, or no `reconcile`           | "skip"         | SKIP: unknown, acknowledged             |
-
-What a handler that raised leaves behind, in every mode (`after_failure`):
-
-| the error                                   | the record       | the platform      |
-|---------------------------------------------|------------------|-------------------|
-| terminal (`TerminalError`, `InvalidArgument`) | FAILED         | stops             |
-| any other, attempts used up (`AttemptLimit`) | DEAD            | stops             |
-| any other, attempts left                    | RELEASED (in progress, no lease) | retries |
-
-What an atomic commit that raised means (Firestore's error classified by `commit_failure`, which
-a durable step's transaction uses too), read back from the record (`after_commit_failure`):
+What an atomic commit that raised means (`after_commit_failure`): how it failed (`CommitFailed`)
+read back from the record; a handler that raised inside the transaction or batch counts as a
+refusal of an unchanged record (nothing was committed).
 
 | the record read after the commit     | the commit failed with             | next      |
 |--------------------------------------|------------------------------------|-----------|
@@ -60,10 +45,7 @@ a durable step's transaction uses too), read back from the record (`after_commit
 | changed (another delivery wrote it)  | a refusal                          | AGAIN     |
 | not this attempt's                   | contention or an outage            | BACK_OFF  |
 
-A handler that raised inside the transaction or batch counts as a refusal of an unchanged
-record (nothing was committed).
-
-What an owner's outcome write that found the record changed means (`after_fenced_conflict`):
+An owner's outcome write that found the record changed (`after_fenced_conflict`):
 
 | the record                                           | next     |
 |------------------------------------------------------|----------|
@@ -82,6 +64,7 @@ from google.api_core import exceptions as api_exceptions
 
 from dedup.errors import TerminalError
 from dedup.kernel.record import GIVEN_UP, RERUN, Record, State
+from dedup.kernel.store_errors import CommitFailed
 
 
 def record_absent(record: Record | None) -> bool:
@@ -283,23 +266,6 @@ def after_state(state: State) -> AfterFailure:
     return AfterFailure.RELEASED
 
 
-class CommitFailed(Enum):
-    """How an atomic commit that raised failed, as far as the commit itself tells: the one
-    vocabulary of failed commits (`commit_failure` classifies Firestore's errors
-    into it)."""
-
-    REFUSED = "refused"
-    """A precondition or a value was refused: nothing applied."""
-    INVALID = "invalid"
-    """Refused as InvalidArgument: bad data, or a transaction that expired."""
-    CONTENTION = "contention"
-    """Aborted: another transaction held a lock; nothing applied."""
-    AMBIGUOUS = "ambiguous"
-    """Deadline, unavailable...: it may have been applied."""
-    OTHER = "other"
-    """Anything else from Firestore (permission denied...): nothing applied."""
-
-
 class AfterCommit(Enum):
     """What an atomic attempt does after its commit raised, once it read the record."""
 
@@ -356,45 +322,3 @@ def after_fenced_conflict(record: Record | None, owner: str, state: State) -> Af
     if record.state is State.IN_PROGRESS:
         return AfterConflict.REFRESH
     return AfterConflict.LOST
-
-
-TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
-    api_exceptions.DeadlineExceeded,
-    api_exceptions.ServiceUnavailable,
-    api_exceptions.InternalServerError,
-    api_exceptions.TooManyRequests,
-    api_exceptions.ResourceExhausted,
-    api_exceptions.Unknown,
-    api_exceptions.Cancelled,
-)
-"""Errors after which the same call may succeed; for a write, it may also have been applied."""
-
-PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
-    api_exceptions.AlreadyExists,
-    api_exceptions.FailedPrecondition,
-    api_exceptions.NotFound,
-)
-"""What a write raises when its precondition (exists=false, or an update time) fails."""
-
-
-def store_down(error: BaseException) -> bool:
-    """`error` (a `StoreUnavailable`) chains transient errors until the call's deadline: a
-    write that failed so may have been applied, its response lost (a refusal was not)."""
-    return isinstance(error.__cause__, (*TRANSIENT_ERRORS, api_exceptions.RetryError))
-
-
-def commit_failure(exc: BaseException) -> CommitFailed | None:
-    """Classify a Google API error raised by a commit (`dedup.kernel.claims.CommitFailed`, the one
-    vocabulary of failed commits); None if `exc` is not one."""
-    if isinstance(exc, api_exceptions.InvalidArgument):
-        return CommitFailed.INVALID
-    if isinstance(exc, PRECONDITION_ERRORS):
-        return CommitFailed.REFUSED
-    if isinstance(exc, api_exceptions.Aborted):
-        return CommitFailed.CONTENTION
-    if isinstance(exc, TRANSIENT_ERRORS):
-        return CommitFailed.AMBIGUOUS
-    if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
-        return CommitFailed.OTHER
-    return None

@@ -126,8 +126,7 @@ class DeduplicatorBase:
         raise NotImplementedError
 
     def first_store(self) -> Any:
-        """The record store of the first client (made on first use: the given client, else
-        `client_factory()`, else `new_client` on the config's database)."""
+        """The record store of the first client (made on first use, as `__init__` says)."""
         with self._lock:
             return self._first_store(self.store_table())
 
@@ -268,10 +267,9 @@ class DeduplicatorBase:
 class Deduplicator(DeduplicatorBase):
     """Runs handlers at most once per (event id, suffix), effectively once with retries.
 
-    Thread-safe: one instance serves every request thread of a process. The Firestore client
-    is made once, on the first delivery (a Deduplicator given a `config` touches no network and
-    reads no environment when made), from `client`, else `client_factory()`, else
-    `firestore.Client(project, database)` of the config. `async def` handlers: `dedup.aio`."""
+    Thread-safe: one instance serves every request thread of a process. Given a `config`, it
+    touches no network and reads no environment when made: its Firestore client is made on the
+    first delivery (`first_store`). `async def` handlers: `dedup.aio`."""
 
     def __init__(
         self,
@@ -282,10 +280,8 @@ class Deduplicator(DeduplicatorBase):
         telemetry: Telemetry | None = None,
         records: FlowIO | None = None,
     ) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
-        global OpenTelemetry providers). `records`: keep the records in this store instead of
-        Firestore: a `dedup.kernel.flow_io.FlowIO` whose coroutines never suspend, as
-        `RecordStore`'s over a sync client (such as the tests' in-memory store)."""
+        """As `DeduplicatorBase`; `records` is a `dedup.kernel.flow_io.FlowIO` whose coroutines
+        never suspend, as `RecordStore`'s over a sync client (the tests' in-memory store)."""
         super().__init__(
             config, telemetry, client=client, client_factory=client_factory, records=records
         )
@@ -316,8 +312,7 @@ class Deduplicator(DeduplicatorBase):
         return cast("FlowIO", self.records_for()[0])
 
     def records_database(self, event_database: str | None = None) -> str:
-        """Where the records of an event from `event_database` live: the config's database
-        (DEDUP_DATABASE) when set, else the event's, else the first client's."""
+        """Where the records of an event from `event_database` live (as `store_for` chooses)."""
         return self.config.database or event_database or self.store.database
 
     def run(
@@ -336,25 +331,17 @@ class Deduplicator(DeduplicatorBase):
         on_ambiguous: str = RERUN,
         source: str | None = None,
     ) -> Outcome:
-        """Run `handler` for this event unless its record says it already ran.
+        """Run `handler` for this event unless its record says it already ran; each keyword
+        argument means what the `EventOptions` field of its name says.
 
         Returns the outcome when the platform should stop retrying (ran, duplicate, failed,
-        dead, too_old, self_trigger). Raises `LeaseHeld`, `LeaseLost`, `StoreUnavailable` or
-        the handler's own exception when it should retry; `MissingEventId`/`InvalidSuffix`
-        for a bad key, `KeyCollision` for a record of another event at this key,
-        `PayloadMismatch` under that policy, `ConfigError` for an `async def` handler,
-        `DatabaseMismatch` when an atomic mode's handler writes to another database than the
-        records'. `payload` (canonical bytes or text) is fingerprinted to detect a key reused
-        for a different event; `document_path` enables the self-trigger guard; `subject` (by
-        default `document_path`) and `source` (where the event came from) are recorded for
-        operators (`dedup list --subject`);
-        `database` is the database the event came from (see `records_database`). Observed by
-        `telemetry`: one span, one count, one overhead.
-
-        Lease mode: a delivery that takes over an expired lease (the earlier attempt may have
-        produced the effect) asks `reconcile(delivery)` first, then follows `on_ambiguous`
-        ("rerun" or "skip"; see `dedup.kernel.ambiguity`): outcomes `reconciled` and `ambiguous`.
-        """
+        dead, too_old, self_trigger, and in lease mode reconciled and ambiguous). Raises
+        `LeaseHeld`, `LeaseLost`, `StoreUnavailable` or the handler's own exception when it
+        should retry; `MissingEventId`/`InvalidSuffix` for a bad key, `KeyCollision` for a
+        record of another event at this key, `PayloadMismatch` under that policy, `ConfigError`
+        for an `async def` handler, `DatabaseMismatch` when an atomic mode's handler writes to
+        another database than the records' (`records_database`). Observed by `telemetry`: one
+        span, one count, one overhead."""
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
         options = EventOptions(Mode(mode), *fields, source)
         return self.run_event(

@@ -30,7 +30,6 @@ from dedup.kernel.claims import (
     after_failure,
     after_fenced_conflict,
     decide,
-    store_down,
     takeover_ambiguous,
     written_by,
 )
@@ -41,6 +40,7 @@ from dedup.kernel.run import Run
 from dedup.kernel.step_writes import run_step
 from dedup.kernel.steps import StepLog, at_most_once, step_call
 from dedup.kernel.store import backoff
+from dedup.kernel.store_errors import store_down
 from dedup.kernel.transitions import (
     fence_of,
     fenced_write,

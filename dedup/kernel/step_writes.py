@@ -8,10 +8,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from dedup.errors import LeaseLost, TerminalError
-from dedup.kernel.claims import CommitFailed, commit_failure, written_by
+from dedup.kernel.claims import written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import Field, OutcomeKind, State
 from dedup.kernel.steps import DONE, LEASE_MARGIN, STARTED, StepCall
+from dedup.kernel.store_errors import CommitFailed, commit_failure
 from dedup.kernel.transitions import fence_of, steps_recorded
 
 if TYPE_CHECKING:

@@ -32,9 +32,9 @@ from google.cloud.firestore import AsyncClient
 
 from dedup.errors import DatabaseMismatch, RecordRefused, StoreUnavailable
 from dedup.kernel.budget import Budget
-from dedup.kernel.claims import PRECONDITION_ERRORS, TRANSIENT_ERRORS
 from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
+from dedup.kernel.store_errors import PRECONDITION_ERRORS, TRANSIENT_ERRORS
 from dedup.kernel.turns import KeyTurns, TurnTimeout
 from dedup.platform.firestore_internals import (
     BoundedAsyncTransaction,

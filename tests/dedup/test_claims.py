@@ -15,7 +15,6 @@ from dedup.kernel.claims import (
     AfterFailure,
     AttemptLimit,
     Claim,
-    CommitFailed,
     after_commit_failure,
     after_failure,
     after_fenced_conflict,
@@ -24,6 +23,7 @@ from dedup.kernel.claims import (
     retry_age,
 )
 from dedup.kernel.record import Mode, Record, State
+from dedup.kernel.store_errors import CommitFailed
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 60

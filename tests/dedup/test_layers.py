@@ -198,6 +198,7 @@ LAYERS: dict[str, int] = {
     "dedup.platform": 0,
     # 1, types and decisions: claims, record writes, the kinds of events
     "dedup.kernel.claims": 1,
+    "dedup.kernel.store_errors": 1,
     "dedup.kernel.budget": 1,
     "dedup.kernel.transitions": 1,
     "dedup.kernel.room": 1,

@@ -6,7 +6,7 @@ Each scenario is written once against `Store`, played on `EmulatorStore` (the go
 the emulator) and on `ModelStore` (`sim.server.Server`, pessimistic), and the two transcripts
 are compared. An outcome is "ok" or the error's class; a wait on a lock that ends at the
 call's deadline and a lock-timeout abort are both "contended" (neither applied, both retried
-by the kernel as transient: `dedup.kernel.claims.TRANSIENT_ERRORS`).
+by the kernel as transient: `dedup.kernel.store_errors.TRANSIENT_ERRORS`).
 """
 
 from __future__ import annotations

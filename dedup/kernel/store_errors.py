@@ -1,0 +1,68 @@
+"""Firestore's errors, read: which ones a retry may cure (`TRANSIENT_ERRORS`), which ones a
+failed precondition raises (`PRECONDITION_ERRORS`), whether a failed call may have been
+applied (`store_down`), and how a failed commit failed (`commit_failure`, into `CommitFailed`,
+the one vocabulary of failed commits that `dedup.kernel.claims.after_commit_failure` decides
+on). Nothing here decides what to do about them; nothing here touches Firestore."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from google.api_core import exceptions as api_exceptions
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    api_exceptions.Aborted,  # contention: the emulator's "Transaction lock timeout" (409)
+    api_exceptions.DeadlineExceeded,
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.InternalServerError,
+    api_exceptions.TooManyRequests,
+    api_exceptions.ResourceExhausted,
+    api_exceptions.Unknown,
+    api_exceptions.Cancelled,
+)
+"""Errors after which the same call may succeed; for a write, it may also have been applied."""
+
+PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
+    api_exceptions.AlreadyExists,
+    api_exceptions.FailedPrecondition,
+    api_exceptions.NotFound,
+)
+"""What a write raises when its precondition (exists=false, or an update time) fails."""
+
+
+def store_down(error: BaseException) -> bool:
+    """`error` (a `StoreUnavailable`) chains transient errors until the call's deadline: a
+    write that failed so may have been applied, its response lost (a refusal was not)."""
+    return isinstance(error.__cause__, (*TRANSIENT_ERRORS, api_exceptions.RetryError))
+
+
+class CommitFailed(Enum):
+    """How an atomic commit that raised failed, as far as the commit itself tells: the one
+    vocabulary of failed commits (`commit_failure` classifies Firestore's errors into it)."""
+
+    REFUSED = "refused"
+    """A precondition or a value was refused: nothing applied."""
+    INVALID = "invalid"
+    """Refused as InvalidArgument: bad data, or a transaction that expired."""
+    CONTENTION = "contention"
+    """Aborted: another transaction held a lock; nothing applied."""
+    AMBIGUOUS = "ambiguous"
+    """Deadline, unavailable...: it may have been applied."""
+    OTHER = "other"
+    """Anything else from Firestore (permission denied...): nothing applied."""
+
+
+def commit_failure(exc: BaseException) -> CommitFailed | None:
+    """Classify a Google API error raised by a commit (`CommitFailed`); None if `exc` is not
+    one."""
+    if isinstance(exc, api_exceptions.InvalidArgument):
+        return CommitFailed.INVALID
+    if isinstance(exc, PRECONDITION_ERRORS):
+        return CommitFailed.REFUSED
+    if isinstance(exc, api_exceptions.Aborted):
+        return CommitFailed.CONTENTION
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return CommitFailed.AMBIGUOUS
+    if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
+        return CommitFailed.OTHER
+    return None
