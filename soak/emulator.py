@@ -23,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
+from demo.serve import free_port
 from soak.proxy import Proxy
 from tools import emulators
 
@@ -53,13 +53,6 @@ def emulator_command() -> list[str]:
         )
     java = emulators.find_java()
     return [str(java), "-jar", launcher]
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SoakEmulator:

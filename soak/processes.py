@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from soak.emulator import ROOT, free_port
+from demo.serve import free_port
+from soak.emulator import ROOT
 from soak.settings import SoakSettings
 from soak.worker import WorkerSettings
 

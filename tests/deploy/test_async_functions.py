@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from demo.serve import free_port
 from tests.deploy.conftest import add_function
 from tests.deploy.test_deploy import (
     FIRESTORE_PREFIX,
@@ -61,12 +61,6 @@ def tool(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
          "--secret-versions=LINE_CHANNEL_SECRET=3"],
         cwd=project, capture_output=True, text=True,
     )  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serve_as_the_platform(project: Path, env_file: Path, target: str) -> tuple[str, int]:

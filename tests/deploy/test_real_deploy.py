@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 import requests
 
+from demo.serve import free_port
 from tests.deploy.conftest import ROOT, copy_project
 from tests.deploy.fake_google import (
     BUCKET_LOCATION,
@@ -325,13 +325,6 @@ def runtime_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True, timeout=900,
     )  # fmt: skip
     return venv
-
-
-def free_port() -> int:
-    """A port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def serve_once(venv: Path, source: Path, target: str, env: dict[str, str]) -> int:

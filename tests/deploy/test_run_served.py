@@ -28,9 +28,9 @@ import pytest
 from google.cloud import firestore
 
 from dedup import testing
+from demo.serve import free_port
 from tests.conftest import PROJECT
 from tests.deploy.conftest import ROOT
-from tests.ports import WORKER_BAND
 from tools.deploy.manifest import endpoints, sdk_manifest
 from tools.deploy.target import Target
 from tools.deploy_run import service_environment, service_names
@@ -43,16 +43,6 @@ AUTHORS = 3
 COPIES = 5
 """Copies of each event posted at once, all events at the same time."""
 SUCCESS = range(200, 300)
-
-
-def free_port() -> int:
-    """A port nobody listens on, outside the band the Functions emulator's workers take."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in WORKER_BAND:
-            return port
 
 
 def platform_environment(

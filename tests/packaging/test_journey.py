@@ -27,6 +27,7 @@ import yaml
 from google.cloud import firestore
 
 from dedup import testing
+from demo.serve import free_port
 from tests.conftest import PROJECT
 from tests.packaging.conftest import ROOT, python_313, run
 
@@ -109,13 +110,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEDUP_") and k != "PYTHONPATH"}
     return {**env, "GOOGLE_CLOUD_PROJECT": PROJECT, **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture
