@@ -109,6 +109,7 @@ _NEVER_REFUSED = frozenset({float, bool, type(None)})
 """Exact types `refusal` takes at any place and depth, whatever their value (an `int` is
 refused only outside 64 bits)."""
 _INT_OR_NEVER_REFUSED = _NEVER_REFUSED | {int}
+_TAKEN_NAMES: set[str] = set()  # map keys `_name_refused` took (a record's come back each write)
 
 
 def string_size(text: str) -> int:
@@ -288,7 +289,9 @@ def _scalars_taken(items: Iterable[Any]) -> bool:
 
 
 def _name_refused(name: object) -> tuple[str, str] | None:
-    """(what, why) Firestore refuses `name` as a map key, or None."""
+    """(what, why) Firestore refuses `name` as a map key, or None (a `str` taken: remembered)."""
+    if type(name) is str and name in _TAKEN_NAMES:
+        return None
     if not isinstance(name, str):
         return f"{_a(type(name).__name__)} map key", "field names are strings"
     if not name:
@@ -299,6 +302,8 @@ def _name_refused(name: object) -> tuple[str, str] | None:
         return "a map key with a lone surrogate", "field names are valid Unicode text"
     if len(name) >= 4 and name.startswith("__") and name.endswith("__"):  # __.*__
         return f"the map key {_shown(name)}", "Firestore reserves names matching __.*__"
+    if type(name) is str and len(_TAKEN_NAMES) < 4096:
+        _TAKEN_NAMES.add(name)
     return None
 
 
