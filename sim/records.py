@@ -23,8 +23,7 @@ greenlets).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +34,6 @@ from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Snapshot
 from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
 from dedup.kernel.store_errors import TRANSIENT_ERRORS
-from sim.seams import SimTurns
 from sim.server import Write, at, us_of
 from sim.values import encode
 
@@ -366,7 +364,6 @@ class SimFlowIO:
         self.path = records.path
         self.unavailable = records.unavailable
         self.world = records.world
-        self.turns = SimTurns(records.world)
 
     async def read(self, key: str, **options: Any) -> Snapshot:
         return self.records.read(key, **options)
@@ -390,7 +387,25 @@ class SimFlowIO:
     async def sleep(self, seconds: float) -> None:
         self.world.sleep(seconds)
 
-    @asynccontextmanager
-    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
-        with self.turns.turn(key, timeout):
-            yield
+    def turn(self, key: str, timeout: float | None = None) -> _Turn:
+        """This delivery's turn on `key` among its instance's, on virtual time (`World`)."""
+        return _Turn(self.world, key, timeout)
+
+
+class _Turn:
+    """A delivery's turn on `key` among its instance's: asked of the hub on the way in (it
+    may wait, time out or die there), left on the way out, whatever happened inside (a
+    class, not a generator's context manager: a delivery takes several)."""
+
+    __slots__ = ("key", "task", "timeout", "world")
+
+    def __init__(self, world: Any, key: str, timeout: float | None) -> None:
+        self.world, self.key, self.timeout = world, key, timeout
+        self.task = None
+
+    async def __aenter__(self) -> None:
+        self.task = self.world.current
+        self.world.ask(("turn", self.key, self.timeout))
+
+    async def __aexit__(self, *_: object) -> None:
+        self.world.release_turn(self.task, self.key)

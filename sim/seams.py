@@ -25,7 +25,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from dedup.kernel import atomic, budget, lease, run, store
-from dedup.kernel.turns import KeyTurns
 
 CURRENT: Any = None
 """The world of the run going on (`sim.world.World`)."""
@@ -98,23 +97,6 @@ def kernel_seams() -> Iterator[None]:
     finally:
         for owner, name, value in saved:
             setattr(owner, name, value)
-
-
-class SimTurns(KeyTurns):
-    """An instance's per-key turns on virtual time (`sim.records.SimFlowIO.turn`)."""
-
-    def __init__(self, world: Any) -> None:
-        super().__init__()
-        self.world = world
-
-    @contextmanager
-    def turn(self, key: str, timeout: float | None = None) -> Iterator[None]:
-        task = self.world.current
-        self.world.ask(("turn", key, timeout))
-        try:
-            yield
-        finally:
-            self.world.release_turn(task, key)
 
 
 @contextmanager
