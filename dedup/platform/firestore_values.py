@@ -317,6 +317,14 @@ def _value_refused(
     if depth <= MAX_DEPTH and (exact is dict or (exact is list and not in_array)):
         return None
     kind = exact.__name__
+    if isinstance(item, str):  # first: no str is also a container or a number
+        try:
+            size = len(item.encode("utf-8"))
+        except UnicodeEncodeError:
+            return "a str with a lone surrogate", "Firestore stores valid Unicode text"
+        if size > MAX_FIELD_VALUE_BYTES:
+            return f"a str of {size} bytes", f"Firestore's limit is {MAX_FIELD_VALUE_BYTES}"
+        return _subclass(item, str, round_trip)
     if isinstance(item, _CONTAINERS):
         if in_array and isinstance(item, _ARRAYS):
             return f"{_a(kind)} directly inside an array", "Firestore refuses nested arrays"
@@ -334,14 +342,6 @@ def _value_refused(
         return _subclass(item, int, round_trip)
     if isinstance(item, float):
         return _subclass(item, float, round_trip)
-    if isinstance(item, str):
-        try:
-            size = len(item.encode("utf-8"))
-        except UnicodeEncodeError:
-            return "a str with a lone surrogate", "Firestore stores valid Unicode text"
-        if size > MAX_FIELD_VALUE_BYTES:
-            return f"a str of {size} bytes", f"Firestore's limit is {MAX_FIELD_VALUE_BYTES}"
-        return _subclass(item, str, round_trip)
     if isinstance(item, bytes):
         if getattr(item, "subtype", None) is not None:
             return f"{_a(kind)} with a BSON subtype", "a dedup record stores plain bytes"
