@@ -32,6 +32,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 
 from dedup.platform import firestore_values as fv
@@ -39,6 +40,11 @@ from dedup.platform import firestore_values as fv
 SERVER_TIMESTAMP = firestore.SERVER_TIMESTAMP
 MAX_DOCUMENT_BYTES = fv.MAX_DOCUMENT_BYTES
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+_TAKEN = frozenset({type(None), bool, float, datetime, DatetimeWithNanoseconds})
+"""Exact types `dedup.platform.firestore_values.refusal` takes whatever their value as the
+server checks them (`round_trip=False`: a datetime without a timezone is stored)."""
+_AS_IS = _SCALARS | {datetime, DatetimeWithNanoseconds}
+"""What `encode` sends as it is, by exact type."""
 LONG = 1000
 """A list at least this long is measured once while it lives (`_long`)."""
 
@@ -81,7 +87,9 @@ def encode(value: Any) -> Any:
         return value
     if kind is dict:
         return {
-            (k if type(k) is str else _key(k)): (v if type(v) in _SCALARS else encode(v))
+            (k if type(k) is str else _key(k)): (
+                v if type(v) in _AS_IS or v is SERVER_TIMESTAMP else encode(v)
+            )
             for k, v in value.items()
         }
     if isinstance(value, dict):
@@ -108,17 +116,18 @@ def refusal(fields: dict[str, Any]) -> str | None:
     field paths), as `INVALID_ARGUMENT`, or None: `dedup.platform.firestore_values`' refusals
     of names and values. The document's size is checked on the result (`document_size`)."""
     for name, value in fields.items():
-        if value is SERVER_TIMESTAMP:  # a transform the server applies, not a value
-            reason = fv.field_name_refusal(name)
-        else:
-            reason = fv.field_name_refusal(name) or _value_refusal(value, name)
+        reason = fv.field_name_refusal(name)
+        # SERVER_TIMESTAMP is a transform the server applies, not a value
+        if reason is None and value is not SERVER_TIMESTAMP:
+            reason = _value_refusal(value, name)
         if reason is not None:
             return f"field {name!r}: {reason}"
     return None
 
 
 def _value_refusal(value: Any, name: str) -> str | None:
-    if value is None or type(value) is bool or type(value) is float:
+    kind = type(value)
+    if kind in _TAKEN or (kind is int and fv.INT64_MIN <= value <= fv.INT64_MAX):
         return None
     if type(value) is dict and any(
         type(v) is list and len(v) >= LONG for v in value.values()
@@ -143,8 +152,10 @@ def value_size(value: Any) -> int:
     """The storage size of one value (`dedup.platform.firestore_values.value_size`; a map's
     long lists measured once while they live)."""
     kind = type(value)
-    if kind is dict and any(_holds_long(v) for v in value.values()):
-        return sum(fv.string_size(k) + value_size(v) for k, v in value.items())
+    if kind is dict:
+        for v in value.values():
+            if (type(v) is list or type(v) is dict) and _holds_long(v):
+                return sum(fv.string_size(k) + value_size(v) for k, v in value.items())
     if kind is list and len(value) >= LONG:
         return int(_long(value, "size", _list_size))
     return fv.value_size(value)

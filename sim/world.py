@@ -28,6 +28,7 @@ from sim.server import Server, Waits, Write
 from sim.trace import Trace
 
 ERRORS_BEFORE = (api.ServiceUnavailable, api.DeadlineExceeded, api.Aborted)
+_push, _pop = heapq.heappush, heapq.heappop
 
 
 class Died(BaseException):
@@ -119,15 +120,17 @@ class World:
 
     def at(self, when: float, fn: Callable[..., None], *args: Any) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (when, self.seq, fn, args))
+        _push(self.heap, (when, self.seq, fn, args))
 
     def run(self, horizon: float) -> None:
         """Run events until none is left or virtual time passes `horizon`."""
-        while self.heap:
-            when, _, fn, args = heapq.heappop(self.heap)
+        heap = self.heap
+        while heap:
+            when, _, fn, args = _pop(heap)
             if when > horizon:
                 break
-            self.now = max(self.now, when)
+            if when > self.now:
+                self.now = when
             fn(*args)
 
     def us(self) -> int:
