@@ -87,7 +87,8 @@ class Write:
 def by_paths(fields: dict[str, Any]) -> dict[str, Any]:
     """An update's `fields` (keys: field paths) as the nested maps it writes: `{"a.b": 1}` is
     `{"a": {"b": 1}}`, marked as a partial map (`Partial`) for `merged`."""
-    if not any("." in key or "`" in key for key in fields):
+    names = "".join(fields)  # field names, never a path: the map itself (the usual case)
+    if "." not in names and "`" not in names:
         return fields
     nested: dict[str, Any] = {}
     for key, value in fields.items():
