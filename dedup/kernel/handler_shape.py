@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from dedup.errors import ConfigError
@@ -77,6 +78,8 @@ def is_async_handler(handler: object) -> bool:
     of one), or an object whose `__call__` is one."""
     if inspect.iscoroutinefunction(handler):
         return True
+    if type(handler) is FunctionType:  # a plain `def`: its type's `__call__` is not async
+        return False
     return callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
 
 
