@@ -145,7 +145,8 @@ def run_batch(
 ) -> Summary:
     """Seeds from `first` on, for `seconds` or `count` runs, over `workers` processes."""
     started = time.monotonic()
-    import sim.runner  # noqa: F401  (the kernel and the client library: imported once, before the fork)
+    # the kernel and the client library, imported once here rather than in every worker
+    import sim.runner  # noqa: F401
 
     jobs = [(first, i, workers, seconds, count) for i in range(workers)]
     if workers == 1:
