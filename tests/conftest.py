@@ -8,7 +8,9 @@ Two kinds of test live side by side in every package:
   demo). The collection hook below marks all of them `needs_emulators`; each starts with an
   empty database, the Functions emulator's triggers off (unless `e2e`) and no DEDUP_*
   variables. A run that selected any of them refuses to start unless the environment points at
-  the emulators `make test` starts (`tests/emulator_env.py` says what is missing).
+  the emulators `make test` starts (`tests/emulator_env.py` says what is missing). Those that
+  reach only Firestore are also marked `firestore_only` (see `firestore_only` below): `make
+  test` runs them on a Firestore emulator of their own, beside the others.
 * **Unit tests** are every other test: `make unit` runs them (`pytest -m "not needs_emulators"`)
   with no Java, no Node and no emulator, in seconds. A test that runs a subprocess (make,
   gcloud, the Firebase CLI, Python: seconds each) is marked `subprocesses` here, and `make
@@ -58,6 +60,11 @@ FUNCTION_ENV = {
 
 NEEDS_EMULATORS = "needs_emulators"
 SUBPROCESSES = "subprocesses"
+FIRESTORE_ONLY = "firestore_only"
+SHARED_EMULATORS = "shared_emulators"
+BEYOND_FIRESTORE = frozenset({"auth_host", "session_receiver"})
+"""Fixtures that reach past Firestore: the Auth emulator, and the receiver on the port that
+`.env.local` gives the Functions emulator's functions (one per machine)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,6 +82,24 @@ def needs_emulators(item: pytest.Item) -> bool:
         "firestore_host" in getattr(item, "fixturenames", ())
         or item.get_closest_marker(NEEDS_EMULATORS) is not None
         or item.get_closest_marker("e2e") is not None
+    )
+
+
+def firestore_only(item: pytest.Item) -> bool:
+    """True for an emulator test that reaches Firestore and nothing else, from this process:
+    through the `firestore_host` fixture (a test marked `needs_emulators` by hand reaches them
+    another way), with no trigger (`e2e`), no wheel (`packaging`), no subprocess, no fixture of
+    `BEYOND_FIRESTORE`, and not marked `shared_emulators` by hand (Pub/Sub, the security rules
+    `make test` loads). `make test` runs these on a Firestore emulator of their own, beside the
+    others (`tools/test_runner.py`); a test that reaches past Firestore there fails, since
+    nothing else is in its environment."""
+    return (
+        "firestore_host" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("e2e") is None
+        and item.get_closest_marker("packaging") is None
+        and item.get_closest_marker(SHARED_EMULATORS) is None
+        and not BEYOND_FIRESTORE.intersection(getattr(item, "fixturenames", ()))
+        and not runs_subprocesses(item)
     )
 
 
@@ -117,6 +142,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(NEEDS_EMULATORS)
         if runs_subprocesses(item):
             item.add_marker(SUBPROCESSES)
+        if firestore_only(item):
+            item.add_marker(FIRESTORE_ONLY)
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
@@ -124,6 +151,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Refuse a run that selected emulator tests in an environment that does not fit them."""
     if any(item.get_closest_marker(NEEDS_EMULATORS) for item in session.items):
         found = emulator_env.problems(os.environ)
+        if os.environ.get(emulator_env.OWN_FIRESTORE):
+            found += [
+                f"{item.nodeid} reaches past Firestore: run it with the shared emulators"
+                for item in session.items
+                if item.get_closest_marker(NEEDS_EMULATORS)
+                and not item.get_closest_marker(FIRESTORE_ONLY)
+            ]
         if found:
             pytest.exit(emulator_env.refusal(found), returncode=2)
 

@@ -27,6 +27,13 @@ HOST_VARIABLES = {
 }
 """Variable -> the emulator of `firebase.json` it must point at."""
 
+OWN_FIRESTORE = "TESTS_OWN_FIRESTORE"
+"""Set (to 1) by `tools/test_runner.py` on its run of the `firestore_only` tests: their
+Firestore emulator is one of their own, at FIRESTORE_EMULATOR_HOST, and they reach no other."""
+
+BEYOND_FIRESTORE = ("PUBSUB_EMULATOR_HOST", "FIREBASE_EMULATOR_HUB", "FIREBASE_AUTH_EMULATOR_HOST")
+"""The shared emulators a run on a Firestore emulator of its own must not point at."""
+
 HOW_TO_RUN = (
     "Run the tests through the Makefile, which starts the emulators and sets all of these:\n"
     "  make test                                      # every test\n"
@@ -48,10 +55,23 @@ def configured_hosts(firebase_json: Path = ROOT / "firebase.json") -> dict[str, 
 def problems(environ: Mapping[str, str], hosts: Mapping[str, str] | None = None) -> list[str]:
     """Every way `environ` differs from the environment `make test` gives pytest (empty: none).
 
+    With `OWN_FIRESTORE` set, that is the environment of its run of the `firestore_only` tests:
+    a Firestore emulator at any address, and none of `BEYOND_FIRESTORE`.
+
     Each entry names the variable, what it is, and what it must be.
     """
-    expected = configured_hosts() if hosts is None else hosts
     found: list[str] = []
+    if environ.get(OWN_FIRESTORE):
+        if not environ.get("FIRESTORE_EMULATOR_HOST"):
+            found.append(f"FIRESTORE_EMULATOR_HOST is not set, but {OWN_FIRESTORE} is")
+        found += [
+            f"{variable} is set, but {OWN_FIRESTORE} runs tests that reach only Firestore"
+            for variable in BEYOND_FIRESTORE
+            if environ.get(variable)
+        ]
+        expected: Mapping[str, str] = {}
+    else:
+        expected = configured_hosts() if hosts is None else hosts
     for variable, host in expected.items():
         value = environ.get(variable, "")
         if not value:

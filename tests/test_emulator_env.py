@@ -59,3 +59,49 @@ def test_an_emulator_test_run_in_a_partial_environment_refuses_to_start() -> Non
     assert "make test T=tests/dedup/test_lease.py" in output
     assert " passed" not in output
     assert " failed" not in output
+
+
+OWN = {
+    "FIRESTORE_EMULATOR_HOST": "127.0.0.1:23456",
+    "GCLOUD_PROJECT": emulator_env.PROJECT,
+    emulator_env.OWN_FIRESTORE: "1",
+}
+"""What `tools/test_runner.py` gives its run of the `firestore_only` tests."""
+
+
+def test_the_run_on_a_firestore_of_its_own_points_at_nothing_else() -> None:
+    """The own-Firestore environment is accepted at any Firestore address, and refused while it
+    still points at a shared emulator: a test reaching past Firestore there must fail, not
+    reach the emulators another run is using."""
+    assert emulator_env.problems(OWN) == []
+    shared = {**OWN, **GOOD, emulator_env.OWN_FIRESTORE: "1"}
+    found = emulator_env.problems(shared)
+    assert [problem.split()[0] for problem in found] == [
+        "PUBSUB_EMULATOR_HOST",
+        "FIREBASE_EMULATOR_HUB",
+    ]
+    no_host = {k: v for k, v in OWN.items() if k != "FIRESTORE_EMULATOR_HOST"}
+    assert emulator_env.problems(no_host) == [
+        f"FIRESTORE_EMULATOR_HOST is not set, but {emulator_env.OWN_FIRESTORE} is"
+    ]
+
+
+def test_a_test_that_reaches_past_firestore_is_refused_a_firestore_of_its_own() -> None:
+    """pytest on a test of the Pub/Sub emulator in the own-Firestore environment exits 2 before
+    any test runs, naming the test; a test of Firestore alone is accepted there."""
+    env = {k: v for k, v in os.environ.items() if k not in GOOD and k != "GOOGLE_CLOUD_PROJECT"}
+    env.update(OWN)
+    env.pop("FIREBASE_AUTH_EMULATOR_HOST", None)
+    shared = "tests/functions/test_relay_outbox.py::test_committed_message_is_published_once"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
+    result = subprocess.run(
+        [*command, shared], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert f"{shared} reaches past Firestore" in output
+    alone = "tests/dedup/test_lease.py"
+    result = subprocess.run(
+        [*command, alone], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -103,6 +103,7 @@ def test_a_spread_collection_runs_each_effect_once(
     assert read_record(dedup_key("5550001", "spreadTest")) is None  # nothing at the plain key
 
 
+@pytest.mark.shared_emulators  # the security rules `make test` loads
 def test_rules_keep_clients_out_of_spread_records(make_dedup: MakeDedup) -> None:
     """firestore.rules match every key of triggerEvents: clients can read no spread record."""
     make_dedup(key_layout="spread").run("5550003", "spreadRules", lambda d: None)

@@ -21,6 +21,8 @@ from tests.conftest import PROJECT
 from tests.functions.conftest import InProcessFunction
 from tests.functions.mutations import renamed
 
+pytestmark = pytest.mark.shared_emulators  # the Pub/Sub emulator
+
 
 @pytest.fixture
 def topic() -> Iterator[tuple[str, str]]:

@@ -15,6 +15,8 @@ from google.pubsub_v1 import PubsubMessage
 from tests.http.support import line_body, line_headers, problem
 from tests.http.test_create_order import records
 
+pytestmark = pytest.mark.shared_emulators  # the Pub/Sub emulator
+
 Serve = Callable[..., FlaskClient]
 
 

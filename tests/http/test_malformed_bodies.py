@@ -190,6 +190,7 @@ def surrogate_body(event_id: str, *, redelivery: bool = False) -> bytes:
     return json.dumps({"destination": "U1", "events": [event]}).encode()
 
 
+@pytest.mark.shared_emulators  # the Pub/Sub emulator
 def test_a_signed_event_with_lone_surrogates_is_published_exactly_once(
     line: FlaskClient,
     firestore_client: firestore.Client,

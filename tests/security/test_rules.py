@@ -20,6 +20,8 @@ from google.cloud import firestore
 
 from tests.conftest import PROJECT
 
+pytestmark = pytest.mark.shared_emulators  # the security rules `make test` loads
+
 Client = dict[str, str]
 ANONYMOUS: Client = {}
 
