@@ -62,9 +62,10 @@ NEEDS_EMULATORS = "needs_emulators"
 SUBPROCESSES = "subprocesses"
 FIRESTORE_ONLY = "firestore_only"
 SHARED_EMULATORS = "shared_emulators"
-BEYOND_FIRESTORE = frozenset({"auth_host", "session_receiver"})
-"""Fixtures that reach past Firestore: the Auth emulator, and the receiver on the port that
-`.env.local` gives the Functions emulator's functions (one per machine)."""
+BEYOND_FIRESTORE = frozenset({"auth_host", "http_function", "session_receiver"})
+"""Fixtures that reach past Firestore: the Auth emulator, the HTTP functions served in-process
+(which check a request's ID token against it), and the receiver on the port that `.env.local`
+gives the Functions emulator's functions (one per machine)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

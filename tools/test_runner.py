@@ -1,30 +1,32 @@
-"""`make test`'s pytest: the suite as three pytest processes at once, inside the same
+"""`make test`'s pytest: the suite as four pytest processes at once, inside the same
 `firebase emulators:exec` run.
 
     venv/bin/python -m tools.test_runner [PYTEST ARGS]
 
-With no argument (the whole suite, as `make test` and CI run it), three pytest processes run at
-once:
+With no argument (the whole suite, as `make test` and CI run it), four pytest processes run at
+once, each on a share of the suite that the markers tests/conftest.py sets at collection
+select:
 
-* the emulator tests that reach more than Firestore (`SHARED`): triggers, the Functions,
-  Pub/Sub and Auth emulators, the receiver on `.env.local`'s port, subprocesses; reported as
-  they run, on the emulators `make test` started;
-* the emulator tests that reach only Firestore, from their own process (`OWN`, the
-  `firestore_only` marker that tests/conftest.py sets): on a Firestore emulator of their own
-  (`demo.own_firestore`, the same emulator build, started here), with no other emulator in
-  their environment, so that one of them reaching past Firestore fails instead of passing;
-* the tests that reach no emulator (`BESIDE`): the deploy harness (real gcloud and the Firebase
-  CLI against a local fake of Google's APIs), the tests that run make, gcloud, pip or Python in
-  subprocesses against copies of the project or fresh venvs, and the unit tests.
+* `SHARED`, the emulator tests that reach more than Firestore: triggers, the Functions,
+  Pub/Sub and Auth emulators, the receiver on `.env.local`'s port, subprocesses, emulators of
+  their own; on the emulators `make test` started, reported as they run;
+* `OWN`, the emulator tests that reach only Firestore, from their own process (the
+  `firestore_only` marker): on a Firestore emulator of their own (`demo.own_firestore`, the
+  same emulator build, started here), with no other emulator in their environment, so that one
+  of them reaching past Firestore fails instead of passing;
+* `HARNESS`, the deploy harness (`deploy_harness`): real gcloud and the Firebase CLI deploying
+  the project against a local fake of Google's APIs;
+* `BESIDE`, the other tests that reach no emulator: those that run make, gcloud, pip or Python
+  in subprocesses against copies of the project or fresh venvs, and the unit tests.
 
-The reports of the last two are kept and printed after the first. The exit status is the first
-failing one's (in that order), 0 when all pass. With arguments (`make test T=... K=...`) one
-pytest runs exactly what was asked, on the emulators `make test` started.
+The reports of the last three are kept and printed after the first, in that order. The exit
+status is the first failing one's (in that order), 0 when all pass. With arguments (`make test
+T=... K=...`) one pytest runs exactly what was asked, on the emulators `make test` started.
 
-Why: the emulator tests spend much of their time waiting (leases expiring, servers starting,
-the emulators' answers), not computing, and every emulator test starts from an empty database,
-so two of them never share a database at once. Each run has its own: the shared emulators' for
-the first, the own emulator's for the second.
+Why: on this machine's two cores the emulator tests mostly wait (leases expiring, servers
+starting, the emulators' answers), and the others mostly compute; four runs keep both cores
+busy to the end. Two emulator tests never share a database at once: each emulator run has its
+own emulator, and each of its tests starts from an empty database.
 """
 
 from __future__ import annotations
@@ -33,21 +35,31 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
 from demo.own_firestore import own_firestore
 from tests.emulator_env import BEYOND_FIRESTORE, OWN_FIRESTORE, PROJECT
 
-BESIDE = "not needs_emulators"
-"""The tests that reach no emulator. `needs_emulators` and `firestore_only` are set at
-collection by tests/conftest.py, before `-m` deselects, so the three runs split the suite with
-nothing left out and nothing run twice."""
-OWN = "needs_emulators and firestore_only"
-"""The emulator tests run on a Firestore emulator of their own."""
 SHARED = "needs_emulators and not firestore_only"
 """The emulator tests run on the emulators `make test` started."""
+OWN = "needs_emulators and firestore_only"
+"""The emulator tests run on a Firestore emulator of their own."""
+HARNESS = "not needs_emulators and deploy_harness"
+"""The deploy harness."""
+BESIDE = "not needs_emulators and not deploy_harness"
+"""The other tests that reach no emulator. `needs_emulators` and `firestore_only` are set at
+collection by tests/conftest.py, before `-m` deselects, and `deploy_harness` by the modules of
+the harness, so the four runs split the suite with nothing left out and nothing run twice."""
+
+KEPT = {
+    OWN: "the tests of Firestore alone, on an emulator of their own",
+    HARNESS: "the deploy harness",
+    BESIDE: "the other tests of no emulator",
+}
+"""The runs whose reports are kept and printed after the first's, in this order."""
 
 
 def pytest(*args: str) -> list[str]:
@@ -66,7 +78,7 @@ def own_environment(firestore_host: str) -> dict[str, str]:
 
 
 def start(
-    markers: str, report: IO[str], environment: dict[str, str] | None = None
+    markers: str, report: IO[str], environment: Mapping[str, str] | None = None
 ) -> subprocess.Popen[str]:
     """A pytest run of the tests `markers` selects, started, its report written to `report`."""
     return subprocess.Popen(
@@ -78,41 +90,39 @@ def start(
     )
 
 
-def print_report(title: str, report: IO[str]) -> None:
+def print_report(title: str, markers: str, report: IO[str]) -> None:
     """A kept report, under its title."""
     report.seek(0)
-    print(f"\n===== {title} =====")
+    print(f"\n===== {title} (-m '{markers}') =====")
     sys.stdout.write(report.read())
     sys.stdout.flush()
 
 
 def run_split() -> int:
-    """The whole suite as three pytest runs at once; the kept reports printed last."""
-    with (
-        tempfile.TemporaryDirectory(prefix="own-firestore-") as workdir,
-        tempfile.TemporaryFile("w+") as beside_report,
-        tempfile.TemporaryFile("w+") as own_report,
-    ):
-        children: list[subprocess.Popen[str]] = []
+    """The whole suite as four pytest runs at once; the kept reports printed last."""
+    children: dict[str, subprocess.Popen[str]] = {}
+    with ExitStack() as stack:
+        reports = {markers: stack.enter_context(tempfile.TemporaryFile("w+")) for markers in KEPT}
         try:
-            children.append(start(BESIDE, beside_report))
-            with own_firestore(Path(workdir)) as firestore:
-                children.append(start(OWN, own_report, own_environment(firestore.host)))
-                shared = subprocess.call(pytest("-m", SHARED))
-                own = children[1].wait()
-            beside = children[0].wait()
+            children[HARNESS] = start(HARNESS, reports[HARNESS])
+            children[BESIDE] = start(BESIDE, reports[BESIDE])
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="own-")))
+            firestore = stack.enter_context(own_firestore(workdir))
+            children[OWN] = start(OWN, reports[OWN], own_environment(firestore.host))
+            statuses = [subprocess.call(pytest("-m", SHARED))]
+            statuses += [children[markers].wait() for markers in KEPT]
         except BaseException:
-            for child in children:
+            for child in children.values():
                 child.kill()
                 child.wait()
             raise
-        print_report(f"the tests of Firestore alone, on one of their own (-m '{OWN}')", own_report)
-        print_report(f"the tests of no emulator (-m '{BESIDE}')", beside_report)
-    return shared or own or beside
+        for markers, title in KEPT.items():
+            print_report(title, markers, reports[markers])
+    return next((status for status in statuses if status), 0)
 
 
 def main(argv: Sequence[str]) -> int:
-    """Run pytest with `argv`, or the whole suite split in three when `argv` is empty."""
+    """Run pytest with `argv`, or the whole suite split in four when `argv` is empty."""
     if argv:
         return subprocess.call(pytest(*argv))
     return run_split()
