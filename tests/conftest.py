@@ -5,9 +5,11 @@ Two kinds of test live side by side in every package:
 * **Emulator tests** use the `firestore_host` fixture, directly or through a fixture built on
   it (`firestore_client`, `make_dedup`, `read_record`, `invoke`, `serve`, ...), or are marked
   `needs_emulators` (or `e2e`) because they reach the emulators another way (a subprocess, the
-  demo). The collection hook below marks all of them `needs_emulators`; each starts with an
-  empty database, the Functions emulator's triggers off (unless `e2e`) and no DEDUP_*
-  variables. A run that selected any of them refuses to start unless the environment points at
+  demo), or `own_emulators` because they start emulators of their own and reach none of the
+  shared ones (a cold storm, the soak, the demo with every port moved). The collection hook
+  below marks all of them `needs_emulators`; each but an `own_emulators` one starts with an
+  empty database and the Functions emulator's triggers off (unless `e2e`), and each with no
+  DEDUP_* variables. A run that selected any of them refuses to start unless the environment points at
   the emulators `make test` starts (`tests/emulator_env.py` says what is missing). Those that
   reach only Firestore are also marked `firestore_only` (see `firestore_only` below): `make
   test` runs them on a Firestore emulator of their own, beside the others.
@@ -61,6 +63,7 @@ FUNCTION_ENV = {
 NEEDS_EMULATORS = "needs_emulators"
 SUBPROCESSES = "subprocesses"
 FIRESTORE_ONLY = "firestore_only"
+OWN_EMULATORS = "own_emulators"
 SHARED_EMULATORS = "shared_emulators"
 BEYOND_FIRESTORE = frozenset({"auth_host", "http_function", "session_receiver"})
 """Fixtures that reach past Firestore: the Auth emulator, the HTTP functions served in-process
@@ -82,6 +85,7 @@ def needs_emulators(item: pytest.Item) -> bool:
     return (
         "firestore_host" in getattr(item, "fixturenames", ())
         or item.get_closest_marker(NEEDS_EMULATORS) is not None
+        or item.get_closest_marker(OWN_EMULATORS) is not None
         or item.get_closest_marker("e2e") is not None
     )
 
@@ -96,6 +100,7 @@ def firestore_only(item: pytest.Item) -> bool:
     nothing else is in its environment."""
     return (
         "firestore_host" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker(OWN_EMULATORS) is None
         and item.get_closest_marker("e2e") is None
         and item.get_closest_marker("packaging") is None
         and item.get_closest_marker(SHARED_EMULATORS) is None
@@ -190,8 +195,10 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(autouse=True)
 def emulator_isolation(request: pytest.FixtureRequest) -> None:
     """An emulator test starts with an empty database and the emulator's triggers as it needs
-    them; a unit test gets nothing (and needs nothing running)."""
-    if request.node.get_closest_marker(NEEDS_EMULATORS) is not None:
+    them; a unit test, or one that starts emulators of its own (`own_emulators`), gets nothing
+    (it reaches none of the shared emulators, which another run may be using)."""
+    node = request.node
+    if node.get_closest_marker(NEEDS_EMULATORS) and not node.get_closest_marker(OWN_EMULATORS):
         request.getfixturevalue("clean_firestore")
         request.getfixturevalue("emulator_triggers")
 

@@ -24,7 +24,7 @@ import pytest
 from tests.deploy.conftest import copy_project
 from tools.emulators import ROOT
 
-pytestmark = pytest.mark.needs_emulators  # it starts emulators of its own
+pytestmark = pytest.mark.own_emulators  # it starts emulators of its own, every port moved
 
 ROWS = (
     "sync_published_count",

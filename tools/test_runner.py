@@ -8,14 +8,16 @@ once, each on a share of the suite that the markers tests/conftest.py sets at co
 select:
 
 * `SHARED`, the emulator tests that reach more than Firestore: triggers, the Functions,
-  Pub/Sub and Auth emulators, the receiver on `.env.local`'s port, subprocesses, emulators of
-  their own; on the emulators `make test` started, reported as they run;
+  Pub/Sub and Auth emulators, the receiver on `.env.local`'s port, subprocesses; on the
+  emulators `make test` started, reported as they run;
 * `OWN`, the emulator tests that reach only Firestore, from their own process (the
   `firestore_only` marker): on a Firestore emulator of their own (`demo.own_firestore`, the
   same emulator build, started here), with no other emulator in their environment, so that one
   of them reaching past Firestore fails instead of passing;
 * `HARNESS`, the deploy harness (`deploy_harness`): real gcloud and the Firebase CLI deploying
-  the project against a local fake of Google's APIs;
+  the project against a local fake of Google's APIs; and the tests that start emulators of
+  their own and reach none of the shared ones (`own_emulators`: a cold storm, the short soak,
+  the demo with every port moved, the emulators' signal handling);
 * `BESIDE`, the other tests that reach no emulator: those that run make, gcloud, pip or Python
   in subprocesses against copies of the project or fresh venvs, and the unit tests.
 
@@ -43,20 +45,22 @@ from typing import IO
 from demo.own_firestore import own_firestore
 from tests.emulator_env import BEYOND_FIRESTORE, OWN_FIRESTORE, PROJECT
 
-SHARED = "needs_emulators and not firestore_only"
+SHARED = "needs_emulators and not firestore_only and not own_emulators"
 """The emulator tests run on the emulators `make test` started."""
 OWN = "needs_emulators and firestore_only"
 """The emulator tests run on a Firestore emulator of their own."""
-HARNESS = "not needs_emulators and deploy_harness"
-"""The deploy harness."""
+HARNESS = "(not needs_emulators and deploy_harness) or own_emulators"
+"""The deploy harness, and the tests that start emulators of their own."""
 BESIDE = "not needs_emulators and not deploy_harness"
 """The other tests that reach no emulator. `needs_emulators` and `firestore_only` are set at
-collection by tests/conftest.py, before `-m` deselects, and `deploy_harness` by the modules of
-the harness, so the four runs split the suite with nothing left out and nothing run twice."""
+collection by tests/conftest.py, before `-m` deselects, `deploy_harness` and `own_emulators` by
+the modules themselves (an `own_emulators` test is also `needs_emulators`, never
+`firestore_only`), so the four runs split the suite with nothing left out and nothing run
+twice."""
 
 KEPT = {
     OWN: "the tests of Firestore alone, on an emulator of their own",
-    HARNESS: "the deploy harness",
+    HARNESS: "the deploy harness and the tests of emulators of their own",
     BESIDE: "the other tests of no emulator",
 }
 """The runs whose reports are kept and printed after the first's, in this order."""

@@ -98,7 +98,7 @@ def wait_for(
         time.sleep(poll)
 
 
-@pytest.mark.needs_emulators  # Java and Node.js; held under the emulator lock like the suite
+@pytest.mark.own_emulators  # Java and Node.js, on ports of its own (shift_ports)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_tool_stops_every_process_it_started(
     project_copy: Path, sig: signal.Signals

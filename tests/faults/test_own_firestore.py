@@ -16,7 +16,7 @@ import demo.own_firestore
 from demo.own_firestore import OwnFirestore, PortTaken, find_java, own_firestore
 from demo.serve import FREE_PORTS, free_port
 
-pytestmark = pytest.mark.needs_emulators  # starts a Firestore emulator of its own (Java)
+pytestmark = pytest.mark.own_emulators  # starts Firestore emulators of its own
 
 
 def test_free_ports_lie_below_the_ephemeral_range() -> None:

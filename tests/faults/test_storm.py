@@ -26,7 +26,7 @@ INSTANCES = 10
 REDELIVERY_DELAY_SECONDS = 0.1
 GIVE_UP_SECONDS = 240.0
 
-pytestmark = pytest.mark.needs_emulators  # starts a Firestore emulator of its own (Java)
+pytestmark = pytest.mark.own_emulators  # starts a Firestore emulator of its own
 
 
 def storm(clients: list[firestore.Client], mode: Mode) -> tuple[Counter[str], Counter[str], int]:

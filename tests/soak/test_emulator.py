@@ -13,7 +13,7 @@ from google.cloud import firestore
 from soak.emulator import SoakEmulator
 from soak.faults import LostResponses, faulty_client
 
-pytestmark = pytest.mark.needs_emulators  # its own Firestore emulator: Java, not make unit
+pytestmark = pytest.mark.own_emulators  # its own Firestore emulator
 
 PROJECT = "demo-soak-test"
 

@@ -15,7 +15,7 @@ import pytest
 
 from soak.emulator import ROOT
 
-pytestmark = pytest.mark.needs_emulators  # its own Firestore emulator: Java, not make unit
+pytestmark = pytest.mark.own_emulators  # its own Firestore emulator
 
 INTEGER_KEYS = (
     "events",
