@@ -9,10 +9,10 @@ Two kinds of test live side by side in every package:
   shared ones (a cold storm, the soak, the demo with every port moved). The collection hook
   below marks all of them `needs_emulators`; each but an `own_emulators` one starts with an
   empty database and the Functions emulator's triggers off (unless `e2e`), and each with no
-  DEDUP_* variables. A run that selected any of them refuses to start unless the environment points at
-  the emulators `make test` starts (`tests/emulator_env.py` says what is missing). Those that
-  reach only Firestore are also marked `firestore_only` (see `firestore_only` below): `make
-  test` runs them on a Firestore emulator of their own, beside the others.
+  DEDUP_* variables. A run that selected any of them refuses to start unless the environment
+  points at the emulators `make test` starts (`tests/emulator_env.py` says what is missing).
+  Those that reach only Firestore are also marked `firestore_only` (see `firestore_only`
+  below): `make test` runs them on a Firestore emulator of their own, beside the others.
 * **Unit tests** are every other test: `make unit` runs them (`pytest -m "not needs_emulators"`)
   with no Java, no Node and no emulator, in seconds. A test that runs a subprocess (make,
   gcloud, the Firebase CLI, Python: seconds each) is marked `subprocesses` here, and `make
