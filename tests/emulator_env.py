@@ -31,7 +31,11 @@ OWN_FIRESTORE = "TESTS_OWN_FIRESTORE"
 """Set (to 1) by `tools/test_runner.py` on its run of the `firestore_only` tests: their
 Firestore emulator is one of their own, at FIRESTORE_EMULATOR_HOST, and they reach no other."""
 
-BEYOND_FIRESTORE = ("PUBSUB_EMULATOR_HOST", "FIREBASE_EMULATOR_HUB", "FIREBASE_AUTH_EMULATOR_HOST")
+SHARED_EMULATOR_VARIABLES = (
+    "PUBSUB_EMULATOR_HOST",
+    "FIREBASE_EMULATOR_HUB",
+    "FIREBASE_AUTH_EMULATOR_HOST",
+)
 """The shared emulators a run on a Firestore emulator of its own must not point at."""
 
 HOW_TO_RUN = (
@@ -56,7 +60,7 @@ def problems(environ: Mapping[str, str], hosts: Mapping[str, str] | None = None)
     """Every way `environ` differs from the environment `make test` gives pytest (empty: none).
 
     With `OWN_FIRESTORE` set, that is the environment of its run of the `firestore_only` tests:
-    a Firestore emulator at any address, and none of `BEYOND_FIRESTORE`.
+    a Firestore emulator at any address, and none of `SHARED_EMULATOR_VARIABLES`.
 
     Each entry names the variable, what it is, and what it must be.
     """
@@ -66,7 +70,7 @@ def problems(environ: Mapping[str, str], hosts: Mapping[str, str] | None = None)
             found.append(f"FIRESTORE_EMULATOR_HOST is not set, but {OWN_FIRESTORE} is")
         found += [
             f"{variable} is set, but {OWN_FIRESTORE} runs tests that reach only Firestore"
-            for variable in BEYOND_FIRESTORE
+            for variable in SHARED_EMULATOR_VARIABLES
             if environ.get(variable)
         ]
         expected: Mapping[str, str] = {}

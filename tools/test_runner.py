@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO
 
 from demo.own_firestore import own_firestore
-from tests.emulator_env import BEYOND_FIRESTORE, OWN_FIRESTORE, PROJECT
+from tests.emulator_env import OWN_FIRESTORE, PROJECT, SHARED_EMULATOR_VARIABLES
 
 SHARED = "needs_emulators and not firestore_only and not own_emulators"
 """The emulator tests run on the emulators `make test` started."""
@@ -74,7 +74,7 @@ def pytest(*args: str) -> list[str]:
 def own_environment(firestore_host: str) -> dict[str, str]:
     """This process's environment, pointed at a Firestore emulator of its own and at nothing
     else (`tests.emulator_env` checks it)."""
-    environment = {k: v for k, v in os.environ.items() if k not in BEYOND_FIRESTORE}
+    environment = {k: v for k, v in os.environ.items() if k not in SHARED_EMULATOR_VARIABLES}
     environment.update(
         {"FIRESTORE_EMULATOR_HOST": firestore_host, "GCLOUD_PROJECT": PROJECT, OWN_FIRESTORE: "1"}
     )
