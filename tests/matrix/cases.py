@@ -35,8 +35,10 @@ from tests.dedup.grpc_faults import Fault, Plan
 from tests.matrix.kinds import CRASH, RETRY, STOP, TIMED_KINDS
 
 MAX_ATTEMPTS = 3
-LEASE_SECONDS = 1
-"""Short, so that the emulator's half can let a lease expire by waiting."""
+LEASE_SECONDS = 3
+"""Short, so that the emulator's half can let a lease expire by waiting; not shorter, since the
+second of two deliveries must meet the first's lease still live on a loaded machine (at 1 s, a
+pause between them expired it in one full `make test` of four runs)."""
 STORM = 6
 
 
