@@ -97,7 +97,8 @@ def firestore_only(item: pytest.Item) -> bool:
     `BEYOND_FIRESTORE`, and not marked `shared_emulators` by hand (Pub/Sub, the security rules
     `make test` loads). `make test` runs these on a Firestore emulator of their own, beside the
     others (`tools/test_runner.py`); a test that reaches past Firestore there fails, since
-    nothing else is in its environment."""
+    nothing else is in its environment. Asked by the collection hook after it has marked the
+    tests that run subprocesses (`subprocesses`)."""
     return (
         "firestore_host" in getattr(item, "fixturenames", ())
         and item.get_closest_marker(OWN_EMULATORS) is None
@@ -105,7 +106,7 @@ def firestore_only(item: pytest.Item) -> bool:
         and item.get_closest_marker("packaging") is None
         and item.get_closest_marker(SHARED_EMULATORS) is None
         and not BEYOND_FIRESTORE.intersection(getattr(item, "fixturenames", ()))
-        and not runs_subprocesses(item)
+        and item.get_closest_marker(SUBPROCESSES) is None
     )
 
 
