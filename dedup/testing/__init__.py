@@ -36,8 +36,11 @@ Builders, by the firebase-functions decorator they feed:
 **Copies at once.** `deliver(url, event)` POSTs one copy and returns the HTTP status;
 `deliver_concurrently(url, event, copies=6)` POSTs `copies` copies from as many threads at
 once, the at-least-once platform at its worst; `deliver_until_done` retries as the platform
-does until one copy is answered 2xx. They use the standard library only (`urllib`); given
-`via_test_client(client)` instead of a URL they POST to a Flask test client in-process.
+does until one copy is answered 2xx: it backs off between deliveries, waits long enough for a
+crashed delivery's lease to expire (the lease of the `DedupConfig` it is given), and raises
+`DeliveryGaveUp`, naming every status, when none is 2xx. They use the standard library only
+(`urllib`); given `via_test_client(client)` instead of a URL they POST to a Flask test client
+in-process.
 
 **Through the Functions emulator.** A function the Firebase CLI's Functions emulator serves is
 reached at its trigger route, `POST /functions/projects/<project>/triggers/<key>`, where the
@@ -90,6 +93,7 @@ from dedup.testing.crashes import (
     deliver_after_crash,
 )
 from dedup.testing.delivering import (
+    DeliveryGaveUp,
     Target,
     deliver,
     deliver_concurrently,
@@ -118,6 +122,7 @@ __all__ = [
     "STEP_BOUNDARIES",
     "Crash",
     "DatabaseChange",
+    "DeliveryGaveUp",
     "EmulatorTrigger",
     "FirestoreChange",
     "FirestoreEmulator",
