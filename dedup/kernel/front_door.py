@@ -30,7 +30,7 @@ from dedup.kernel.delivery import (
     drive,
 )
 from dedup.kernel.handler_shape import check_run
-from dedup.kernel.record import RERUN, Mode
+from dedup.kernel.record import RERUN, Mode, storable_text
 from dedup.kernel.run import LiveLeases, Run, SentKeys
 from dedup.kernel.transitions import dedup_key, payload_hash, storable_event_id
 from dedup.kernel.turns import KeyTurns
@@ -229,8 +229,8 @@ class DeduplicatorBase:
             suffix=suffix,
             key=key,
             payload_hash=fingerprint,
-            subject=options.subject if options.subject is not None else document_path,
-            source=options.source,
+            subject=_label(options.subject if options.subject is not None else document_path),
+            source=_label(options.source),
             step_hooks=self._step_hooks,
             ambiguity=ambiguity,
             budget=Budget.of_delivery(options.budget or self.config.time_budget(), self.config),
@@ -385,3 +385,14 @@ def default_instance[D](
 def default_deduplicator(config: DedupConfig | None = None) -> Deduplicator:
     """The process's shared Deduplicator for `config` (`default_instance`)."""
     return default_instance(Deduplicator, config)
+
+
+MAX_LABEL_BYTES = 6_144
+"""The most UTF-8 bytes a record keeps of an event's `subject` and `source` (Firestore's
+longest document path, 6 KiB): longer ones are cut (`storable_text`)."""
+
+
+def _label(text: str | None) -> str | None:
+    """An event's `subject` or `source` as the record stores it: storable (`storable_text`:
+    lone surrogates escaped), at most `MAX_LABEL_BYTES`; None stays None."""
+    return None if text is None else storable_text(text, max_bytes=MAX_LABEL_BYTES)

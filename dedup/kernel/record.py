@@ -84,6 +84,10 @@ Fields = dict[str, Any]
 MAX_ERROR_CHARS = 1000
 """`lastError` is truncated to this many characters."""
 
+MAX_TEXT_BYTES = 1_048_487
+"""The longest string Firestore stores, in UTF-8 bytes (1 MiB - 89,
+`dedup.platform.firestore_values.MAX_FIELD_VALUE_BYTES`): `storable_text`'s default cut."""
+
 
 class State(StrEnum):
     """Lifecycle of a record; `sent`, `failed`, `dead` and `unknown` are final."""
@@ -286,13 +290,41 @@ def scrub_urls(text: str) -> str:
     return re.sub(_URL_USERINFO_QUERY, lambda m: m.group("scheme") + m.group("rest"), text)
 
 
+def storable_text(
+    text: str, *, max_bytes: int = MAX_TEXT_BYTES, max_chars: int | None = None
+) -> str:
+    """`text` as a string Firestore stores as it is, for every string the library composes
+    from user data (an error message, an exception's type name, an event's subject): each
+    lone surrogate escaped as the text `\\ud800` (a JSON `"\\ud800"` decodes to one, and no
+    UTF-8 field can carry it), then cut to at most `max_chars` characters and `max_bytes` UTF-8
+    bytes, a cut marked by a final "…" within both limits. Never raises for a `str` (a
+    subclass is read as its plain text); the result is an exact `str` that `refusal` takes."""
+    plain = str.__str__(text)
+    try:
+        encoded = plain.encode("utf-8")
+    except UnicodeEncodeError:
+        plain = plain.encode("utf-8", "backslashreplace").decode("utf-8")
+        encoded = plain.encode("utf-8")
+    if max_chars is not None and len(plain) > max_chars:
+        plain = plain[: max(0, max_chars - 1)] + "…"
+        encoded = plain.encode("utf-8")
+    if len(encoded) > max_bytes:
+        kept = encoded[: max(0, max_bytes - len("…".encode()))].decode("utf-8", "ignore")
+        plain = kept + "…"
+    return plain
+
+
 def error_text(error: BaseException) -> str:
-    """`lastError` for an exception: type and message, URLs scrubbed (`scrub_urls`), <= 1000
-    characters."""
-    text = scrub_urls(f"{type(error).__name__}: {error}")
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 1] + "…"
-    return text
+    """`lastError` for an exception, whatever it holds: type and message, URLs scrubbed
+    (`scrub_urls`), made storable and cut to 1000 characters by `storable_text` (a lone
+    surrogate escaped as `\\ud800`), so that the write carrying it is never refused for its
+    text. An exception whose `str()` raises is named by its type and that failure."""
+    try:
+        message = str(error)
+    except Exception as unreadable:
+        message = f"<its message could not be read: str() raised {type(unreadable).__name__}>"
+    text = scrub_urls(f"{str.__str__(type(error).__name__)}: {str.__str__(message)}")
+    return storable_text(text, max_chars=MAX_ERROR_CHARS)
 
 
 RERUN = "rerun"

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from google.cloud import firestore
 
 from dedup.errors import InvalidSuffix, MissingEventId
-from dedup.kernel.record import Field, Fields, Mode, State
+from dedup.kernel.record import Field, Fields, Mode, State, storable_text
 from dedup.platform.propagation import current_trace_id
 
 if TYPE_CHECKING:
@@ -117,11 +117,7 @@ def storable_event_id(event_id: str) -> str:
     """`event_id` as written into the record and the log line: itself, unless it holds lone
     surrogates (a JSON `\\ud800` escape), which no UTF-8 field can carry; those are escaped
     as `\\ud800` text. The key is unaffected (`dedup_key` hashes the id itself)."""
-    try:
-        event_id.encode("utf-8")
-    except UnicodeEncodeError:
-        return event_id.encode("utf-8", "backslashreplace").decode("utf-8")
-    return event_id
+    return storable_text(event_id)
 
 
 def payload_hash(payload: bytes) -> str:
