@@ -6,6 +6,12 @@ prints the security-rules block that locks the collection (`rules_block`), to pa
 `firestore.rules`. The indexes depend on the database's edition (`--edition`): on Standard,
 exemptions of the record fields no query filters on from the automatic single-field indexes;
 on Enterprise, which creates no index by itself, the `ENTERPRISE_INDEXES` the CLI's queries use.
+
+Invariants: every command names the collection group of the collection it is given (its last
+segment, so `DEDUP_COLLECTION=tenants/a/records` gets `records`); on Standard, every field of
+`UNINDEXED_FIELDS` is exempted, the handler's maps (`result`, `notes`, `steps`) among them, so
+no record can reach Firestore's 40,000 index entries per document; each command is idempotent,
+so a second run after a failure finishes the set-up.
 """
 
 from __future__ import annotations
@@ -28,9 +34,19 @@ UNINDEXED_FIELDS = (
     Field.SENT_AT,
     Field.PAYLOAD_HASH,
     Field.LAST_ERROR,
+    Field.RESULT,
+    Field.NOTES,
+    Field.STEPS,
 )
 """Record fields no query filters or orders on: exempt from single-field indexes (each write
-then costs fewer index entries; `expireAt` is a TTL field, which needs no index either)."""
+then costs fewer index entries; `expireAt` is a TTL field, which needs no index either).
+
+`result`, `notes` and `steps` must be: they are maps of the handler's own values, and a Standard
+database indexes every leaf of a map twice (ascending, descending), so a record within each of
+their size limits (a 512 KiB result is room for 20,000 small numbers) could pass Firestore's
+40,000 index entries per document and have its write refused. An exemption of a map covers
+its subfields. With these exempt, a record's indexed fields make a few dozen entries whatever
+the handler stores (`tests/cli/test_setup_index_entries.py`)."""
 
 
 @dataclass(frozen=True)
