@@ -2,9 +2,11 @@
 
 `dedup.trigger_once` wraps an `async def handler(event, delivery)` into an async CloudEvent
 function (serve it with `functions_framework.aio.cloud_event` and `functions-framework
---asgi`); call `AsyncDeduplicator.run` for the explicit form. See docs/async.md.
+--asgi`); call `AsyncDeduplicator.run` for the explicit form. `asgi_function` declares such a
+function's trigger for a deploy (`dedup.aio.asgi`). See docs/async.md.
 """
 
+from dedup.aio.asgi import ASGI_ENDPOINT, asgi_function
 from dedup.aio.delivery import (
     AsyncDelivery,
     AsyncHandler,
@@ -14,10 +16,12 @@ from dedup.aio.delivery import (
 from dedup.aio.front_door import AsyncDeduplicator, default_async_deduplicator
 
 __all__ = [
+    "ASGI_ENDPOINT",
     "AsyncDeduplicator",
     "AsyncDelivery",
     "AsyncHandler",
     "AsyncTransactionDelivery",
     "AsyncWriteOnlyDelivery",
+    "asgi_function",
     "default_async_deduplicator",
 ]

@@ -36,7 +36,7 @@ import functions_framework.aio
 from cloudevents.http.event import CloudEvent
 from firebase_functions import firestore_fn
 
-from functions.asgi import asgi_function
+from dedup.aio import asgi_function
 
 
 @asgi_function(firestore_fn.on_document_written(document="posts/{postId}"))

@@ -60,6 +60,17 @@ def test_wheel_installs_the_library_and_the_dedup_command(
     lines = imported.stdout.splitlines()
     assert [line.split()[0] for line in lines] == list(public)
     assert all(str(venv) in line for line in lines)  # the installed copies, not the work tree's
+    # The async deploy wrapper docs/async.md imports, from the installed library alone (the
+    # template's `functions` package is not in the wheel): it marks an async function.
+    wrapper = (
+        "from dedup.aio import ASGI_ENDPOINT, asgi_function\n"
+        "from firebase_functions import firestore_fn\n"
+        "@asgi_function(firestore_fn.on_document_written(document='posts/{postId}'))\n"
+        "async def count_async(event): ...\n"
+        "print(type(getattr(count_async, ASGI_ENDPOINT)).__name__)\n"
+    )
+    declared = run(venv / "bin" / "python", "-c", wrapper, cwd=outside)
+    assert declared.stdout.split() == ["ManifestEndpoint"]
 
 
 def test_python_m_build_makes_the_wheel_the_release_publishes(tmp_path: Path) -> None:
