@@ -22,9 +22,25 @@ Pub/Sub destination, document schema (`outbox/{id}`):
 Attribute names in `RESERVED_ATTRIBUTES` (and any starting with `goog`) are refused by
 `enqueue`; a document that holds one anyway is a terminal failure of the relay.
 
-Every published message carries the attribute `outboxId`: consumers that must not see a
-message twice deduplicate on it (the one at-least-once window is a relay that crashed after
-publishing and before recording it).
+Every published message carries the attribute `outboxId`, the outbox document's id: consumers
+that must not see a message twice deduplicate on it, never on the Pub/Sub message id. The relay
+publishes at least once, not exactly once: Pub/Sub cannot join the relay's record, so between
+Pub/Sub accepting a publish and the relay's record saying "sent" there is a window in which a
+retry of the relay publishes the same message again, under the same `outboxId` and a new
+message id. The window covers:
+
+* a publish Pub/Sub accepted whose answer the relay did not get: `future.result` timed out
+  (`PUBLISH_TIMEOUT_SECONDS` of `functions.relay_outbox`) or failed, the relay raised, its lease
+  was released and the platform's retry published again; the Pub/Sub client library's own
+  retry of a publish call whose answer was lost does the same inside one relay;
+* a relay that died (crash, timeout, instance stopped) after the publish and before its record
+  was written `sent`: the next delivery after its lease runs the relay again;
+* a record write refused after the publish (Firestore unavailable): the delivery fails and is
+  retried.
+
+Pub/Sub itself delivers each message at least once to each subscription, under one message
+id; `outboxId` covers that as well. Marking the document (`publishedAt`, `messageId`) happens
+after the publish and never repeats it: the `messageId` there is the last publish's.
 
 Cloud Tasks destination (`enqueue_task`), document schema:
 
