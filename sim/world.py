@@ -49,6 +49,11 @@ class Faults:
     pause_seconds: float = 5.0
     disabled: frozenset[int] = frozenset()
     """Indexes of faults switched off (the shrinker's knob): the n-th fault drawn is skipped."""
+    late_write: float = 0.5
+    """The chance that a write whose caller gave up while it waited on a lock still applies
+    once the lock is released. The emulator does so at times (a queued write is not withdrawn
+    when its client's deadline passes), and Firestore promises neither, so the kernel must be
+    right both ways. Drawn from a randomness of its own: the other draws of a seed stay."""
 
 
 @dataclass
@@ -97,6 +102,7 @@ class World:
         self.rng = random.Random(seed)  # the schedule: latencies, ties
         self.fault_rng = random.Random(seed * 7919 + 1)  # the faults
         self.backoff_rng = random.Random(seed * 104729 + 2)  # the kernel's own jitter
+        self.late_rng = random.Random(seed * 15485863 + 3)  # abandoned writes that still apply
         self.faults = faults
         self.server = Server(mode)
         self.now = 0.0
@@ -113,6 +119,9 @@ class World:
         self.closing = False
         self.schedule_hash = 0
         self.lock_waiters: list[tuple[Any, ...]] = []
+        self.late_writes: list[tuple[str, Any]] = []
+        """(what, call) of writes whose caller gave up while they waited on a lock, and that
+        will apply once it is released (`Faults.late_write`)."""
         self.unencodable: list[tuple[str, str]] = []
         """(path, why) of record writes the client could not encode."""
 
@@ -348,16 +357,39 @@ class World:
             waiters, self.lock_waiters = self.lock_waiters, []
             for waiter in waiters:
                 self.at(self.now, self._retry_waiter, *waiter)
+        if self.late_writes:
+            late, self.late_writes = self.late_writes, []
+            for what, call in late:
+                self.at(self.now, self._apply_late, what, call)
 
     def _retry_waiter(
         self, task: Task, what: str, call: Any, state: dict[str, bool], deadline: float
     ) -> None:
         entry = (task, what, call, state, deadline)
-        if entry in self.lock_waiters:
+        waited = entry in self.lock_waiters
+        if waited:
             self.lock_waiters.remove(entry)
-        if state["answered"]:
+        if state["answered"] or self.now >= deadline:
+            # Its caller gave up while it waited: the server may still hold it.
+            if waited and self.late_rng.random() < self.faults.late_write:
+                self._apply_late(what, call)
             return
         self._apply(task, what, call, state, deadline)
+
+    def _apply_late(self, what: str, call: Any) -> None:
+        """Apply a write its caller gave up on, as soon as no lock holds it; nobody is told."""
+        try:
+            result: Any = call(self.us())
+        except Waits:
+            self.late_writes.append((what, call))
+            return
+        except api.GoogleAPICallError as error:
+            result = error
+        if self.tracing:
+            verb = "refused" if isinstance(result, Exception) else "applied"
+            self.trace.add(self.now, "server", verb, "{} late → {}", what, _Shown(result))
+        if not isinstance(result, Exception):
+            self.after_apply()
 
     def _deadline(self, task: Task, what: str, state: dict[str, bool]) -> None:
         if not state["answered"]:
