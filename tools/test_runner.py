@@ -21,7 +21,9 @@ select:
 * `BESIDE`, the other tests that reach no emulator: those that run make, gcloud, pip or Python
   in subprocesses against copies of the project or fresh venvs, and the unit tests.
 
-The reports of the last three are kept and printed after the first, in that order. The exit
+The reports of the last three are kept and printed after the first, in that order. When a run
+fails, the last lines printed are the failing tests of all four runs together, each with the
+run it was in (`failures`), so a failure far up in a long report is not missed. The exit
 status is the first failing one's (in that order), 0 when all pass. With arguments (`make test
 T=... K=...`) one pytest runs exactly what was asked, on the emulators `make test` started.
 
@@ -58,12 +60,46 @@ the modules themselves (an `own_emulators` test is also `needs_emulators`, never
 `firestore_only`), so the four runs split the suite with nothing left out and nothing run
 twice."""
 
+TITLES = {
+    SHARED: "the tests of the shared emulators",
+}
+"""The title of the run whose report is printed as it runs."""
 KEPT = {
     OWN: "the tests of Firestore alone, on an emulator of their own",
     HARNESS: "the deploy harness and the tests of emulators of their own",
     BESIDE: "the other tests of no emulator",
 }
 """The runs whose reports are kept and printed after the first's, in this order."""
+
+
+def failures(title: str, report: str) -> list[str]:
+    """The lines of pytest's short summary (`-ra`) in `report` that name a failing test or a
+    collection error, each prefixed with the run's `title`."""
+    return [
+        f"{title}: {line}" for line in report.splitlines() if line.startswith(("FAILED ", "ERROR "))
+    ]
+
+
+def print_failures(found: list[str]) -> None:
+    """All runs' failing tests, together, last."""
+    if found:
+        print(f"\n===== {len(found)} failing in all four runs =====")
+        print("\n".join(found))
+        sys.stdout.flush()
+
+
+def run_shared() -> tuple[int, str]:
+    """The shared emulators' run, its report printed as it comes and also returned."""
+    lines: list[str] = []
+    with subprocess.Popen(
+        pytest("-m", SHARED), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line)
+    return child.returncode, "".join(lines)
 
 
 def pytest(*args: str) -> list[str]:
@@ -94,12 +130,14 @@ def start(
     )
 
 
-def print_report(title: str, markers: str, report: IO[str]) -> None:
-    """A kept report, under its title."""
+def print_report(title: str, markers: str, report: IO[str]) -> str:
+    """A kept report, under its title; returned."""
     report.seek(0)
+    text = report.read()
     print(f"\n===== {title} (-m '{markers}') =====")
-    sys.stdout.write(report.read())
+    sys.stdout.write(text)
     sys.stdout.flush()
+    return text
 
 
 def run_split() -> int:
@@ -113,15 +151,17 @@ def run_split() -> int:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="own-")))
             firestore = stack.enter_context(own_firestore(workdir))
             children[OWN] = start(OWN, reports[OWN], own_environment(firestore.host))
-            statuses = [subprocess.call(pytest("-m", SHARED))]
-            statuses += [children[markers].wait() for markers in KEPT]
+            status, shared_report = run_shared()
+            statuses = [status] + [children[markers].wait() for markers in KEPT]
         except BaseException:
             for child in children.values():
                 child.kill()
                 child.wait()
             raise
+        found = failures(TITLES[SHARED], shared_report)
         for markers, title in KEPT.items():
-            print_report(title, markers, reports[markers])
+            found += failures(title, print_report(title, markers, reports[markers]))
+    print_failures(found)
     return next((status for status in statuses if status), 0)
 
 
