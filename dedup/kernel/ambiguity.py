@@ -9,7 +9,9 @@ it does then is each function's choice, given to its entrance (`trigger_once`, `
 * `reconcile(delivery)`, asked first: True (the effect happened: "sent", `reconciled: true`,
   the handler does not run), False (it did not: the handler runs) or None (cannot tell). It
   may read `delivery.notes`, what the earlier attempt noted before its effect. For an
-  `async def` handler it may be an `async def` too;
+  `async def` handler it may be an `async def` too. The handler starts after it only while the
+  lease is live and the budget not spent, by the delivery's clock (`dedup.kernel.lease`): a
+  `reconcile` that took that time gives the lease back, still ambiguous;
 * `on_ambiguous`, when nothing could tell: "rerun" (the default, the handler runs again with the
   same `Delivery.key`) or "skip" (the record ends `unknown`, the delivery is acknowledged: at
   most once; `dedup revive` runs it again on purpose).

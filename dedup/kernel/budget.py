@@ -28,6 +28,11 @@ AFTER_HANDLER_MARGIN = 0.2
 FLOOR = 0.1
 """The least time an RPC is given, even at (or past) the end of its budget."""
 
+LEASE_MARGIN = 0.1
+"""The share of `lease_seconds` (at most 1 s) by which a delivery counts its lease ended early
+before it starts a step's function or the handler (`Budget.lease_late`): its measure is on the
+instance's clock, from when the write that last renewed the lease was sent."""
+
 BudgetSource = Literal["function_timeout", "declared_timeout", "lease"]
 """Which bound a delivery's time budget is (`Budget.length_of`), as its log line says
 (`budget_source`): the config's `function_timeout_seconds` (DEDUP_FUNCTION_TIMEOUT_SECONDS), the
@@ -181,6 +186,12 @@ class Budget:
         """Seconds left of the lease this delivery holds (`lease_from`), on this clock."""
         assert self._lease_ends is not None, "no lease: lease_from was not called"
         return self._lease_ends - self.clock()
+
+    def lease_late(self, lease_seconds: float) -> float:
+        """How late it is to start a step or the handler under the lease (`lease_from`) of
+        `lease_seconds`, in seconds on this clock: `LEASE_MARGIN` of it (at most 1 s) less
+        `lease_left`; negative while there is time, 0 or more once the lease may have ended."""
+        return min(1.0, LEASE_MARGIN * lease_seconds) - self.lease_left()
 
     def after_handler(self) -> Budget:
         """The budget of the writes after the handler (its outcome, a release, a failed

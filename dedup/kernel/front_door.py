@@ -395,4 +395,6 @@ longest document path, 6 KiB): longer ones are cut (`storable_text`)."""
 def _label(text: str | None) -> str | None:
     """An event's `subject` or `source` as the record stores it: storable (`storable_text`:
     lone surrogates escaped), at most `MAX_LABEL_BYTES`; None stays None."""
-    return None if text is None else storable_text(text, max_bytes=MAX_LABEL_BYTES)
+    if text is None or (text.isascii() and len(text) <= MAX_LABEL_BYTES):
+        return text  # as it is: the common case, checked at C speed
+    return storable_text(text, max_bytes=MAX_LABEL_BYTES)

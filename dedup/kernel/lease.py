@@ -334,8 +334,12 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
             settled = await settle_ambiguity(run, lease, choice)
             if settled is not None:
                 return settled
+        late = run.budget.lease_late(config.lease_seconds) >= 0
+        if late or run.budget.left() <= 0:  # reconcile or a step hook took the time
+            return await _give_back_unstarted(run, lease, "reconcile or a step hook")
         try:
             result = await invoke(lease)
+            _refuse_swallowed(run)
         except Exception as exc:
             if run.outcome is OutcomeKind.LEASE_LOST:  # a note found the lease taken over
                 raise
@@ -359,6 +363,20 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
         run.live_leases.drop(run.key)
 
 
+def _refuse_swallowed(run: Run) -> None:
+    """The handler returned normally: raise what refused one of its steps (`Run.refused`), or
+    `LeaseLost` if a note or step found the lease lost, had the handler caught it. "sent" is
+    never recorded over a step that never ran or a lease that may be another delivery's."""
+    if run.refused is not None:
+        raise run.refused
+    if run.outcome is OutcomeKind.LEASE_LOST:
+        raise LeaseLost(
+            f"{run.path}: the handler returned after this delivery lost its lease (a note or a "
+            'step raised LeaseLost, which the handler caught), so "sent" is not recorded; let '
+            "LeaseLost propagate"
+        )
+
+
 async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> None:
     """Record "sent" with the handler's `stored` result; refused with it (`RecordRefused`), again
     without it, as a result too large is (WARNING): the effect happened, "sent" must fit."""
@@ -375,14 +393,21 @@ async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> N
         await lease.write(fields, State.SENT, "mark sent")
 
 
-async def _give_back_unstarted(run: Run, lease: Lease) -> Outcome:
-    """The claim took the whole time budget: give the lease back without starting the handler
-    (the attempt it counted is handed back too), then raise `BudgetSpent`."""
-    error = "the time budget was spent claiming the lease; the handler did not start"
+async def _give_back_unstarted(
+    run: Run, lease: Lease, spender: str = "claiming the lease"
+) -> Outcome:
+    """The claim, or what ran before the handler (`spender`: `reconcile`, a step hook), took
+    the whole time budget or the lease's time on this instance's clock: give the lease back
+    without starting the handler (the attempt it counted is handed back too, an ambiguous
+    take-over's ambiguity kept), then raise `BudgetSpent`."""
+    error = (
+        f"the time budget was spent, or the lease's time on this instance's clock, by "
+        f"{spender}; the handler did not start"
+    )
     if ambiguous := lease.ambiguous:  # a give-back settles nothing: the next is ambiguous too
         error += " (the lease it took over had expired: the next delivery is ambiguous)"
     expire_at, attempts = run.expire_at(), run.attempt - 1
     fields = released(error=error, expire_at=expire_at, attempts=attempts, ambiguous=ambiguous)
     with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
         await lease.write(fields, State.IN_PROGRESS, "release")
-    run.spent("start the handler of")
+    run.spent(f"start the handler of (spent by {spender})")

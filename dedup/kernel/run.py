@@ -73,6 +73,10 @@ class Run:
     """The final record a duplicate found (`skip`; read by `dedup.telemetry`: its trace id)."""
     ambiguity: Ambiguity | None = None
     """Lease mode: the function's choice for an ambiguous take-over (None: rerun)."""
+    refused: Exception | None = None
+    """What refused a step of this delivery (`LeaseLost`, `BudgetSpent`:
+    `kernel.step_writes.require_live`): raised again if the handler caught it and returned, so
+    that "sent" is never recorded over a step that never ran."""
     retry_age: float = 0.0
     """Seconds from the record's first attempt to the read this delivery claimed on (database
     clock, `kernel.claims.retry_age`); 0 for a fresh event."""

@@ -7,11 +7,11 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from dedup.errors import LeaseLost, TerminalError
+from dedup.errors import BudgetSpent, LeaseLost, TerminalError
 from dedup.kernel.claims import written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import Field, OutcomeKind, State
-from dedup.kernel.steps import DONE, LEASE_MARGIN, STARTED, StepCall
+from dedup.kernel.steps import DONE, STARTED, StepCall
 from dedup.kernel.store_errors import CommitFailed, commit_failure
 from dedup.kernel.transitions import fence_of, steps_recorded
 
@@ -78,27 +78,35 @@ async def _run_one(
 def require_live(lease: FencedLease, name: str) -> None:
     """Refuse (`LeaseLost`, the step's function not called) to start step `name` once the
     lease may have ended: `Budget.lease_left` (from the send time of the write that last renewed
-    it, `lease_seconds`, on the budget's clock) less `LEASE_MARGIN`. No RPC: a
+    it, `lease_seconds`, on the budget's clock) less a margin (`Budget.lease_late`). No RPC: a
     delivery that stalled past its lease (a pause, a slow call before the step) stops here
-    whether or not another delivery took the lease over meanwhile. A step started after its
-    delivery ended (from a thread or task the handler did not wait for) is refused too."""
+    whether or not another delivery took the lease over meanwhile. Once the delivery's time
+    budget is spent (the function's timeout is near), `BudgetSpent`. Either refusal is kept as
+    `Run.refused`: a handler that catches it and returns is not recorded "sent"
+    (`dedup.kernel.lease`). A step started after its delivery ended (from a thread or task the
+    handler did not wait for) is refused too."""
     run = lease.run
     if run.outcome is not None:
         raise LeaseLost(
             f"{run.path}: step {name!r} was started after its delivery ended "
             f"({run.outcome.value}), so it was not called; await each step in the handler"
         )
-    margin = min(1.0, LEASE_MARGIN * run.config.lease_seconds)
-    late = margin - run.budget.lease_left()
-    if late < 0:
-        return
-    run.finish(OutcomeKind.LEASE_LOST)
-    raise LeaseLost(
-        f"{run.path}: this delivery's lease may have ended {late:.1f} s before step {name!r} "
-        "(by this instance's clock), so the step was not called: another delivery may hold "
-        "the lease; keep each step and the code between two steps well within lease_seconds "
-        "(DEDUP_LEASE_SECONDS)"
-    )
+    late = run.budget.lease_late(run.config.lease_seconds)
+    if late >= 0:
+        run.finish(OutcomeKind.LEASE_LOST)
+        run.refused = LeaseLost(
+            f"{run.path}: this delivery's lease may have ended {late:.1f} s before step "
+            f"{name!r} (by this instance's clock), so the step was not called: another delivery "
+            "may hold the lease; keep each step and the code between two steps well within "
+            "lease_seconds (DEDUP_LEASE_SECONDS)"
+        )
+        raise run.refused
+    if run.budget.left() <= 0:  # the function's timeout is near: no step starts now
+        try:
+            run.spent(f"start step {name!r} of")
+        except BudgetSpent as spent:
+            run.refused = spent
+            raise
 
 
 async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: str) -> None:

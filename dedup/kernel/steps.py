@@ -46,6 +46,7 @@ from google.cloud.firestore_v1.base_document import BaseDocumentReference
 from google.cloud.firestore_v1.vector import Vector
 
 from dedup.errors import ConfigError, RecordRefused, StepInterrupted, StepMismatch, StepTooLarge
+from dedup.kernel.budget import LEASE_MARGIN as LEASE_MARGIN
 from dedup.kernel.record import STEP_NAME, Field
 from dedup.platform.firestore_values import (
     MAX_DOCUMENT_BYTES,
@@ -71,10 +72,6 @@ SKIP = "skip"
 """`on_interrupted="skip"`: the step runs at most once."""
 FN, ARGS = "fn", "args"
 """A recorded step's fingerprint: its function's qualified name, the hash of its arguments."""
-LEASE_MARGIN = 0.1
-"""The share of `lease_seconds` (at most 1 s) by which a delivery counts its lease ended early
-before it calls a step's function (`dedup.kernel.step_writes`): its measure is on the
-instance's monotonic clock, from when the write that last renewed the lease was sent."""
 
 
 def check_name(name: object) -> None:

@@ -117,7 +117,11 @@ def storable_event_id(event_id: str) -> str:
     """`event_id` as written into the record and the log line: itself, unless it holds lone
     surrogates (a JSON `\\ud800` escape), which no UTF-8 field can carry; those are escaped
     as `\\ud800` text. The key is unaffected (`dedup_key` hashes the id itself)."""
-    return storable_text(event_id)
+    try:
+        event_id.encode("utf-8")  # the common case, at C speed
+    except UnicodeEncodeError:
+        return storable_text(event_id)
+    return event_id
 
 
 def payload_hash(payload: bytes) -> str:

@@ -12,6 +12,17 @@ Invariants checked here:
   transaction mode); a plain exception with it leaves the event retryable, `in_progress` with
   no lease, never `unknown` with no effect under `on_ambiguous="skip"`. The release used to be
   refused, the lease kept until it expired, and the next delivery took it over as ambiguous.
+* **A refused step is never recorded as run.** A handler that catches the `LeaseLost` (or
+  `BudgetSpent`) a step raised and returns normally does not make the event `sent`: the
+  delivery raises the refusal again, records nothing (`LeaseLost`) or gives the lease back
+  (`BudgetSpent`), and the refused step runs on a later delivery. It used to be `sent` with
+  the step never run.
+* **No handler starts after its lease.** After `reconcile` (and any step hook before the
+  handler) the delivery checks, on its own clock, that its lease is live and its budget not
+  spent; else it gives the lease back, ambiguous still, and the handler does not start: a
+  `reconcile` answering False after the lease ended starts nothing, and the next delivery asks
+  `reconcile` again. The handler used to start, beside the delivery that took the expired lease.
+  Time is driven with `DedupConfig.budget_clock`, so no real waiting decides anything.
 """
 
 from __future__ import annotations
@@ -29,8 +40,10 @@ from hypothesis import strategies as st
 from dedup import (
     AsyncDeduplicator,
     AsyncDelivery,
+    BudgetSpent,
     Deduplicator,
     Delivery,
+    LeaseLost,
     Mode,
     OutcomeKind,
     Record,
@@ -38,6 +51,7 @@ from dedup import (
     TerminalError,
 )
 from dedup.kernel.record import MAX_ERROR_CHARS, error_text, storable_text
+from dedup.kernel.transitions import operator_released
 from dedup.platform.firestore_values import refusal
 
 MakeDedup = Callable[..., Deduplicator]
@@ -249,3 +263,135 @@ def test_subject_and_source_with_any_text_are_stored(
     assert data["subject"].startswith("posts/\\ud800")
     assert data["source"] == "//s\\udfff"
     assert len(data["subject"].encode()) <= 6_144
+
+
+# --- 2. A refused step is never recorded as run ---------------------------------------------------
+
+
+class DrivenClock:
+    """A budget clock (seconds) that stands still until the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("jump", "refusal"), [(LEASE + 1, LeaseLost), (1.9, BudgetSpent)])
+def test_a_handler_that_swallows_a_refused_step_is_not_recorded_sent(
+    make_dedup: MakeDedup, read_record: ReadRecord, jump: float, refusal: type[Exception]
+) -> None:
+    """The driven clock passes the lease (or only the 1.8 s budget) before step "pay"; the
+    handler catches the refusal and returns: the delivery raises it again, "pay" never ran and
+    the event is not `sent`. The next delivery, on time, runs "pay" and records `sent`."""
+    clock = DrivenClock()
+    dedup, event_id, paid, caught = make_dedup(**SHORT, budget_clock=clock), event(), [0], []
+
+    def pay() -> str:
+        paid[0] += 1
+        return "paid"
+
+    def handler(delivery: Delivery) -> None:
+        clock.now += jump
+        try:
+            delivery.step("pay", pay)
+        except (LeaseLost, BudgetSpent) as exc:
+            caught.append(exc)
+
+    with pytest.raises(refusal):
+        dedup.run(event_id, SUFFIX, handler)
+    assert paid == [0]
+    assert [type(c) for c in caught] == [refusal]
+    record = read_record(dedup.record_key(event_id, SUFFIX))
+    assert record is not None
+    assert record.state is State.IN_PROGRESS
+    if refusal is BudgetSpent:
+        assert not record.has_lease  # given back: the event is retryable at once
+        outcome = make_dedup(**SHORT).run(event_id, SUFFIX, lambda d: {"paid": d.step("pay", pay)})
+        assert outcome.kind is OutcomeKind.RAN
+        assert paid == [1]
+
+
+# --- 3. No handler starts after its lease ------------------------------------------------------
+
+
+def ambiguous_event(dedup: Deduplicator, firestore_client: firestore.Client) -> str:
+    """An event whose record is `in_progress`, its lease given back `ambiguous: true` (as after
+    an expired lease, or `dedup release`): the next delivery is an ambiguous take-over."""
+    event_id = event()
+
+    def fails(delivery: Delivery) -> None:
+        raise RuntimeError("first attempt")
+
+    with pytest.raises(RuntimeError):
+        dedup.run(event_id, SUFFIX, fails)
+    key = dedup.record_key(event_id, SUFFIX)
+    firestore_client.collection("triggerEvents").document(key).update(operator_released())
+    return event_id
+
+
+@pytest.mark.parametrize("on_ambiguous", ["rerun", "skip"])
+def test_a_reconcile_that_answers_after_the_lease_starts_no_handler(
+    make_dedup: MakeDedup,
+    read_record: ReadRecord,
+    firestore_client: firestore.Client,
+    on_ambiguous: str,
+) -> None:
+    """`reconcile` answers False 4.5 s later by the delivery's clock (lease 3 s, budget 2 s):
+    the handler does not start, the lease is given back still ambiguous, and the next delivery
+    asks `reconcile` again, which answering False in time runs the handler once."""
+    clock = DrivenClock()
+    event_id = ambiguous_event(make_dedup(**SHORT), firestore_client)
+    dedup, asked, ran = make_dedup(**SHORT, budget_clock=clock), [0], [0]
+
+    def slow_reconcile(delivery: Delivery) -> bool:
+        asked[0] += 1
+        clock.now += 4.5
+        return False
+
+    def handler(delivery: Delivery) -> None:
+        ran[0] += 1
+
+    with pytest.raises(BudgetSpent):
+        dedup.run(event_id, SUFFIX, handler, reconcile=slow_reconcile, on_ambiguous=on_ambiguous)
+    assert asked == [1]
+    assert ran == [0]
+    record = read_record(dedup.record_key(event_id, SUFFIX))
+    assert record is not None
+    assert record.state is State.IN_PROGRESS
+    assert not record.has_lease
+    assert record.ambiguous  # a later delivery still asks reconcile
+
+    def quick_reconcile(delivery: Delivery) -> bool:
+        asked[0] += 1
+        return False
+
+    outcome = make_dedup(**SHORT).run(
+        event_id, SUFFIX, handler, reconcile=quick_reconcile, on_ambiguous=on_ambiguous
+    )
+    assert outcome.kind is OutcomeKind.RAN
+    assert asked == [2]
+    assert ran == [1]
+
+
+def test_an_async_reconcile_that_answers_after_the_lease_starts_no_handler(
+    make_async_dedup: MakeAsyncDedup, make_dedup: MakeDedup, firestore_client: firestore.Client
+) -> None:
+    clock = DrivenClock()
+    event_id = ambiguous_event(make_dedup(**SHORT), firestore_client)
+    dedup, ran = make_async_dedup(**SHORT, budget_clock=clock), [0]
+
+    async def slow_reconcile(delivery: AsyncDelivery) -> bool:
+        clock.now += 4.5
+        return False
+
+    async def handler(delivery: AsyncDelivery) -> None:
+        ran[0] += 1
+
+    async def deliver() -> None:
+        await dedup.run(event_id, SUFFIX, handler, reconcile=slow_reconcile)
+
+    with pytest.raises(BudgetSpent):
+        asyncio.run(deliver())
+    assert ran == [0]
