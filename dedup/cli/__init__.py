@@ -5,7 +5,7 @@ or `dedup`).
     dedup list [--state S] [--suffix S] [--older-than 10m] [--limit N] [--json]
     dedup release KEY... [--yes]                   hand in-progress leases back
     dedup revive KEY... | --state dead|failed|unknown [--suffix S] [--yes]
-    dedup purge --older-than 7d [--dry-run] [--force]  delete old records (no TTL policy)
+    dedup purge --older-than 8d [--dry-run] [--force]  delete old records (no TTL policy)
     dedup stats [--json]                           counts, oldest live lease, stuck records
     dedup manifest [--check] SOURCE_DIR            functions.yaml with retries on
                    [--project-number=N]            (--check: warn of run.app URLs too long)

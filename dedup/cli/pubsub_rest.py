@@ -104,6 +104,10 @@ class PubSub:
         session = authorized(credentials)
         return cls(session, PUBSUB_API, emulator=False)
 
+    def get(self, path: str, what: str) -> dict[str, Any]:
+        """The answer of `GET path` (relative to the API's base), errors naming `what`."""
+        return self._call("GET", path, None, what)
+
     def subscription(self, name: str) -> dict[str, Any]:
         """The subscription's resource (its `topic`, `pushConfig`, ...)."""
         return self._call("GET", name, None, name)

@@ -1,11 +1,17 @@
 """The commands that change records: `dedup release` and `dedup revive` hand records back so the
-next delivery runs the handler; `dedup purge` deletes old ones, never inside the platform's
-redelivery window (sourced in docs/platform.md)."""
+next delivery runs the handler; `dedup purge` deletes old ones.
+
+Invariant of `purge`: unless `--force`, it deletes no record a later delivery may still need.
+That is never one inside the platform's redelivery window (sourced in docs/platform.md;
+`require_outside_window`), and, where the project has dead-letter subscriptions, never one
+inside that window plus their retention (`require_dead_letters_kept`; both in
+`dedup.cli.purge_window`): a redrive of a dead letter whose record was purged runs the handler
+again. Both refusals happen before anything is read or deleted, and name the `--older-than`
+that passes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,12 +20,17 @@ from google.cloud import firestore
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dedup.cli.guarded import BATCH_LIMIT, GuardedWrite, WriteTally, apply_guarded
+from dedup.cli.purge_window import (
+    NoDeadLetters,
+    RetentionType,
+    require_dead_letters_kept,
+    require_outside_window,
+)
 from dedup.cli.render import (
     DURATION,
     SUFFIX,
     LeaseStatus,
     console,
-    format_exact,
     lease_status,
     records_table,
     relative,
@@ -28,56 +39,6 @@ from dedup.cli.render import (
 from dedup.cli.target import Target, count, filtered, records_of
 from dedup.kernel.record import Field, Record, State
 from dedup.kernel.transitions import operator_released, revived
-
-
-@dataclass(frozen=True)
-class RedeliveryWindow:
-    """How long the platform may deliver an event again after its first delivery."""
-
-    span: timedelta
-    """The window's length."""
-    triggers: str
-    """The triggers it applies to, as the operator reads them."""
-    source: str
-    """Where the fact is stated, with its references."""
-
-    def describe(self) -> str:
-        """`24 hours for 2nd gen event functions and Eventarc (docs/platform.md)`."""
-        hours = int(self.span.total_seconds()) // 3600
-        return f"{hours} hours for {self.triggers} ({self.source})"
-
-
-REDELIVERY_WINDOWS = (
-    RedeliveryWindow(
-        span=timedelta(hours=24),
-        triggers="2nd gen event functions and Eventarc",
-        source="docs/platform.md",
-    ),
-)
-"""The redelivery windows of the triggers whose records this template keeps. Its functions are
-2nd gen: Firestore and Pub/Sub triggers are delivered by Eventarc (24 hours); HTTP and callable
-functions are retried by their clients and task-queue functions by their queue's retry config,
-both well inside that (docs/tasks.md: about 30 minutes)."""
-
-LONGEST_REDELIVERY_WINDOW = max(REDELIVERY_WINDOWS, key=lambda window: window.span)
-"""The window a record must outlive: a redelivery that finds no record runs the handler again."""
-
-
-def require_outside_window(older_than: timedelta, *, force: bool, option: str) -> None:
-    """Refuse (usage error, exit status 2) an age cut-off shorter than the redelivery window.
-
-    Called before anything is read or deleted. `force` lets the operator delete anyway.
-    """
-    window = LONGEST_REDELIVERY_WINDOW
-    if force or older_than >= window.span:
-        return
-    raise click.UsageError(
-        f"{option} {format_exact(older_than)} is shorter than the longest redelivery window "
-        f"of this collection's triggers, {window.describe()}: a redelivery inside it that finds "
-        f"no record runs the handler again. Use {option} {format_exact(window.span)} or "
-        "more, or --force to delete anyway."
-    )
-
 
 REVIVABLE_STATES = (State.DEAD.value, State.FAILED.value, State.UNKNOWN.value)
 """States `revive` hands back: final states other than sent. Dead and failed: the effect never
@@ -253,18 +214,38 @@ _PURGE_FIELDS = [
 @click.option(
     "--force",
     is_flag=True,
-    help="Allow an --older-than shorter than the triggers' redelivery window.",
+    help="Allow an --older-than shorter than the triggers' redelivery window (plus the "
+    "dead-letter retention).",
+)
+@click.option(
+    "--dead-letter-retention",
+    type=RetentionType(),
+    metavar="DURATION|none",
+    help="How long the project's dead-letter subscriptions keep a message, or none when it "
+    "has none. [default: asked of Pub/Sub]",
 )
 @click.pass_obj
-def purge(target: Target, older_than: timedelta, dry_run: bool, force: bool) -> None:
+def purge(
+    target: Target,
+    older_than: timedelta,
+    dry_run: bool,
+    force: bool,
+    dead_letter_retention: timedelta | NoDeadLetters | None,
+) -> None:
     """Delete records first attempted before a duration ago (no TTL).
 
     For projects without a TTL policy on expireAt. Deletes in batches of 500, sparing
-    records whose lease is still live. Refuses an --older-than shorter than the longest
-    redelivery window of the triggers (docs/platform.md) unless --force: a redelivery that
-    finds no record runs the handler again.
+    records whose lease is still live. Refuses, unless --force, an --older-than shorter than
+    the longest redelivery window of the triggers (docs/platform.md), and, where the project
+    has dead-letter subscriptions (the Cloud Run path's <service>-dead-letter), shorter than
+    that window plus their message retention: a redelivery or a redrive that finds no record
+    runs the handler again. The dead-letter subscriptions are listed from Pub/Sub (the
+    emulator with PUBSUB_EMULATOR_HOST; none with only the Firestore emulator);
+    --dead-letter-retention says it instead.
     """
     require_outside_window(older_than, force=force, option="--older-than")
+    if not force:
+        require_dead_letters_kept(target.project, older_than, dead_letter_retention)
     now = target.database_now()
     cutoff = now - older_than
     query = target.records.where(filter=firestore.FieldFilter(Field.FIRST_ATTEMPT_AT, "<", cutoff))
