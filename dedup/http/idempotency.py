@@ -136,9 +136,13 @@ class StoredResponse:
     content_type: str | None
     location: str | None
 
-    def to_result(self) -> dict[str, Any]:
-        """The map stored with "sent": the whole response, or, when it cannot fit in a record
-        (`dedup.kernel.transitions.MAX_RESULT_BYTES`), a stub with its status, size and sha256."""
+    def to_result(self, room: int | None = None) -> dict[str, Any]:
+        """The map stored with "sent": the whole response when it fits both
+        `dedup.kernel.transitions.MAX_RESULT_BYTES` and `room` (the bytes the record has left
+        for its result, `dedup.http.endpoint` measures it; None: no other limit), else a stub
+        with its status, size and sha256 (and its `Content-Type` and `Location` when they fit
+        too), which a replay answers as a response too large to keep (`NotStored`)."""
+        limit = MAX_RESULT_BYTES if room is None else min(MAX_RESULT_BYTES, room)
         full: dict[str, Any] = {
             "kind": "http",
             "status": self.status,
@@ -146,17 +150,17 @@ class StoredResponse:
             "contentType": self.content_type,
             "location": self.location,
         }
-        if _stored_size(full) <= MAX_RESULT_BYTES:
+        if _stored_size(full) <= limit:
             return full
-        return {
+        stub: dict[str, Any] = {
             "kind": "http",
             "status": self.status,
             "tooLarge": True,
             "bytes": len(self.body),
             "sha256": hashlib.sha256(self.body).hexdigest(),
-            "contentType": self.content_type,
-            "location": self.location,
         }
+        described = {**stub, "contentType": self.content_type, "location": self.location}
+        return described if _stored_size(described) <= limit else stub
 
     @classmethod
     def from_result(cls, result: Mapping[str, Any] | None) -> StoredResponse | NotStored:
@@ -165,7 +169,10 @@ class StoredResponse:
             return NotStored(status=None, size=None, sha256=None)
         if result.get("tooLarge"):
             return NotStored(
-                status=int(result["status"]), size=int(result["bytes"]), sha256=result["sha256"]
+                status=int(result["status"]),
+                size=int(result["bytes"]),
+                sha256=result["sha256"],
+                location=result.get("location"),
             )
         return cls(
             status=int(result["status"]),
@@ -177,13 +184,19 @@ class StoredResponse:
 
 @dataclass(frozen=True)
 class NotStored:
-    """The request with this key completed, but its response is not in the record: it was
-    too large (`status`, `size`, `sha256` say what it was), or the record ended without one
-    (all None: it died after `max_attempts` failures, or was written by an older version)."""
+    """The request with this key ended, but its response is not in the record: it completed
+    and was too large to keep (`status`, `size`, `sha256` say what it was), it completed and
+    the record could not keep even that (`completed`, the rest None), or the record ended
+    without one (all None: it died after `max_attempts` failures, or was written by an older
+    version)."""
 
     status: int | None
     size: int | None
     sha256: str | None
+    completed: bool = False
+    """The record says the request completed (sent), though it keeps nothing of its response."""
+    location: str | None = None
+    """The `Location` of a response too large to keep, when it had one: where to fetch it."""
 
 
 def _stored_size(result: Mapping[str, Any]) -> int:
