@@ -18,8 +18,9 @@ every refusal is `application/problem+json`, RFC 9457, and names no internal exc
 | no valid Firebase ID token (unless `anonymous`)   | 401 + `WWW-Authenticate`                 |
 | no `Idempotency-Key`, or not 1-255 printable ASCII | 400                                     |
 | JSON endpoint: not a JSON content type / body not strict JSON (`strict_json`) | 415 / 400 |
-| first request with a key                          | handler runs; an answer < 500 is stored  |
+| first request with a key                          | the handler's own response; < 500 stored |
 | handler answers 5xx or raises                     | its 5xx (or 500); nothing stored, released |
+| ... and its release fails                         | 503 + `Retry-After` (the key is held)    |
 | handler fails terminally (`TerminalError`)        | 500 `request-failed`, not a replay         |
 | Firestore refuses the handler's data as invalid   | 422 `request-unprocessable`, not a replay  |
 | same key after a terminal failure                 | that problem + `Idempotent-Replayed: true` |
@@ -29,16 +30,21 @@ every refusal is `application/problem+json`, RFC 9457, and names no internal exc
 | same key, another caller                          | independent request (keys are scoped)    |
 | completed, answer too large to store              | 410 `response-not-stored` (+ status, sha256) |
 | record ended without an answer (dead)             | 410 `response-not-stored`                |
-| Firestore unavailable                             | 503 + `Retry-After`                      |
+| Firestore unavailable, or the time budget spent   | 503 + `Retry-After`                      |
 
-The first seven rows are refusals made before any record is touched. A stored answer keeps
-status, body, `Content-Type` and `Location`; in transaction mode it commits with the handler's
-writes and the marker. "Too large" means larger than `dedup.kernel.transitions.MAX_RESULT_BYTES` as
-stored: the record then keeps a stub (status, size, sha256) and the first answer is sent whole.
+The first seven rows are refusals made before any record is touched. The first answer is the
+handler's own response, every header included; a stored answer keeps status, body,
+`Content-Type` and `Location` (a replay carries no `Set-Cookie` nor cache header: docs/http.md
+says why); in transaction mode it commits with the handler's writes and the marker. "Too large"
+means larger than `dedup.kernel.transitions.MAX_RESULT_BYTES` as stored, or than the room the
+record has left beside its notes and steps: the record then keeps a stub (status, size, sha256)
+and the first answer is sent whole. A request's time is one budget from its arrival, across
+wait rounds, deliveries and reads (`dedup.http.replay`).
 
 Callables (`idempotent_callable`) take the key from the data field `idempotencyKey` and the
 caller from `request.auth` (verified by firebase-functions); refusals are `HttpsError`s, see
-`CALLABLE_CODES`. docs/http.md has the whole story and the conformance table.
+`CALLABLE_CODES`; a result or `HttpsError` is stored as firebase-functions sends it.
+docs/http.md has the whole story and the conformance table.
 
 Modules: `problems` (refusals as problem documents; `problem_response` builds one for a
 handler), `auth` (callers), `replay` (the shared flow and replays), `endpoint` (the Flask

@@ -1,14 +1,30 @@
 """`idempotent_callable`: the callable adapter (firebase-functions `https_fn.on_call`); refusals
-are `HttpsError`s with the codes of `CALLABLE_CODES`."""
+are `HttpsError`s with the codes of `CALLABLE_CODES`.
+
+Invariants (proven in tests/http/test_red_team_http.py):
+
+* A result, or an `HttpsError` below 500 with its message and details, is stored as
+  firebase-functions sends it: encoded by the app's JSON provider (Flask's `jsonify`: a
+  `Decimal` or `UUID` as a string, a date as an HTTP date, sorted keys), kept as ASCII JSON
+  text (so any text, lone surrogates included, can be stored). Every replay is that value.
+* Whatever firebase-functions cannot send (an object Flask cannot encode, keys it cannot sort,
+  a cycle) is a terminal failure recorded after the effect: the key ends `failed`, never
+  released, so no retry repeats the effect. So is a result holding `NaN` or `Infinity`.
+* The first call gets the handler's own value or error; "retry" is said only when its lease
+  was given back.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import flask
 from firebase_functions import https_fn
+from flask.json.provider import DefaultJSONProvider, JSONProvider
 
 from dedup.entrances.answer_table import Case, Door, answer
 from dedup.entrances.gate import CALLABLE, Entrance, gate
@@ -25,8 +41,10 @@ from dedup.http.replay import (
     Settled,
     Settlement,
     caller_subject,
+    request_budget,
     settle,
 )
+from dedup.kernel.budget import Budget
 from dedup.kernel.delivery import Delivery, HandlerResult
 from dedup.kernel.record import RERUN, Mode
 from dedup.platform.strict_json import InvalidJSON, check_value
@@ -106,8 +124,15 @@ def idempotent_callable(
         admitted = entry.admit(handler)
 
         def once(request: https_fn.CallableRequest[Any]) -> Any:
+            config = admitted.deduplicator().config
+            spent = request_budget(admitted.options.budget or config.time_budget(), config)
             uid, key, rest = _checked_call(request, anonymous)
-            settled = _settle_call(admitted, request, uid, key, rest, wait_seconds)
+            fresh: list[Any] = []
+            settled = _settle_call(admitted, request, uid, key, rest, wait_seconds, spent, fresh)
+            if settled.kind is Settled.RAN and fresh:  # the handler's own value or error
+                if isinstance(fresh[-1], https_fn.HttpsError):
+                    raise fresh[-1]
+                return fresh[-1]
             return _callable_answer(settled, retry_after_seconds)
 
         return admitted.identify(once)
@@ -150,8 +175,13 @@ def _settle_call(
     key: str,
     rest: dict[str, Any],
     wait_seconds: float,
+    spent: Budget,
+    fresh: list[Any],
 ) -> Settlement:
-    """Run the handler once per (caller, key); a retryable failure raises its `HttpsError`."""
+    """Run the handler once per (caller, key), within the call's one budget (`spent`); what it
+    returned or raised, once stored, is appended to `fresh`. A retryable failure raises its
+    `HttpsError`."""
+    raised: list[Exception] = []
 
     def run_handler(delivery: Delivery) -> HandlerResult:
         try:
@@ -159,13 +189,19 @@ def _settle_call(
         except https_fn.HttpsError as error:
             if error._http_error_code.status >= 500:
                 raise _CallableFailed(error) from error
-            return {"kind": "callable", "error": _error_dict(error)}
+            stored = {"kind": "callable", "errorJson": _error_json(admitted.suffix, error)}
+            fresh.append(error)
+            return stored
         try:
-            text = json.dumps(value, allow_nan=False)
+            text = sent_json(value, allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:  # after the effect
-            raise TerminalError(f"{admitted.suffix}: the result is not JSON") from exc
+            raise TerminalError(
+                f"{admitted.suffix}: the result is not JSON firebase-functions can send"
+            ) from exc
+        fresh.append(value)
         return {"kind": "callable", "json": text}
 
+    config = admitted.deduplicator().config
     try:
         return settle(
             admitted.deduplicator(),
@@ -178,23 +214,75 @@ def _settle_call(
             subject=caller_subject(uid),
             reconcile=admitted.reconcile,
             on_ambiguous=admitted.on_ambiguous,
-            budget=admitted.options.budget,
+            budget=admitted.options.budget or config.time_budget(),
+            request=spent,
+            raised=raised,
         )
-    except _CallableFailed as failed:
-        raise failed.error from None
-    except Exception:
+    except Exception as error:
+        if raised and error is not raised[-1]:  # the handler failed, and so did its release
+            logger.exception(
+                "%s: the call failed and its key could not be released", admitted.suffix
+            )
+            raise _https_error(
+                "store-unavailable",
+                "the call failed and its idempotencyKey could not be released yet: retry with "
+                "the same idempotencyKey shortly",
+            ) from None
+        if isinstance(error, _CallableFailed):  # its lease given back: the key is free
+            raise error.error from None
         logger.exception("%s: the handler failed; nothing stored, the key is free", admitted.suffix)
         raise _https_error(
             "handler-failed", "the call failed and nothing was stored: retry it"
         ) from None
 
 
-def _error_dict(error: https_fn.HttpsError) -> dict[str, Any]:
-    return {
-        "code": error.code.value,
-        "message": error.message,
-        "details": json.dumps(error.details),
-    }
+@functools.cache
+def _default_provider() -> JSONProvider:
+    """Flask's default JSON provider, for a call served outside a Flask app."""
+    return DefaultJSONProvider(flask.Flask("dedup.http.callable"))
+
+
+def sent_json(value: Any, *, allow_nan: bool = True) -> str:
+    """`value` as firebase-functions sends it (Flask's `jsonify`, with the app's JSON provider,
+    or Flask's default outside an app), as ASCII JSON text, which any Firestore string field
+    stores and `json.loads` gives back. Raises what the provider raises for a value it cannot
+    send (`TypeError`, `ValueError`, `RecursionError`), and `ValueError` for `NaN` or
+    `Infinity` unless `allow_nan`."""
+    provider = flask.current_app.json if flask.has_app_context() else _default_provider()
+    sent = provider.dumps(value)
+    decoded = json.loads(sent, parse_constant=None if allow_nan else _no_constant)
+    return json.dumps(decoded, ensure_ascii=True, separators=(",", ":"))
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _error_json(suffix: str, error: https_fn.HttpsError) -> str:
+    """A stored `HttpsError`: its code, and its message and details as firebase-functions sends
+    them (`sent_json`). `TerminalError` when they cannot be sent: the effect happened."""
+    wire: dict[str, Any] = {"code": error.code.value, "message": error.message}
+    if error.details is not None:
+        wire["details"] = error.details
+    try:
+        return sent_json(wire)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TerminalError(
+            f"{suffix}: the HttpsError's message or details are not JSON firebase-functions "
+            "can send"
+        ) from exc
+
+
+def _stored_error(result: Mapping[str, Any]) -> https_fn.HttpsError:
+    """The `HttpsError` a record stored (`_error_json`; or the older form: a map with the
+    details as JSON text)."""
+    if "errorJson" in result:
+        wire = json.loads(result["errorJson"])
+        code = https_fn.FunctionsErrorCode(wire["code"])
+        return https_fn.HttpsError(code, wire["message"], wire.get("details"))
+    error = result["error"]
+    code = https_fn.FunctionsErrorCode(error["code"])
+    return https_fn.HttpsError(code, error["message"], json.loads(error["details"]))
 
 
 def _callable_answer(settled: Settlement, retry_after_seconds: int) -> Any:
@@ -230,11 +318,6 @@ def _callable_answer(settled: Settlement, retry_after_seconds: int) -> Any:
             "response-not-stored",
             "the call with this idempotencyKey ended without a result to replay: use a new key",
         )
-    if "error" in result:
-        error = result["error"]
-        raise https_fn.HttpsError(
-            https_fn.FunctionsErrorCode(error["code"]),
-            error["message"],
-            json.loads(error["details"]),
-        )
+    if "errorJson" in result or "error" in result:
+        raise _stored_error(result)
     return json.loads(result["json"])
