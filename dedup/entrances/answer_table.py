@@ -92,8 +92,13 @@ class Answer(NamedTuple):
 
 
 _OK = Answer(200, None, retried=False)
-_REPLAYED = "the stored answer, replayed"
+_REPLAYED_HTTP = (
+    "the stored answer replayed: status, body, `Content-Type`, `Location`; never `Set-Cookie`, "
+    "cache headers or the handler's other headers"
+)
+_REPLAYED_CALLABLE = "the stored value or `HttpsError`, as firebase-functions sent it"
 _OTHER_4XX = "or 401, 405, 413, 415"
+_UNRELEASED = "503 `store-unavailable` when its key could not be released"
 _RETRY_AFTER = "`Retry-After`"
 _GIVEN_UP_HTTP = (
     "500 `request-failed` or 422 `request-unprocessable` for a failed record, 410 "
@@ -104,12 +109,14 @@ ANSWERS: MappingProxyType[tuple[Case, Door], Answer] = MappingProxyType(
     {
         (Case.RAN, Door.EVENT): _OK,
         (Case.RAN, Door.TASK): _OK,
-        (Case.RAN, Door.HTTP): Answer(None, None, retried=False),
-        (Case.RAN, Door.CALLABLE): Answer(None, None, retried=False),
+        (Case.RAN, Door.HTTP): Answer(
+            None, None, False, "the handler's own response, every header included"
+        ),
+        (Case.RAN, Door.CALLABLE): Answer(None, None, False, "the handler's own value or error"),
         (Case.DUPLICATE, Door.EVENT): _OK,
         (Case.DUPLICATE, Door.TASK): _OK,
-        (Case.DUPLICATE, Door.HTTP): Answer(None, None, False, _REPLAYED),
-        (Case.DUPLICATE, Door.CALLABLE): Answer(None, None, False, _REPLAYED),
+        (Case.DUPLICATE, Door.HTTP): Answer(None, None, False, _REPLAYED_HTTP),
+        (Case.DUPLICATE, Door.CALLABLE): Answer(None, None, False, _REPLAYED_CALLABLE),
         (Case.LEASE_HELD, Door.EVENT): Answer(500, "LeaseHeld", True, "no traceback"),
         (Case.LEASE_HELD, Door.TASK): Answer(429, "resource-exhausted", True, "queue backs off"),
         (Case.LEASE_HELD, Door.HTTP): Answer(409, "request-in-progress", True, _RETRY_AFTER),
@@ -120,8 +127,10 @@ ANSWERS: MappingProxyType[tuple[Case, Door], Answer] = MappingProxyType(
         (Case.LEASE_LOST, Door.CALLABLE): Answer(409, "aborted", True, "`request-in-progress`"),
         (Case.HANDLER_RAISED, Door.EVENT): Answer(500, None, True, "the handler's own error"),
         (Case.HANDLER_RAISED, Door.TASK): Answer(500, "internal", True),
-        (Case.HANDLER_RAISED, Door.HTTP): Answer(500, "handler-failed", True),
-        (Case.HANDLER_RAISED, Door.CALLABLE): Answer(500, "internal", True, "`handler-failed`"),
+        (Case.HANDLER_RAISED, Door.HTTP): Answer(500, "handler-failed", True, _UNRELEASED),
+        (Case.HANDLER_RAISED, Door.CALLABLE): Answer(
+            500, "internal", True, "`handler-failed`; " + _UNRELEASED
+        ),
         (Case.GIVEN_UP_ACK, Door.EVENT): _OK,
         (Case.GIVEN_UP_ACK, Door.TASK): _OK,
         (Case.GIVEN_UP_ACK, Door.HTTP): Answer(None, None, False, _GIVEN_UP_HTTP),

@@ -1,5 +1,17 @@
 """`idempotent_http`: the Flask adapter (`functions_framework.http`, firebase-functions
-`https_fn.on_request`). The answers are listed in `dedup.http`'s docstring and docs/http.md."""
+`https_fn.on_request`). The answers are listed in `dedup.http`'s docstring and docs/http.md.
+
+Invariants (proven in tests/http/test_red_team_http.py):
+
+* The request that runs the handler is answered with the handler's own response, every header
+  included; a replay carries the stored status, body, `Content-Type` and `Location` only.
+* A completed response is stored whole when it fits the record (its cap and the room the
+  record's notes and steps leave), else as a stub (status, size, sha256): a replay is the
+  stored answer or 410 `response-not-stored` naming that status, never a failure's problem.
+* "Retry with the same key" is said only when it is true: the handler raised and its lease
+  was given back. When giving it back failed, the answer is 503 + `Retry-After`.
+* One time budget per request (`dedup.http.replay.request_budget`), started on arrival.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +42,19 @@ from dedup.http.problems import (
     retry_after,
     unknown_problem,
 )
-from dedup.http.replay import Settled, Settlement, caller_subject, replay, settle, stored_answer
+from dedup.http.replay import (
+    Settled,
+    Settlement,
+    caller_subject,
+    replay,
+    request_budget,
+    settle,
+)
+from dedup.kernel.lease import Lease
 from dedup.kernel.record import RERUN, Mode
+from dedup.kernel.room import record_size
+from dedup.kernel.run import Run
+from dedup.platform.firestore_values import MAX_DOCUMENT_BYTES, NULL_BYTES
 from dedup.platform.strict_json import InvalidJSON
 from dedup.platform.strict_json import loads as strict_loads
 
@@ -150,6 +173,9 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
     """Answer one request: check it, run the handler once per key, answer the outcome."""
     suffix = admitted.suffix
     try:
+        config = admitted.deduplicator().config
+        length = admitted.options.budget or config.time_budget()
+        spent = request_budget(length, config)  # the request's one budget, from its arrival
         checked = _checked_request(request, rules)
     except Exception:  # a verifier or the framework failing: never a 4xx by mistake
         logger.exception("%s: the request could not be checked", suffix)
@@ -157,24 +183,27 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
     if isinstance(checked, Problem):
         return checked.response()
     uid, key, body, parsed = checked
-    fresh: list[StoredResponse] = []
+    fresh: list[flask.Response] = []
+    raised: list[Exception] = []
 
     def run_handler(delivery: Delivery) -> HandlerResult:
         value = admitted.handler(IdempotentRequest(request, delivery, uid, key, parsed))
         try:
             answer = flask.make_response(value)
+            answer.direct_passthrough = False  # a file answer is read, to be stored
+            body = answer.get_data()
         except Exception as exc:  # after the effect: a retry must not repeat it
             raise TerminalError(f"{suffix}: the handler's answer is no response") from exc
         if answer.status_code >= 500:
             raise _ServerError(answer)
         stored = StoredResponse(
             answer.status_code,
-            answer.get_data(),
+            body,
             answer.headers.get("Content-Type"),
             answer.headers.get("Location"),
         )
-        fresh.append(stored)
-        return stored.to_result()
+        fresh.append(answer)
+        return stored.to_result(room=_result_room(delivery))
 
     payload = fingerprint(request.method, _target(request), body, json_body=rules.json_body)
     try:
@@ -189,14 +218,48 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
             subject=caller_subject(uid),
             reconcile=admitted.reconcile,
             on_ambiguous=admitted.on_ambiguous,
-            budget=admitted.options.budget,
+            budget=length,
+            request=spent,
+            raised=raised,
         )
-    except _ServerError as error:
-        return error.response
-    except Exception:
+    except Exception as error:
+        if raised and error is not raised[-1]:  # the handler failed, and so did its release
+            return _unreleased(suffix, rules.retry_after_seconds)
+        if isinstance(error, _ServerError):  # its lease given back: the key is free
+            return error.response
         logger.exception("%s: the handler failed; nothing stored, the key is free", suffix)
         return _failed().response()
     return _answer(settled, fresh, rules.retry_after_seconds)
+
+
+def _unreleased(suffix: str, retry_after_seconds: int) -> flask.Response:
+    """The handler failed and its lease could not be given back (the write failed, or the
+    lease was lost meanwhile): the key is not free until its lease ends, so the answer is the
+    store's 503 + `Retry-After`, never "retry now"."""
+    logger.exception("%s: the handler failed and its key could not be released", suffix)
+    return _refusal(
+        Case.STORE_UNAVAILABLE,
+        "Service unavailable",
+        "the request failed and its Idempotency-Key could not be released yet: retry with the "
+        "same key after the Retry-After delay (until its lease ends it is answered 409)",
+        headers=retry_after(retry_after_seconds),
+    ).response()
+
+
+def _result_room(delivery: Delivery) -> int | None:
+    """The bytes the record of `delivery` has for its result, as the kernel measures it
+    (`dedup.kernel.room.storable_result`: the record with a null result, every other field at
+    its largest, with the notes and steps written so far); None for a delivery without a run."""
+    holder = delivery.run_notes
+    if holder is None:
+        return None
+    if isinstance(holder, Lease):  # lease mode: the notes and steps the lease wrote
+        size = record_size(holder.run, notes=holder.notes, steps=holder.steps.recorded)
+    elif isinstance(holder, Run):  # the atomic modes keep neither notes nor steps
+        size = record_size(holder)
+    else:
+        return None
+    return MAX_DOCUMENT_BYTES - size + NULL_BYTES
 
 
 def _checked_request(
@@ -296,14 +359,14 @@ def _too_large(limit: int) -> Problem:
 
 
 def _answer(
-    settled: Settlement, fresh: list[StoredResponse], retry_after_seconds: int
+    settled: Settlement, fresh: list[flask.Response], retry_after_seconds: int
 ) -> flask.Response:
     if settled.kind is Settled.RAN:
-        if fresh:  # the full response, even when only a stub of it could be stored
-            return stored_answer(fresh[-1])
-        return replay(StoredResponse.from_result(settled.result))
+        if fresh:  # the handler's own response, whole, even when only a stub could be stored
+            return fresh[-1]
+        return replay(settled.stored())
     if settled.kind is Settled.COMPLETED:
-        return replay(StoredResponse.from_result(settled.result))
+        return replay(settled.stored())
     if settled.kind is Settled.FAILED:  # never a replay unless an earlier request failed
         response = failure_problem(settled.error).response()
         if settled.replayed:
