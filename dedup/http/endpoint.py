@@ -8,6 +8,8 @@ Invariants (proven in tests/http/test_red_team_http.py):
 * A completed response is stored whole when it fits the record (its cap and the room the
   record's notes and steps leave), else as a stub (status, size, sha256): a replay is the
   stored answer or 410 `response-not-stored` naming that status, never a failure's problem.
+* A handler that answers by raising werkzeug's `HTTPException` (`flask.abort(409)`) is answered
+  as Flask would answer it: below 500 it is stored and replayed like a returned answer.
 * "Retry with the same key" is said only when it is true: the handler raised and its lease
   was given back. When giving it back failed, the answer is 503 + `Retry-After`.
 * One time budget per request (`dedup.http.replay.request_budget`), started on arrival.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import flask
+from werkzeug.exceptions import HTTPException
 
 from dedup.entrances.answer_table import Case, Door, answer, refusal_status
 from dedup.entrances.gate import HTTP, Entrance, gate
@@ -187,7 +190,10 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
     raised: list[Exception] = []
 
     def run_handler(delivery: Delivery) -> HandlerResult:
-        value = admitted.handler(IdempotentRequest(request, delivery, uid, key, parsed))
+        try:
+            value = admitted.handler(IdempotentRequest(request, delivery, uid, key, parsed))
+        except HTTPException as abort:  # `flask.abort(409)`: an answer, as Flask would send it
+            value = abort.get_response()
         try:
             answer = flask.make_response(value)
             answer.direct_passthrough = False  # a file answer is read, to be stored

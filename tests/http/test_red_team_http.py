@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import json
 import logging
 import threading
@@ -568,3 +569,45 @@ def test_a_failure_whose_release_is_refused_is_503_not_retry_now(
     assert failed.headers["Retry-After"]
     assert problem(failed)["type"].endswith("store-unavailable")
     assert post(client, key).status_code == 409  # as the answer said: held until the lease ends
+
+
+# --- Further holes: answers a Flask view gives that are not return values ------------------
+
+
+def test_an_abort_after_the_effect_is_a_stored_answer_not_a_release(
+    firestore_client: firestore.Client,
+) -> None:
+    """A handler that answers with `flask.abort(409)` after its effect (as a plain Flask view
+    would) is answered 409 and that answer is stored: its retries replay it and the effect runs
+    once (an exception releasing the key would run it on every retry)."""
+    effects: list[str] = []
+
+    @idempotent_http("aborts", anonymous=True, registry=SuffixRegistry())
+    def refund(call_: IdempotentRequest) -> flask.Response:
+        effects.append(call_.key)
+        flask.abort(409, description="the order was already shipped")
+
+    client, key = client_of(refund), new_key()
+    answers = [post(client, key) for _ in range(3)]
+    assert [a.status_code for a in answers] == [409, 409, 409]
+    assert len({a.get_data() for a in answers}) == 1
+    assert REPLAYED_HEADER not in answers[0].headers
+    assert answers[1].headers[REPLAYED_HEADER] == "true"
+    assert effects == [key]
+
+
+def test_a_file_answer_is_stored_and_replayed(firestore_client: firestore.Client) -> None:
+    """A handler answering with `flask.send_file` (a response in direct passthrough mode) is
+    read whole, answered and stored: its replay is the same bytes, not a terminal failure."""
+    content = b"%PDF-1.7 receipt"
+
+    @idempotent_http("file_answer", anonymous=True, registry=SuffixRegistry())
+    def receipt(call_: IdempotentRequest) -> flask.Response:
+        return flask.send_file(io.BytesIO(content), mimetype="application/pdf")
+
+    client, key = client_of(receipt), new_key()
+    first = post(client, key)
+    replay = post(client, key)
+    assert (first.status_code, first.get_data()) == (200, content)
+    assert (replay.status_code, replay.get_data()) == (200, content)
+    assert replay.headers["Content-Type"] == "application/pdf"
