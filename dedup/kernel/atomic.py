@@ -58,6 +58,7 @@ from dedup.kernel.flow_io import Fill, FlowIO, Invoke
 from dedup.kernel.record import Fields, Record, Snapshot, State, error_text
 from dedup.kernel.room import storable_result
 from dedup.kernel.run import Run
+from dedup.kernel.step_writes import readable_result
 from dedup.kernel.store import backoff
 from dedup.kernel.store_errors import CommitFailed, commit_failure
 from dedup.kernel.transitions import (
@@ -261,14 +262,18 @@ def _marker(run: Run, record: Record | None, owner: str, result: HandlerResult) 
     `record`."""
     if record is None:
         return first_write(
-            run, State.SENT, owner, attempts=run.attempt, result=storable_result(result, run)
+            run,
+            State.SENT,
+            owner,
+            attempts=run.attempt,
+            result=readable_result(storable_result(result, run), run),
         )
     return attempt_finished(
         State.SENT,
         owner=owner,
         attempts=run.attempt,
         expire_at=run.expire_at(),
-        result=storable_result(result, run),
+        result=readable_result(storable_result(result, run), run),
     )
 
 

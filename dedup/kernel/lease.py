@@ -37,7 +37,7 @@ from dedup.kernel.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.kernel.record import Conflict, Field, Fields, Snapshot, State, error_text
 from dedup.kernel.room import steps_room, storable_result
 from dedup.kernel.run import Run
-from dedup.kernel.step_writes import run_step
+from dedup.kernel.step_writes import readable_result, run_step, unreadable_reference
 from dedup.kernel.steps import StepLog, at_most_once, step_call
 from dedup.kernel.store import backoff
 from dedup.kernel.store_errors import store_down
@@ -125,6 +125,8 @@ class Lease:
         return run_step(self, name, call, transactional=transactional, once=once)
 
     async def _note(self, fields: dict[str, Any]) -> None:
+        if (unreadable := unreadable_reference(fields, self.run.io.client)) is not None:
+            raise RecordRefused(f"could not note on {self.run.path}: it holds {unreadable}")
         notes = {**self.notes, **fields}
         await self.write(noted(notes), State.IN_PROGRESS, "note on", notes=True)
         self.notes = notes
@@ -355,7 +357,10 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
         run.step(Step.AFTER_EFFECT)
         steps = lease.recorded_steps if lease._steps is None else lease._steps.recorded
         notes = lease.notes
-        stored = None if result is None else storable_result(result, run, notes=notes, steps=steps)
+        stored = None
+        if result is not None:
+            stored = storable_result(result, run, notes=notes, steps=steps)
+            stored = readable_result(stored, run)
         await _mark_sent(run, lease, stored)
         run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)

@@ -4,19 +4,25 @@ says what each kind of step guarantees."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from dedup.errors import BudgetSpent, LeaseLost, TerminalError
+from dedup.errors import BudgetSpent, LeaseLost, RecordRefused, TerminalError
 from dedup.kernel.claims import written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import Field, OutcomeKind, State
 from dedup.kernel.steps import DONE, STARTED, StepCall
 from dedup.kernel.store_errors import CommitFailed, commit_failure
 from dedup.kernel.transitions import fence_of, steps_recorded
+from dedup.platform.firestore_internals import document_name
+from dedup.platform.firestore_values import as_stored, references
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import FencedLease
+    from dedup.kernel.run import Run
+
+logger = logging.getLogger("dedup")
 
 TRANSACTION_ATTEMPTS = 5
 """Tries of a transactional step's transaction on contention (Aborted)."""
@@ -65,6 +71,7 @@ async def _run_one(
         run.step(Step.AFTER_STEP_CALL)
         try:
             steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
+            value = as_replayed(run, name, value)
         except TerminalError:  # refused, or too large: its end, then the error (once)
             if once:
                 ended = lease.steps.with_entry(name, DONE, refused=True, room=lease.steps_room())
@@ -73,6 +80,47 @@ async def _run_one(
         await _record(lease, name, steps, f"record step {name} of")
     run.step(Step.AFTER_STEP_RECORD)
     return value
+
+
+def unreadable_reference(value: Any, client: Any) -> str | None:
+    """Why a read of the record through `client` could not give `value` back, or None: a
+    document reference in it to another project or database than `client`'s (the client's
+    decoder raises for it, so every later read of the record would fail). Checked before each
+    write of a user's value: a step's, a note's, a handler's result (`readable_result`)."""
+    for ref in references(value):
+        if document_name(client.document(ref.path)) != document_name(ref):
+            return (
+                f"a reference to {document_name(ref)}, a document outside the records' "
+                "database, which a read of the record could not decode (store its path instead)"
+            )
+    return None
+
+
+def readable_result(stored: dict[str, Any] | None, run: Run) -> dict[str, Any] | None:
+    """The result `stored` with "sent" (`dedup.kernel.room.storable_result`), or None when it
+    holds a reference no read of the record could decode (WARNING naming the record), as a
+    result Firestore refuses is: the effect happened, "sent" must be written and readable."""
+    if stored is None or (reason := unreadable_reference(stored, run.io.client)) is None:
+        return stored
+    logger.warning("%s: handler result not stored: it holds %s", run.path, reason)
+    return None
+
+
+def as_replayed(run: Run, name: str, value: Any) -> Any:
+    """Step `name`'s `value` (one the record takes) as a later delivery's replay gets it back
+    from the record (`as_stored`: a `GeoPoint(35, 139)` as `GeoPoint(35.0, 139.0)`, a
+    timestamp in UTC, a tuple as a list), so that the delivery that ran the step hands its
+    handler the same value, type for type, as every replay will. Raises `RecordRefused` for a
+    document reference no read of the record could decode (`unreadable_reference`: another
+    project or database), before anything is written."""
+    client = run.io.client
+    unreadable = unreadable_reference(value, client)
+    if unreadable is not None:
+        raise RecordRefused(
+            f"step {name!r} returned {unreadable}; its value is not recorded and the event "
+            "fails, since a retry would return the same"
+        )
+    return as_stored(value, lambda path: client.document(path))  # asked only for a reference
 
 
 def require_live(lease: FencedLease, name: str) -> None:
@@ -145,6 +193,7 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         writers.append(transaction)
         value = await call(transaction)
         steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
+        value = as_replayed(run, name, value)
         return (value, steps), steps_recorded(name, steps[name])
 
     sent, left = run.budget.now(), run.budget.call()  # each RPC cut when it is sent

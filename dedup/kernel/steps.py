@@ -163,7 +163,7 @@ def _canonical(value: Any, depth: int) -> Any:
         utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
         return ["t", utc.isoformat(timespec="microseconds")]
     if isinstance(value, GeoPoint):
-        return ["g", value.latitude, value.longitude]
+        return ["g", _canonical(value.latitude, depth + 1), _canonical(value.longitude, depth + 1)]
     if isinstance(value, BaseDocumentReference):
         return ["r", value.path]
     if isinstance(value, Vector):

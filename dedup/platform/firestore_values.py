@@ -30,7 +30,8 @@ and the client's encoder, each seen refused by the emulator or the client:
 * a map key that is not a string, is empty, is not valid Unicode text (a lone surrogate), or
   matches `__.*__` (reserved); a field path (the keys from the document down, joined by ".")
   longer than `MAX_FIELD_PATH_BYTES`;
-* an array directly inside an array (`Cannot convert an array value in an array value`);
+* an array directly inside an array (`Cannot convert an array value in an array value`), and
+  a `Vector` directly inside an array (`Cannot convert a vector value in an array value`);
 * maps and arrays nested deeper than `MAX_DEPTH` (the document's own fields are depth 1);
 * an integer outside 64 bits, a string that is not valid Unicode text, a string or bytes over
   `MAX_FIELD_VALUE_BYTES`;
@@ -51,8 +52,8 @@ Nothing here touches the network; the functions never raise on any value (`value
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
@@ -259,6 +260,55 @@ def refusal(value: Any, *, at: Sequence[str] = (), round_trip: bool = True) -> s
     return None
 
 
+_KEPT = frozenset({type(None), bool, int, float, str, bytes})
+"""Exact types a read gives back as they were written (`as_stored`)."""
+
+
+def as_stored(value: Any, document: Callable[[str], Any]) -> Any:
+    """`value` as a read of the record gives it back, for a value `refusal` takes: what a
+    replay of a step hands the handler, so that its first run gets the same (same types, same
+    values) and fingerprints and branches agree. A `GeoPoint`'s and a `Vector`'s numbers become
+    floats, a timestamp an aware UTC `DatetimeWithNanoseconds` (microseconds: Firestore keeps
+    no finer), a tuple a list, a document reference `document(its path)` (the reading
+    client's `document`); the rest is kept. See `references` for a reference no read of the
+    record could decode."""
+    kind = type(value)
+    if kind in _KEPT:
+        return value
+    if isinstance(value, GeoPoint):
+        return GeoPoint(float(value.latitude), float(value.longitude))
+    if isinstance(value, Vector):
+        return Vector([float(x) for x in value])
+    if isinstance(value, BaseDocumentReference):
+        return document(value.path)
+    if isinstance(value, datetime):
+        utc = value.astimezone(UTC)
+        return DatetimeWithNanoseconds(  # type: ignore[no-untyped-call,unused-ignore]
+            *utc.timetuple()[:6], nanosecond=utc.microsecond * 1000, tzinfo=UTC
+        )
+    if isinstance(value, dict):
+        return {key: as_stored(item, document) for key, item in value.items()}
+    if isinstance(value, _ARRAYS):
+        return [as_stored(item, document) for item in value]
+    return value
+
+
+def references(value: Any) -> Iterator[BaseDocumentReference]:
+    """Every document reference inside `value` (maps and arrays walked; an array of scalars
+    skipped at C speed). A read of the record decodes a reference only on a client of its own
+    project and database, else raises: the kernel refuses to write any other
+    (`dedup.kernel.room.unreadable_reference`)."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, BaseDocumentReference):
+            yield item
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, _ARRAYS) and not set(map(type, item)) <= _KEPT:
+            stack.extend(item)
+
+
 def _place(where: _Place) -> str:
     """`where` as text: `['steps'][3]`."""
     parts: list[str] = []
@@ -273,7 +323,9 @@ def _holds_or_refused(child: Any, round_trip: bool) -> bool:
     wherever it is: the ones `refusal` must visit. A scalar taken is passed at once."""
     if type(child) in _NEVER_REFUSED:
         return False
-    return isinstance(child, _CONTAINERS) or _value_refused(child, 1, False, round_trip) is not None
+    if isinstance(child, (*_CONTAINERS, Vector)):  # a Vector: refused inside an array
+        return True
+    return _value_refused(child, 1, False, round_trip) is not None
 
 
 def _scalars_taken(items: Iterable[Any]) -> bool:
@@ -354,6 +406,8 @@ def _value_refused(
                 "Firestore would store it as UTC and return an aware datetime (give it a tzinfo)"
             )
         return None
+    if isinstance(item, Vector) and in_array:
+        return "a Vector directly inside an array", "Firestore refuses vectors in arrays"
     if isinstance(item, GeoPoint | BaseDocumentReference | Vector):
         return None
     if isinstance(item, Sentinel):

@@ -4,6 +4,15 @@ after every exception until a delivery returns.
 
 Invariants checked here:
 
+* **A step's value is the same on every delivery.** The delivery that runs a step hands its
+  handler the value as the record gives it back to every replay
+  (`dedup.platform.firestore_values.as_stored`): a `GeoPoint(35, 139)` is `GeoPoint(35.0,
+  139.0)` on the first run as on the replay, a timestamp is an aware UTC
+  `DatetimeWithNanoseconds`, a tuple a list, a reference the records' client's. So the next
+  step's argument fingerprint agrees between deliveries: the event ends `sent` after a transient
+  failure. It used to raise `StepMismatch` on every delivery. Hypothesis generates values of
+  every Firestore type. A value no read could give back (a map with a non-string key, a
+  reference to another database) is refused at once: one call, `failed`.
 * **Text never blocks a write.** Every string the library writes from user data (an error's
   message and type name, an event's subject and source) goes through one function,
   `dedup.platform.firestore_values.storable_text`: lone surrogates escaped, cut by Firestore's
@@ -28,12 +37,20 @@ Invariants checked here:
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
+from google.cloud.firestore import GeoPoint
+from google.cloud.firestore_v1.base_document import BaseDocumentReference
+from google.cloud.firestore_v1.vector import Vector
+from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +70,7 @@ from dedup import (
 from dedup.kernel.record import MAX_ERROR_CHARS, error_text, storable_text
 from dedup.kernel.transitions import operator_released
 from dedup.platform.firestore_values import refusal
+from tests.conftest import PROJECT
 
 MakeDedup = Callable[..., Deduplicator]
 MakeAsyncDedup = Callable[..., AsyncDeduplicator]
@@ -395,3 +413,197 @@ def test_an_async_reconcile_that_answers_after_the_lease_starts_no_handler(
     with pytest.raises(BudgetSpent):
         asyncio.run(deliver())
     assert ran == [0]
+
+
+# --- 4. A step's value is the same on every delivery ----------------------------------------------
+
+
+def same(first: Any, second: Any) -> bool:
+    """`first` and `second` are equal and of the same types all the way down (NaN is NaN)."""
+    if type(first) is not type(second):
+        return False
+    if isinstance(first, float):
+        return first == second or (math.isnan(first) and math.isnan(second))
+    if isinstance(first, dict):
+        return first.keys() == second.keys() and all(same(first[k], second[k]) for k in first)
+    if isinstance(first, list):
+        return len(first) == len(second) and all(map(same, first, second))
+    if isinstance(first, GeoPoint):
+        return same(first.latitude, second.latitude) and same(first.longitude, second.longitude)
+    if isinstance(first, Vector):
+        return same(list(first), list(second))
+    if isinstance(first, BaseDocumentReference):
+        return bool(first.path == second.path)
+    if isinstance(first, datetime):
+        return first == second and first.utcoffset() == second.utcoffset()
+    return bool(first == second)
+
+
+def replayed_twice(dedup: Deduplicator, value: Any) -> tuple[list[Any], OutcomeKind]:
+    """Deliver an event whose step "value" returns `value` and whose step "use" takes it as
+    its argument; the first delivery fails after both (a transient error), the second replays
+    them. What the handler got from "value" on each delivery, and the second's outcome."""
+    got: list[Any] = []
+
+    def handler(delivery: Delivery) -> None:
+        stored = delivery.step("value", lambda: value)
+        got.append(stored)
+        delivery.step("use", lambda v: None, stored)
+        if len(got) == 1:
+            raise RuntimeError("transient")
+
+    event_id = event()
+    with pytest.raises(RuntimeError):
+        dedup.run(event_id, SUFFIX, handler)
+    return got, dedup.run(event_id, SUFFIX, handler).kind
+
+
+def test_a_geopoint_with_integer_coordinates_feeds_the_next_step_on_every_delivery(
+    make_dedup: MakeDedup,
+) -> None:
+    """The red team's case: `locate` returns `GeoPoint(35, 139)`, `ship` takes it."""
+    got, kind = replayed_twice(make_dedup(**SHORT), GeoPoint(35, 139))
+    assert kind is OutcomeKind.RAN
+    assert same(got[0], got[1])
+    assert type(got[0].latitude) is float
+
+
+@dataclass(frozen=True)
+class Place:
+    """Stands for a reference to `places/<id>` in a generated value."""
+
+    id: str
+
+
+OFFSETS = st.builds(
+    timezone, st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats()
+    | st.floats().map(lambda f: float(round(f)) if math.isfinite(f) else f)
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+    | st.datetimes(
+        min_value=datetime(1900, 1, 1),  # noqa: DTZ001 - Hypothesis takes naive bounds
+        max_value=datetime(2100, 1, 1),  # noqa: DTZ001
+        timezones=OFFSETS,
+    )
+    | st.builds(
+        DatetimeWithNanoseconds.from_timestamp_pb,
+        st.builds(
+            Timestamp,
+            seconds=st.integers(0, 4_000_000_000),
+            nanos=st.integers(0, 999_999_999),
+        ),
+    )
+    | st.builds(
+        GeoPoint,
+        st.integers(-90, 90) | st.floats(-90, 90),
+        st.integers(-180, 180) | st.floats(-180, 180),
+    )
+    | st.lists(st.integers(-1000, 1000) | st.floats(-1e6, 1e6), min_size=1, max_size=4).map(Vector)
+    | st.from_regex(r"[a-z]{1,8}", fullmatch=True).map(Place)
+)
+"""One value of each Firestore type; a `Place` stands for a reference, made on a client."""
+KEYS = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,7}", fullmatch=True)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.dictionaries(KEYS, inner, max_size=3)
+        | st.lists(inner.filter(lambda v: not isinstance(v, list | Vector)), max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def with_references(value: Any, client: firestore.Client) -> Any:
+    """`value` with each `Place` made a reference on `client`."""
+    if isinstance(value, Place):
+        return client.collection("places").document(value.id)
+    if isinstance(value, dict):
+        return {k: with_references(v, client) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_references(v, client) for v in value]
+    return value
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(value=VALUES)
+def test_the_first_runs_value_is_the_replays_value(
+    make_dedup: MakeDedup, firestore_client: firestore.Client, value: Any
+) -> None:
+    """First run's value == replay's value, same types all the way down, same fingerprint (the
+    second delivery's "use" replays: no `StepMismatch`). The reference a step returns is made
+    on another client of the same database, as a handler's own client would."""
+    other = firestore.Client(project=PROJECT)
+    got, kind = replayed_twice(make_dedup(**SHORT), with_references(value, other))
+    assert kind is OutcomeKind.RAN
+    assert same(got[0], got[1]), (got[0], got[1])
+
+
+REFUSED_VALUES: list[tuple[str, Callable[[], Any]]] = [
+    ("int-key", lambda: {1: "a"}),
+    ("vector-in-array", lambda: {"a": [Vector([1.0])]}),
+    ("nested-int-key", lambda: {"a": [{(1, 2): "b"}]}),
+    (
+        "other-database",
+        lambda: firestore.Client(project=PROJECT, database="elsewhere").document("places/p1"),
+    ),
+]
+
+
+@pytest.mark.parametrize("make", [r[1] for r in REFUSED_VALUES], ids=[r[0] for r in REFUSED_VALUES])
+def test_a_value_no_read_could_give_back_is_refused_after_one_call(
+    make_dedup: MakeDedup, read_record: ReadRecord, make: Callable[[], Any]
+) -> None:
+    calls = [0]
+
+    def fn() -> Any:
+        calls[0] += 1
+        return make()
+
+    def handler(delivery: Delivery) -> None:
+        delivery.step("value", fn)
+
+    outcome = make_dedup(**SHORT).run(event(), SUFFIX, handler)
+    assert outcome.kind is OutcomeKind.FAILED
+    assert calls == [1]
+    record = read_record(outcome.key)
+    assert record is not None
+    assert record.state is State.FAILED
+
+
+def test_a_result_or_note_holding_a_reference_to_another_database_leaves_the_record_readable(
+    make_dedup: MakeDedup, read_record: ReadRecord
+) -> None:
+    """A reference the records' client could not decode is never written: a result holding one
+    is stored as null (WARNING), a note holding one is refused (`RecordRefused`, `failed`); so
+    every later delivery still reads the record: a duplicate."""
+    dedup = make_dedup(**SHORT)
+    foreign = firestore.Client(project=PROJECT, database="elsewhere").document("places/p1")
+    event_id = event()
+    outcome = dedup.run(event_id, SUFFIX, lambda d: {"place": foreign})
+    assert outcome.kind is OutcomeKind.RAN
+    assert dedup.run(event_id, SUFFIX, lambda d: None).kind is OutcomeKind.DUPLICATE
+
+    def noting(delivery: Delivery) -> None:
+        delivery.note(place=foreign)
+
+    noted = event()
+    assert dedup.run(noted, SUFFIX, noting).kind is OutcomeKind.FAILED
+    assert dedup.run(noted, SUFFIX, noting).kind is OutcomeKind.DUPLICATE
+
+
+def test_a_vector_inside_an_array_is_refused_before_it_is_written() -> None:
+    """Firestore refuses it (`Cannot convert a vector value in an array value`, seen on the
+    emulator by `test_a_value_no_read_could_give_back_is_refused_after_one_call`): `refusal`
+    says so first, so a result holding one is stored as null and a step's value fails clearly."""
+    assert "a Vector directly inside an array at ['a'][0]" in str(refusal({"a": [Vector([1.0])]}))
+    assert refusal({"a": [{"v": Vector([1.0])}], "v": Vector([1.0])}) is None
