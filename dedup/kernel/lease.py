@@ -38,7 +38,7 @@ from dedup.kernel.record import Conflict, Field, Fields, Snapshot, State, error_
 from dedup.kernel.room import steps_room, storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.step_writes import readable_result, run_step, unreadable_reference
-from dedup.kernel.steps import StepLog, at_most_once, step_call
+from dedup.kernel.steps import StepLog, at_most_once, step_call, warn_if_anonymous
 from dedup.kernel.store import backoff
 from dedup.kernel.store_errors import store_down
 from dedup.kernel.transitions import (
@@ -121,6 +121,7 @@ class Lease:
     ) -> Coroutine[Any, Any, Any]:
         """`delivery.step(name, fn, *args, **kwargs)` under this lease (`step_writes.run_step`)."""
         once = at_most_once(transactional, on_interrupted)
+        warn_if_anonymous(name, fn)
         call = step_call(fn, args, kwargs, transactional, awaited)
         return run_step(self, name, call, transactional=transactional, once=once)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -123,6 +124,37 @@ def step_call(
 ) -> StepCall:
     """`fn` with its arguments as a step's call (`StepCall`)."""
     return StepCall(fn, args, kwargs, transactional, awaited)
+
+
+_WARNED: set[str] = set()
+"""The qualified names `warn_if_anonymous` warned about (once each per process)."""
+
+
+def warn_if_anonymous(name: str, fn: Callable[..., Any]) -> None:
+    """Warn (`UserWarning`, once per qualified name and process) when step `name`'s `fn` is a
+    lambda or a function defined inside another (a closure): a step is recorded by its
+    function's qualified name and a hash of its arguments only, so every lambda of one function
+    (`f.<locals>.<lambda>`) and every closure of one factory look the same, and what they
+    capture is not fingerprinted: `step("pay", lambda: refund(10))` on a later delivery replays
+    what `lambda: charge(10)` recorded, without calling it (docs/steps.md, the mismatch rule)."""
+    while isinstance(fn, partial):
+        fn = fn.func
+    qualname = str(getattr(fn, "__qualname__", "") or "")
+    if "<lambda>" not in qualname and "<locals>" not in qualname:
+        return
+    if qualname in _WARNED or len(_WARNED) >= 1024:
+        return
+    _WARNED.add(qualname)
+    kind = "a lambda" if qualname.endswith("<lambda>") else "a function defined inside another"
+    warnings.warn(
+        f"step {name!r} calls {kind} ({qualname}): a step is recorded by its function's "
+        "qualified name and a hash of its arguments, not by what a lambda or closure captures, "
+        "so another lambda or closure of the same name on a later delivery (lambda: refund(10) "
+        "for lambda: charge(10)) replays the recorded value without being called. Pass a "
+        "module-level function and its arguments: delivery.step(name, charge, 10)",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def fingerprint(

@@ -13,6 +13,11 @@ Invariants checked here:
   failure. It used to raise `StepMismatch` on every delivery. Hypothesis generates values of
   every Firestore type. A value no read could give back (a map with a non-string key, a
   reference to another database) is refused at once: one call, `failed`.
+* **Lambdas and closures are named, not fingerprinted.** A step counts by its function's
+  qualified name and its arguments: `step("pay", lambda: refund(10))` on the next delivery
+  replays what `lambda: charge(10)` recorded. The library cannot see what a lambda captures, so
+  it warns (`UserWarning`, once per qualified name) at the first such step, and docs/steps.md
+  says what to pass instead.
 * **Text never blocks a write.** Every string the library writes from user data (an error's
   message and type name, an event's subject and source) goes through one function,
   `dedup.platform.firestore_values.storable_text`: lone surrogates escaped, cut by Firestore's
@@ -39,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -607,3 +613,56 @@ def test_a_vector_inside_an_array_is_refused_before_it_is_written() -> None:
     says so first, so a result holding one is stored as null and a step's value fails clearly."""
     assert "a Vector directly inside an array at ['a'][0]" in str(refusal({"a": [Vector([1.0])]}))
     assert refusal({"a": [{"v": Vector([1.0])}], "v": Vector([1.0])}) is None
+
+
+# --- 5. Lambdas and closures are named, not fingerprinted ----------------------------------------
+
+
+def charge(amount: int) -> str:
+    return f"charged {amount}"
+
+
+def test_a_step_of_a_lambda_warns_once_and_is_replayed_by_its_name(make_dedup: MakeDedup) -> None:
+    """The charge lambda is recorded; the next delivery's refund lambda, of the same qualified
+    name, is replayed without being called (as docs/steps.md says); the warning names the
+    lambda, once."""
+    dedup, event_id, calls = make_dedup(**SHORT), event(), []
+
+    def called(what: str) -> str:
+        calls.append(what)
+        return f"{what}d"
+
+    def handler(delivery: Delivery) -> None:
+        if not calls:
+            value = delivery.step("pay", lambda: called("charge"))
+            raise RuntimeError(f"transient after {value}")
+        calls.append(delivery.step("pay", lambda: called("refund")))
+
+    warned = pytest.warns(UserWarning, match=r"step 'pay' calls a lambda .*<lambda>.*charge, 10")
+    with warned, pytest.raises(RuntimeError):
+        dedup.run(event_id, SUFFIX, handler)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same qualified name: no second warning
+        assert dedup.run(event_id, SUFFIX, handler).kind is OutcomeKind.RAN
+    assert calls == ["charge", "charged"]
+
+
+def test_a_closure_warns_and_a_module_function_does_not(make_dedup: MakeDedup) -> None:
+    def factory(amount: int) -> Callable[[], str]:
+        def inner() -> str:
+            return charge(amount)
+
+        return inner
+
+    def handler(delivery: Delivery) -> None:
+        delivery.step("by-closure", factory(10))
+
+    with pytest.warns(UserWarning, match="a function defined inside another"):
+        make_dedup(**SHORT).run(event(), SUFFIX, handler)
+
+    def plain(delivery: Delivery) -> None:
+        delivery.step("plain", charge, 10)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert make_dedup(**SHORT).run(event(), SUFFIX, plain).kind is OutcomeKind.RAN
