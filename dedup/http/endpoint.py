@@ -17,13 +17,14 @@ Invariants (proven in tests/http/test_red_team_http.py):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import flask
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from dedup.entrances.answer_table import Case, Door, answer, refusal_status
 from dedup.entrances.gate import HTTP, Entrance, gate
@@ -284,7 +285,17 @@ def _checked_request(
     length = request.content_length
     if length is not None and length > max_body_bytes:
         return _too_large(max_body_bytes)
-    body = request.get_data(cache=True)  # bounded by the length checked above
+    app_limit = request.max_content_length  # the app's MAX_CONTENT_LENGTH, if any
+    if app_limit is not None:
+        max_body_bytes = min(max_body_bytes, app_limit)
+    # A body without a length (chunked) is read no further: one byte more tells "too large"
+    # (werkzeug cuts such a body at the limit silently). Flask before 3.1 cannot set it.
+    with contextlib.suppress(AttributeError):
+        request.max_content_length = max_body_bytes + 1
+    try:
+        body = request.get_data(cache=True)
+    except RequestEntityTooLarge:
+        return _too_large(max_body_bytes)
     if len(body) > max_body_bytes:
         return _too_large(max_body_bytes)
     uid: str | None = None

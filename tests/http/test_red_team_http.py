@@ -42,9 +42,19 @@ from flask.testing import FlaskClient
 from google.cloud import firestore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from werkzeug.test import EnvironBuilder
 
 from dedup import DedupConfig, Deduplicator, Delivery, SuffixRegistry, TerminalError
-from dedup.http import REPLAYED_HEADER, IdempotentRequest, idempotent_callable, idempotent_http
+from dedup.http import (
+    REPLAYED_HEADER,
+    IdempotentRequest,
+    NotStored,
+    StoredResponse,
+    idempotent_callable,
+    idempotent_http,
+)
+from dedup.kernel.transitions import MAX_RESULT_BYTES
+from dedup.platform.firestore_values import value_size
 from tests.dedup.grpc_faults import Fault, FaultInterceptor, FaultyClient, Plan, _InjectedError
 from tests.http.support import problem
 
@@ -611,3 +621,77 @@ def test_a_file_answer_is_stored_and_replayed(firestore_client: firestore.Client
     assert (first.status_code, first.get_data()) == (200, content)
     assert (replay.status_code, replay.get_data()) == (200, content)
     assert replay.headers["Content-Type"] == "application/pdf"
+
+
+class EndlessBody(io.RawIOBase):
+    """A request body without a length that never ends, as a chunked upload can be; counts
+    the bytes read and refuses to give more than `most` (a reader that would take it all)."""
+
+    def __init__(self, most: int) -> None:
+        self.most, self.given = most, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        assert self.given <= self.most, f"{self.given} bytes read from an endless body"
+        size = len(buffer)
+        buffer[:size] = b"x" * size
+        self.given += size
+        return size
+
+
+def test_a_body_without_a_length_is_read_no_further_than_the_limit(
+    firestore_client: firestore.Client,
+) -> None:
+    """A chunked body (no `Content-Length`, the server terminating the stream) larger than
+    `max_body_bytes` is refused 413 after reading at most about that much, before any record:
+    it is never read whole into memory."""
+    ran: list[str] = []
+
+    @idempotent_http("endless", anonymous=True, max_body_bytes=1000, registry=SuffixRegistry())
+    def never(call_: IdempotentRequest) -> flask.Response:
+        ran.append(call_.key)
+        return flask.Response("{}", 201)
+
+    body = EndlessBody(most=1_000_000)
+    headers = {"Content-Type": "application/json", "Idempotency-Key": new_key()}
+    environ = EnvironBuilder(method="POST", headers=list(headers.items())).get_environ()
+    environ.pop("CONTENT_LENGTH", None)
+    environ.update({"wsgi.input": body, "wsgi.input_terminated": True})
+    with flask.Flask(__name__).request_context(environ):
+        answer = never(flask.request)
+    assert answer.status_code == 413, answer.get_data(as_text=True)
+    assert problem(answer)["type"].endswith("body-too-large")
+    assert body.given < 100_000
+    assert ran == []
+
+
+@SETTINGS
+@given(
+    status=st.integers(200, 499),
+    size=st.integers(0, 600_000),
+    room=st.none() | st.integers(0, 700_000),
+    location=st.none() | st.text(max_size=300),
+)
+def test_a_stored_response_is_whole_when_it_fits_else_its_stub(
+    status: int, size: int, room: int | None, location: str | None
+) -> None:
+    """Unit: `StoredResponse.to_result(room)` keeps the whole response when it fits the cap and
+    the room, else a stub naming its status, size and sha256 (with its `Location` when that
+    fits too); a replay reads back the one or the other, never nothing."""
+    body = bytes(size)
+    response = StoredResponse(status, body, "application/octet-stream", location)
+    stored = response.to_result(room)
+    limit = MAX_RESULT_BYTES if room is None else min(MAX_RESULT_BYTES, room)
+    back = StoredResponse.from_result(stored)
+    if not stored.get("tooLarge"):
+        assert value_size(stored) <= limit
+        assert back == response
+        return
+    assert isinstance(back, NotStored)
+    assert (back.status, back.size) == (status, size)
+    assert back.sha256 == hashlib.sha256(body).hexdigest()
+    if "location" in stored:
+        assert value_size(stored) <= limit
+        assert back.location == location
