@@ -19,7 +19,7 @@ every refusal is `application/problem+json`, RFC 9457, and names no internal exc
 | no `Idempotency-Key`, or not 1-255 printable ASCII | 400                                     |
 | JSON endpoint: not a JSON content type / body not strict JSON (`strict_json`) | 415 / 400 |
 | first request with a key                          | the handler's own response; < 500 stored |
-| handler answers 5xx or raises                     | its 5xx (or 500); nothing stored, released |
+| handler answers 5xx, 408, 425, 429 or raises     | its own (or 500); nothing stored, released |
 | ... and its release fails                         | 503 + `Retry-After` (the key is held)    |
 | handler fails terminally (`TerminalError`)        | 500 `request-failed`, not a replay         |
 | Firestore refuses the handler's data as invalid   | 422 `request-unprocessable`, not a replay  |

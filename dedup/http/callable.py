@@ -3,7 +3,7 @@ are `HttpsError`s with the codes of `CALLABLE_CODES`.
 
 Invariants (proven in tests/http/test_red_team_http.py):
 
-* A result, or an `HttpsError` below 500 with its message and details, is stored as
+* A result, or an `HttpsError` below 500 (but 429) with its message and details, is stored as
   firebase-functions sends it: encoded by the app's JSON provider (Flask's `jsonify`: a
   `Decimal` or `UUID` as a string, a date as an HTTP date, sorted keys), kept as ASCII JSON
   text (so any text, lone surrogates included, can be stored). Every replay is that value.
@@ -33,6 +33,7 @@ from dedup.http.idempotency import (
     CALLABLE_FIELD,
     InvalidKey,
     canonical_json,
+    retryable_status,
     scoped_event_id,
     validate_key,
 )
@@ -80,7 +81,8 @@ CALLABLE_CODES: Mapping[str, https_fn.FunctionsErrorCode] = {
 
 CallableHandler = Callable[[https_fn.CallableRequest[Any], Delivery], Any]
 """An idempotent callable handler: `handler(request, delivery) -> JSON value`; it may raise
-`HttpsError` (stored and replayed when its HTTP status is below 500)."""
+`HttpsError` (stored and replayed when its HTTP status is below 500 and not 429
+`resource-exhausted`)."""
 
 
 def _https_error(slug: str, message: str, **details: Any) -> https_fn.HttpsError:
@@ -88,7 +90,8 @@ def _https_error(slug: str, message: str, **details: Any) -> https_fn.HttpsError
 
 
 class _CallableFailed(Exception):
-    """The handler raised a retryable `HttpsError` (status 500 and above): not stored."""
+    """The handler raised a retryable `HttpsError` (status 500 and above, or 429
+    `resource-exhausted`: `retryable_status`): not stored."""
 
     def __init__(self, error: https_fn.HttpsError) -> None:
         super().__init__(error.message)
@@ -113,7 +116,7 @@ def idempotent_callable(
     The key is the data field `idempotencyKey` (a dict's), scoped by `request.auth.uid`
     (firebase-functions verified the token; call `ensure_firebase_app()` at import so it can).
     The fingerprint is the canonical JSON of the data without the key. The returned value, or
-    an `HttpsError` with a status below 500, is stored and replayed; refusals raise the
+    an `HttpsError` with a status below 500 but 429, is stored and replayed; refusals raise the
     `HttpsError` of `CALLABLE_CODES`. `reconcile` and `on_ambiguous`: as for
     `idempotent_http`; a call skipped as ambiguous, and every retry with its key, raises
     `outcome-unknown` (FAILED_PRECONDITION).
@@ -187,7 +190,7 @@ def _settle_call(
         try:
             value = admitted.handler(request, delivery)
         except https_fn.HttpsError as error:
-            if error._http_error_code.status >= 500:
+            if retryable_status(error._http_error_code.status):  # 5xx, resource-exhausted
                 raise _CallableFailed(error) from error
             stored = {"kind": "callable", "errorJson": _error_json(admitted.suffix, error)}
             fresh.append(error)

@@ -37,6 +37,7 @@ from dedup.http.idempotency import (
     StoredResponse,
     fingerprint,
     parse_key,
+    retryable_status,
     scoped_event_id,
 )
 from dedup.http.problems import (
@@ -96,7 +97,8 @@ HttpHandler = Callable[[IdempotentRequest], Any]
 
 
 class _ServerError(Exception):
-    """The handler answered 5xx: carried out of the dedup run so the lease is released."""
+    """The handler answered 5xx (or 408, 425, 429: `retryable_status`): carried out of the dedup
+    run so the lease is released."""
 
     def __init__(self, response: flask.Response) -> None:
         super().__init__(f"the handler answered {response.status_code}")
@@ -201,7 +203,7 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
             body = answer.get_data()
         except Exception as exc:  # after the effect: a retry must not repeat it
             raise TerminalError(f"{suffix}: the handler's answer is no response") from exc
-        if answer.status_code >= 500:
+        if retryable_status(answer.status_code):  # 5xx, 408, 425, 429: not stored
             raise _ServerError(answer)
         stored = StoredResponse(
             answer.status_code,

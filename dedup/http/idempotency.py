@@ -39,6 +39,17 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 CALLABLE_FIELD = "idempotencyKey"
 """The callable request data field that carries the key (the client SDKs set no headers)."""
 
+RETRY_LATER_STATUSES = frozenset({408, 425, 429})
+"""Statuses below 500 that ask the client to send the same request again later (Request
+Timeout, Too Early, Too Many Requests): like a 5xx, such an answer is not stored and the key is
+released, so the retry runs (a stored 429 would be replayed to that retry forever)."""
+
+
+def retryable_status(status: int) -> bool:
+    """An answer with `status` is not stored and releases the key: 5xx or
+    `RETRY_LATER_STATUSES`."""
+    return status >= 500 or status in RETRY_LATER_STATUSES
+
 
 class InvalidKey(ValueError):
     """The header value is not an acceptable idempotency key; the message says why, for the
@@ -129,7 +140,7 @@ def canonical_json(value: Any) -> bytes:
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """A response as kept in the record's `result` (status below 500 only)."""
+    """A response as kept in the record's `result` (not for a `retryable_status`)."""
 
     status: int
     body: bytes

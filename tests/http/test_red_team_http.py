@@ -695,3 +695,47 @@ def test_a_stored_response_is_whole_when_it_fits_else_its_stub(
     if "location" in stored:
         assert value_size(stored) <= limit
         assert back.location == location
+
+
+@pytest.mark.parametrize("status", [408, 425, 429])
+def test_a_retry_later_answer_is_not_stored(
+    firestore_client: firestore.Client, status: int
+) -> None:
+    """A handler answering 429 (or 408, 425: "send it again later") is answered so, with its
+    own `Retry-After`, and nothing is stored: the retry it asks for runs the handler (a stored
+    429 would be replayed to every retry, and the request could never succeed with its key)."""
+    runs: list[str] = []
+
+    @idempotent_http(f"later_{status}", anonymous=True, registry=SuffixRegistry())
+    def busy_once(call_: IdempotentRequest) -> flask.Response:
+        runs.append(call_.key)
+        if len(runs) == 1:
+            return flask.Response("slow down", status, headers={"Retry-After": "3"})
+        return flask.Response("{}", 201, content_type="application/json")
+
+    client, key = client_of(busy_once), new_key()
+    first = post(client, key)
+    assert (first.status_code, first.headers["Retry-After"]) == (status, "3")
+    retried = post(client, key)
+    assert retried.status_code == 201
+    assert REPLAYED_HEADER not in retried.headers
+    assert len(runs) == 2
+
+
+def test_a_callable_resource_exhausted_is_not_stored(firestore_client: firestore.Client) -> None:
+    """A callable raising `resource-exhausted` (429) releases its key like `internal`: the
+    retry runs and its result is the one stored."""
+    runs: list[str] = []
+
+    @idempotent_callable("exhausted", anonymous=True, registry=SuffixRegistry())
+    def quota(request: https_fn.CallableRequest[Any], delivery: Delivery) -> Any:
+        runs.append(delivery.key)
+        if len(runs) == 1:
+            raise https_fn.HttpsError(https_fn.FunctionsErrorCode.RESOURCE_EXHAUSTED, "quota")
+        return {"ok": len(runs)}
+
+    client, key = client_of(https_fn.on_call()(quota)), new_key()
+    assert call(client, key).status_code == 429
+    answers = [call(client, key) for _ in range(2)]
+    assert [a.get_json() for a in answers] == [{"result": {"ok": 2}}] * 2
+    assert len(runs) == 2
