@@ -40,6 +40,19 @@ DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_MIN_RETRY_SECONDS = 600
 DEFAULT_CACHE_SIZE = 1000
 DEFAULT_RPC_TIMEOUT_SECONDS = 10
+"""The RPC timeout a lease of 30 s or more gets when none is set (`rpc_timeout_for`)."""
+
+
+class _FollowsLease(int):
+    """The default of `DedupConfig.rpc_timeout_seconds`: 10 as a number (as released), told
+    apart from a 10 given on purpose by identity: replaced by `rpc_timeout_for(lease)`."""
+
+    __slots__ = ()
+
+
+RPC_TIMEOUT_FOLLOWS_LEASE: int = _FollowsLease(DEFAULT_RPC_TIMEOUT_SECONDS)
+"""`rpc_timeout_seconds` (DEDUP_RPC_TIMEOUT_SECONDS) not set: it follows the lease
+(`rpc_timeout_for`)."""
 DEFAULT_DATABASE = "(default)"
 
 _COLLECTION_SEGMENT = r"[^/]+"
@@ -129,12 +142,15 @@ class DedupConfig:
     cache_size: int = DEFAULT_CACHE_SIZE
     """Capacity of the per-instance LRU of keys known sent (0 disables it). DEDUP_CACHE_SIZE."""
 
-    rpc_timeout_seconds: int = DEFAULT_RPC_TIMEOUT_SECONDS
+    rpc_timeout_seconds: int = RPC_TIMEOUT_FOLLOWS_LEASE
     """Deadline of each dedup read and write, retries of transient errors included: when
     Firestore is unreachable a delivery fails with `StoreUnavailable` after about this long
     instead of the client library's 60 s (writes) to 300 s (reads). A transaction's begin,
     commit and rollback are bounded the same way (`dedup.platform.firestore_internals`).
-    DEDUP_RPC_TIMEOUT_SECONDS."""
+    Not set: it follows the lease, a third of `lease_seconds`, 1 s at least and 10 s at most
+    (`rpc_timeout_for`: 10 s for the default 60 s lease and any of 30 s or more, 1 s for a
+    test's lease of 1 to 5 s), so that a short lease still leaves a delivery a working time
+    budget; read back, it is the timeout in force. Set, it is kept. DEDUP_RPC_TIMEOUT_SECONDS."""
 
     on_payload_mismatch: PayloadMismatchPolicy = "log"
     """"log": report at ERROR and treat the delivery as the recorded event; "raise": raise
@@ -198,6 +214,8 @@ class DedupConfig:
         _require_at_least("max_attempts (DEDUP_MAX_ATTEMPTS)", self.max_attempts, 1)
         _require_at_least("min_retry_seconds (DEDUP_MIN_RETRY_SECONDS)", self.min_retry_seconds, 0)
         _require_at_least("cache_size (DEDUP_CACHE_SIZE)", self.cache_size, 0)
+        if self.rpc_timeout_seconds is RPC_TIMEOUT_FOLLOWS_LEASE:
+            object.__setattr__(self, "rpc_timeout_seconds", rpc_timeout_for(self.lease_seconds))
         _require_at_least(
             "rpc_timeout_seconds (DEDUP_RPC_TIMEOUT_SECONDS)", self.rpc_timeout_seconds, 1
         )
@@ -325,13 +343,21 @@ class DedupConfig:
             otel=telemetry_enabled(env),
             cache_size=_int_var(get, "DEDUP_CACHE_SIZE", DEFAULT_CACHE_SIZE),
             rpc_timeout_seconds=_int_var(
-                get, "DEDUP_RPC_TIMEOUT_SECONDS", DEFAULT_RPC_TIMEOUT_SECONDS
+                get, "DEDUP_RPC_TIMEOUT_SECONDS", RPC_TIMEOUT_FOLLOWS_LEASE
             ),
             on_payload_mismatch="raise" if policy == "raise" else "log",
             function_timeout_seconds=timeout,
             key_layout="spread" if layout == "spread" else "plain",
             on_give_up="nack" if give_up == "nack" else "ack",
         )
+
+
+def rpc_timeout_for(lease_seconds: int) -> int:
+    """The RPC timeout (`DedupConfig.rpc_timeout_seconds`) a lease of `lease_seconds` gets when
+    none is set: a third of it, 1 s at least, `DEFAULT_RPC_TIMEOUT_SECONDS` (10 s) at most. The
+    lease then covers a time budget of `lease_seconds` - this, two thirds or more of a lease:
+    4 s of a 5 s lease, where a 10 s timeout left the 1 s floor (`Budget.length_of`)."""
+    return min(DEFAULT_RPC_TIMEOUT_SECONDS, max(1, lease_seconds // 3))
 
 
 def telemetry_enabled(environ: Mapping[str, str] | None = None) -> bool:

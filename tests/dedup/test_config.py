@@ -64,3 +64,30 @@ def test_bad_value_names_the_variable(variable: str, value: str) -> None:
         DedupConfig.from_env({variable: value})
     assert isinstance(raised.value, DedupError)
     assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("lease", "rpc", "budget"),
+    [("1", 1, 1.0), ("2", 1, 1.0), ("3", 1, 2.0), ("5", 1, 4.0), ("10", 3, 7.0), ("60", 10, 50.0)],
+)
+def test_an_unset_rpc_timeout_follows_the_lease(lease: str, rpc: int, budget: float) -> None:
+    """DEDUP_RPC_TIMEOUT_SECONDS unset: a third of the lease, 1 to 10 s, so a short lease still
+    leaves a working budget: DEDUP_LEASE_SECONDS=5 gives 4 s, where a 10 s timeout left the
+    1 s floor to every delivery of a function without a declared timeout."""
+    config = DedupConfig.from_env({"DEDUP_LEASE_SECONDS": lease})
+    assert config.rpc_timeout_seconds == rpc
+    assert config.time_budget().seconds == budget
+    assert DedupConfig(lease_seconds=int(lease)) == config
+
+
+def test_a_set_rpc_timeout_is_kept() -> None:
+    """Only an RPC timeout left unset follows the lease; one set, in the environment or in
+    code, 10 included, is the one in force (a deliberate 1 s budget stays possible)."""
+    env = {"DEDUP_LEASE_SECONDS": "5", "DEDUP_RPC_TIMEOUT_SECONDS": "2"}
+    assert DedupConfig.from_env(env).rpc_timeout_seconds == 2
+    env["DEDUP_RPC_TIMEOUT_SECONDS"] = "10"
+    assert DedupConfig.from_env(env).time_budget().seconds == 1.0
+    assert DedupConfig(lease_seconds=5, rpc_timeout_seconds=10).rpc_timeout_seconds == 10
+    assert DedupConfig().rpc_timeout_seconds == 10
+    with pytest.raises(ConfigError, match="DEDUP_RPC_TIMEOUT_SECONDS"):
+        DedupConfig(rpc_timeout_seconds=0)

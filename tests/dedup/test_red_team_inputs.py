@@ -18,6 +18,12 @@ Invariants checked here:
   replays what `lambda: charge(10)` recorded. The library cannot see what a lambda captures, so
   it warns (`UserWarning`, once per qualified name) at the first such step, and docs/steps.md
   says what to pass instead.
+* **A short lease leaves a working budget.** With DEDUP_RPC_TIMEOUT_SECONDS unset the RPC
+  timeout follows the lease (a third of it, 1 to 10 s): DEDUP_LEASE_SECONDS=5 gives each
+  delivery 4 s, where the 10 s default left it the 1 s floor, so a delivery that lost 1.5 s
+  before its claim (a loaded machine, driven here by the budget clock) still runs; a lease of
+  1 s, as docs/steps.md suggests for tests, delivers. A timeout set longer than the lease is
+  refused where it is set (tests/dedup/test_config.py).
 * **Text never blocks a write.** Every string the library writes from user data (an error's
   message and type name, an event's subject and source) goes through one function,
   `dedup.platform.firestore_values.storable_text`: lone surrogates escaped, cut by Firestore's
@@ -46,7 +52,7 @@ import math
 import uuid
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -64,6 +70,7 @@ from dedup import (
     AsyncDeduplicator,
     AsyncDelivery,
     BudgetSpent,
+    DedupConfig,
     Deduplicator,
     Delivery,
     LeaseLost,
@@ -71,6 +78,7 @@ from dedup import (
     OutcomeKind,
     Record,
     State,
+    Step,
     TerminalError,
 )
 from dedup.kernel.record import MAX_ERROR_CHARS, error_text, storable_text
@@ -666,3 +674,38 @@ def test_a_closure_warns_and_a_module_function_does_not(make_dedup: MakeDedup) -
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert make_dedup(**SHORT).run(event(), SUFFIX, plain).kind is OutcomeKind.RAN
+
+
+# --- 6. A short lease leaves a working budget ----------------------------------------------------
+
+
+def test_a_lease_of_one_second_with_the_default_rpc_timeout_delivers(
+    firestore_client: firestore.Client,
+) -> None:
+    """DEDUP_LEASE_SECONDS=1 and nothing else, on a deduplicator's first delivery (its client
+    new): the handler runs and the event is `sent`."""
+    config = DedupConfig.from_env({"DEDUP_LEASE_SECONDS": "1", "DEDUP_CACHE_SIZE": "0"})
+    dedup = Deduplicator(config, client=firestore.Client(project=PROJECT))
+    outcome = dedup.run(event(), SUFFIX, lambda d: {"ok": True})
+    assert outcome.kind is OutcomeKind.RAN
+    record = dedup.run(outcome.key.rsplit("-", 1)[0], SUFFIX, lambda d: None)
+    assert record.kind is OutcomeKind.DUPLICATE
+
+
+def test_a_five_second_lease_leaves_time_for_a_slow_start(
+    firestore_client: firestore.Client,
+) -> None:
+    """DEDUP_LEASE_SECONDS=5, the RPC timeout unset: 1.5 s pass (by the budget clock) before
+    the claim, and the delivery still claims and runs. With the RPC timeout at 10 s its budget
+    was the 1 s floor: `BudgetSpent` before the claim, on every delivery so delayed."""
+    clock = DrivenClock()
+    env = {"DEDUP_LEASE_SECONDS": "5", "DEDUP_CACHE_SIZE": "0"}
+    config = replace(DedupConfig.from_env(env), budget_clock=clock)
+    dedup = Deduplicator(config, client=firestore_client)
+
+    def slow_start(step: Step, key: str) -> None:
+        if step is Step.BEFORE_CLAIM:
+            clock.now += 1.5
+
+    dedup.on_step(slow_start)
+    assert dedup.run(event(), SUFFIX, lambda d: None).kind is OutcomeKind.RAN
