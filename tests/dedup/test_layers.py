@@ -205,6 +205,7 @@ LAYERS: dict[str, int] = {
     "dedup.kernel.delivery": 1,
     "dedup.aio.delivery": 1,
     "dedup.kinds": 1,
+    "dedup.asgi": 1,
     "dedup.kernel.steps": 1,
     # 2, what a run stands on: the store, an instance's per-key turns, the settings, telemetry
     "dedup.kernel.store": 2,
