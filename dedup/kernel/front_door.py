@@ -213,7 +213,7 @@ class DeduplicatorBase:
         fingerprint = ambiguity = None
         payload, document_path = options.payload, options.document_path
         if payload is not None:
-            raw = payload.encode("utf-8") if isinstance(payload, str) else payload
+            raw = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
             fingerprint = payload_hash(raw)
         if options.chooses_ambiguity:
             from dedup.kernel.ambiguity import AmbiguityChoice
@@ -395,6 +395,6 @@ longest document path, 6 KiB): longer ones are cut (`storable_text`)."""
 def _label(text: str | None) -> str | None:
     """An event's `subject` or `source` as the record stores it: storable (`storable_text`:
     lone surrogates escaped), at most `MAX_LABEL_BYTES`; None stays None."""
-    if text is None or (text.isascii() and len(text) <= MAX_LABEL_BYTES):
-        return text  # as it is: the common case, checked at C speed
+    if not isinstance(text, str) or (text.isascii() and len(text) <= MAX_LABEL_BYTES):
+        return text  # as it is: None, or the common case, checked at C speed
     return storable_text(text, max_bytes=MAX_LABEL_BYTES)

@@ -274,11 +274,13 @@ def media_type(raw: Any) -> str:
 
 
 def canonical(value: Any) -> bytes:
-    """Sorted-key compact JSON (UTF-8) of `value`: the rendering a fingerprint is taken of."""
+    """Sorted-key compact JSON (UTF-8) of `value`: the rendering a fingerprint is taken of. A
+    lone surrogate (a JSON `"\\ud800"` escape decoded) is kept as its 3 bytes (`surrogatepass`):
+    the event still has a fingerprint, instead of failing on every delivery."""
     rendered = json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
     )
-    return rendered.encode("utf-8")
+    return rendered.encode("utf-8", "surrogatepass")
 
 
 def _json_default(value: Any) -> Any:

@@ -32,6 +32,8 @@ Invariants checked here:
   transaction mode); a plain exception with it leaves the event retryable, `in_progress` with
   no lease, never `unknown` with no effect under `on_ambiguous="skip"`. The release used to be
   refused, the lease kept until it expired, and the next delivery took it over as ambiguous.
+  An event whose data, source or subject hold lone surrogates (JSON `"\\ud800"` escapes) gets a
+  fingerprint and a record like any other: it used to fail before its claim on every delivery.
 * **A refused step is never recorded as run.** A handler that catches the `LeaseLost` (or
   `BudgetSpent`) a step raised and returns normally does not make the event `sent`: the
   delivery raises the refusal again, records nothing (`LeaseLost`) or gives the lease back
@@ -57,6 +59,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from cloudevents.http import CloudEvent
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
 from google.cloud.firestore import GeoPoint
@@ -80,6 +83,7 @@ from dedup import (
     State,
     Step,
     TerminalError,
+    trigger_once,
 )
 from dedup.kernel.record import MAX_ERROR_CHARS, error_text, storable_text
 from dedup.kernel.transitions import operator_released
@@ -709,3 +713,32 @@ def test_a_five_second_lease_leaves_time_for_a_slow_start(
 
     dedup.on_step(slow_start)
     assert dedup.run(event(), SUFFIX, lambda d: None).kind is OutcomeKind.RAN
+
+
+def test_an_event_whose_data_source_and_subject_hold_lone_surrogates_runs_once(
+    firestore_client: firestore.Client,
+) -> None:
+    """A CloudEvent whose JSON data held `"\\ud800"` escapes (decoded to lone surrogates), and
+    whose source and subject do too: it used to fail before any record on every delivery (its
+    fingerprint could not be encoded), retried for the platform's whole window; it now runs
+    once and its redelivery is a duplicate. `Deduplicator.run` with such a payload too."""
+    ran: list[object] = []
+
+    @trigger_once("red_team_surrogates")
+    def handler(event: object, delivery: Delivery) -> None:
+        ran.append(event)
+
+    attributes = {
+        "type": "com.example.thing",
+        "source": "//example/\ud800",
+        "id": event(),
+        "subject": "things/\udfff",
+    }
+    cloud_event = CloudEvent(attributes, {"text": "caf\ud800"})
+    handler(cloud_event)
+    handler(cloud_event)
+    assert len(ran) == 1
+    dedup, event_id = Deduplicator(DedupConfig(**SHORT), client=firestore_client), event()
+    assert dedup.run(event_id, SUFFIX, lambda d: None, payload="x\ud800").kind is OutcomeKind.RAN
+    again = dedup.run(event_id, SUFFIX, lambda d: None, payload="x\ud800")
+    assert again.kind is OutcomeKind.DUPLICATE
