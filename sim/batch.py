@@ -13,6 +13,7 @@ from typing import Any
 
 from sim import seams
 from sim.server import MODES
+from sim.surfaces import SURFACES
 
 MAX_KEPT = 50
 """Violations kept with their seed (all are counted)."""
@@ -37,6 +38,13 @@ class Summary:
     by_hole: Counter[str] = field(default_factory=Counter)
     deliveries: int = 0
     first_seed: int = 0
+    by_surface: dict[str, Counter[str]] = field(
+        default_factory=lambda: {s: Counter() for s in SURFACES}
+    )
+    """Per surface (`sim.surfaces`): runs, violations (as `unexplained`), deliveries."""
+    surface_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SURFACES, 0.0))
+    """Per surface: the seconds its runs took, summed over the workers."""
+    workers: int = 1
 
     def add(self, other: Summary) -> None:
         self.runs += other.runs
@@ -49,6 +57,10 @@ class Summary:
         self.unexplained += other.unexplained
         self.by_hole.update(other.by_hole)
         self.deliveries += other.deliveries
+        for surface in SURFACES:
+            self.by_surface[surface].update(other.by_surface[surface])
+        for surface, seconds in other.surface_seconds.items():
+            self.surface_seconds[surface] += seconds
         self.violations.extend(other.violations[: MAX_KEPT - len(self.violations)])
 
     def as_json(self) -> dict[str, Any]:
@@ -60,6 +72,7 @@ class Summary:
             "deliveries": self.deliveries,
             "interleavings": len(self.interleavings),
             "violations": self.unexplained,
+            "surfaces": self.surfaces(),
             "modes": {m: dict(self.by_mode[m]) for m in MODES},
             "faults": dict(sorted(self.faults.items())),
             "invariants_broken": dict(sorted(self.invariants.items())),
@@ -69,6 +82,22 @@ class Summary:
             "violating_seeds": self.violations,
         }
 
+    def surfaces(self) -> dict[str, dict[str, Any]]:
+        """Per surface: its runs, deliveries, violations and runs a second. A surface's rate
+        is its runs over the time its runs took on all workers, times the workers: the rate
+        the batch would have reached running that surface alone."""
+        out: dict[str, dict[str, Any]] = {}
+        for surface in SURFACES:
+            counts, seconds = self.by_surface[surface], self.surface_seconds[surface]
+            rate = counts["runs"] * self.workers / seconds if seconds else 0.0
+            out[surface] = {
+                "runs": counts["runs"],
+                "deliveries": counts["deliveries"],
+                "violations": counts["violations"],
+                "runs_per_second": round(rate, 1),
+            }
+        return out
+
     def text(self) -> str:
         data = self.as_json()
         lines = [
@@ -77,6 +106,11 @@ class Summary:
             f"{data['violations']} runs broke an invariant "
             f"(and {self.violating_runs - self.unexplained} only as an open hole does: "
             f"{data['runs_by_open_hole']})",
+            "  surfaces: "
+            + ", ".join(
+                f"{name} {c['runs']} runs ({c['runs_per_second']}/s, {c['violations']} violations)"
+                for name, c in data["surfaces"].items()
+            ),
             "  modes: "
             + ", ".join(f"{m} {c.get('runs', 0)} runs" for m, c in self.by_mode.items()),
             "  faults: " + ", ".join(f"{k} {v}" for k, v in data["faults"].items()),
@@ -104,7 +138,12 @@ def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
         for seed in seeds:
             if deadline is not None and time.monotonic() >= deadline:
                 break
+            began = time.perf_counter()
             result = run_one(seed)
+            summary.surface_seconds[result.surface] += time.perf_counter() - began
+            by_surface = summary.by_surface[result.surface]
+            by_surface["runs"] += 1
+            by_surface["deliveries"] += result.deliveries
             summary.runs += 1
             summary.deliveries += result.deliveries
             summary.interleavings.add(result.interleaving)
@@ -117,6 +156,7 @@ def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
                 unexplained = known(result.violations)
                 summary.unexplained += bool(unexplained)
                 mode["violations"] += bool(unexplained)
+                by_surface["violations"] += bool(unexplained)
                 open_ = [h for h in HOLES if h.open]
                 summary.by_hole.update(h.name for h in open_ if h.found_in(result.violations))
                 for v in result.violations:
@@ -125,7 +165,8 @@ def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
                     if len(summary.violations) < MAX_KEPT:
                         hole = next((h.name for h in open_ if h.found_in([v])), None)
                         summary.violations.append(
-                            {"seed": seed, "invariant": name, "row": row, "detail": detail}
+                            {"seed": seed, "surface": result.surface, "invariant": name}
+                            | {"row": row, "detail": detail}
                             | {"open_hole": hole}
                         )
     summary.seconds = time.monotonic() - started
@@ -146,6 +187,8 @@ def run_batch(
     """Seeds from `first` on, for `seconds` or `count` runs, over `workers` processes."""
     started = time.monotonic()
     # the kernel and the client library, imported once here rather than in every worker
+    import sim.operators
+    import sim.requests
     import sim.runner  # noqa: F401
 
     jobs = [(first, i, workers, seconds, count) for i in range(workers)]
@@ -154,7 +197,7 @@ def run_batch(
     else:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             parts = pool.map(_worker, jobs)
-    summary = Summary(first_seed=first)
+    summary = Summary(first_seed=first, workers=workers)
     for part in parts:
         summary.add(part)
     summary.violations.sort(key=lambda v: v["seed"])

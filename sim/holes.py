@@ -33,6 +33,9 @@ class Hole:
     """`sim.scenario.make` keywords of the runs that find it soonest."""
     open: bool = False
     """Its fix is not in the kernel yet: the violations it recognises are excused."""
+    surface: str = "kernel"
+    """The surface whose runs find it (`sim.surfaces`): `kernel` (the kernel's scenario,
+    narrowed by `family`), or `http`, `callable`, `operators` (every seed run as one)."""
 
     def found_in(self, violations: list[tuple[str, str, str]]) -> bool:
         return any(name in self.invariants and self.recognise(d) for name, _, d in violations)
@@ -118,6 +121,37 @@ HOLES = [
         ),
         {},
     ),
+    Hole(
+        "revive of a dead record whose effect happened",
+        "a delivery crashes after its effect; the next one takes the expired lease over at "
+        "the last allowed attempt (max_attempts) and buries the record `dead`, not `unknown`; "
+        "`dedup revive` says a dead record's effect never happened, so the operator revives "
+        "it and the redelivery runs the handler again: a second effect under "
+        "on_ambiguous='skip' (the operators surface, sim.operators)",
+        "dedup.kernel.lease buries an ambiguous take-over at the attempt limit as `dead` "
+        "(mark dead), and dedup.cli.repair.REVIVABLE_STATES documents a dead record as one "
+        "whose effect never happened",
+        ("at-most-once",),
+        lambda d: "after `dedup revive` of a dead record" in d,
+        {},
+        open=True,
+        surface="operators",
+    ),
+    Hole(
+        "a reused key answered another request's response",
+        "in transaction mode, two requests with one key and different bodies run at once; "
+        "the second's transaction aborts, and the read after its failed attempt finds the "
+        "first one's record sent: it is answered as a duplicate, the other body's stored "
+        "response replayed, where a reused key is 422 `idempotency-key-reused` (the "
+        "HTTP and callable surfaces, sim.requests)",
+        "dedup.kernel.atomic._record_failed_attempt skips a final record it reads "
+        "(Claim.SKIP, run.skip) without comparing its payload fingerprint (run.check_record)",
+        ("refusal",),
+        lambda d: "another body's answer" in d or "another call's" in d,
+        {},
+        open=True,
+        surface="http",
+    ),
 ]
 
 
@@ -130,8 +164,6 @@ def search(hole: Hole, seeds: Iterator[int], limit: int) -> tuple[int | None, in
     """The first seed of `seeds` (at most `limit` runs of the hole's family) whose run shows
     `hole`, and how many runs it took."""
     from sim.old_kernel import taken_back
-    from sim.runner import run_one
-    from sim.scenario import make
     from sim.seams import quiet
 
     runs = 0
@@ -140,6 +172,23 @@ def search(hole: Hole, seeds: Iterator[int], limit: int) -> tuple[int | None, in
             if runs >= limit:
                 break
             runs += 1
-            if hole.found_in(run_one(seed, scenario=make(seed, **hole.family)).violations):
+            if hole.found_in(run_on(hole, seed).violations):
                 return seed, runs
     return None, runs
+
+
+def run_on(hole: Hole, seed: int) -> Any:
+    """The run of `seed` in the runs that find `hole`: its family's kernel scenario, or the
+    seed run as its surface."""
+    from sim.runner import run_one
+    from sim.scenario import make
+
+    if hole.surface == "operators":
+        from sim.operators import run_operators
+
+        return run_operators(seed, disabled=frozenset())
+    if hole.surface in ("http", "callable"):
+        from sim.requests import run_request
+
+        return run_request(seed, hole.surface, disabled=frozenset())
+    return run_one(seed, scenario=make(seed, **hole.family))

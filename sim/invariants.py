@@ -75,7 +75,7 @@ def check(scenario: Any, world: Any, env: Any, platform: Any) -> list[tuple[str,
         if record is not None and state not in FINAL and record.get("leaseStartedAt") is None:
             last = [a for a in platform.answers if a.task.event == event]
             ended = last and isinstance(last[-1].answer, Outcome)
-            pending = platform.count.get(event, 0) >= scenario.cap
+            pending = platform.count.get(event, 0) >= platform.cap_of(event)
             if ended or not pending:
                 fail("final-or-leased", f"{key} ends {state} with no lease, and no retry is coming")
     for what in env.mismatches:

@@ -25,6 +25,7 @@ from sim.handlers import Effect, handler_for, reconcile_for
 from sim.records import SimFlowIO, SimRecords, SimTransaction
 from sim.scenario import Scenario, make
 from sim.server import EPOCH
+from sim.surfaces import drawn_surface
 from sim.world import Died, Instance, Task, World
 
 COLLECTION = "triggerEvents"
@@ -144,13 +145,21 @@ class Result:
     """What one run did and broke."""
 
     seed: int
-    scenario: Scenario
+    scenario: Any
+    """The run's `Scenario` (or `sim.requests.RequestScenario`)."""
     world: World
     env: Env
     answers: list[Answer]
     violations: list[tuple[str, str, str]]  # (invariant, row, detail)
     deliveries: int
     interleaving: int
+    surface: str = ""
+    """The surface the run attacked (`sim.surfaces`); for a kernel scenario, `steps` when its
+    handler takes durable steps, else `kernel`."""
+
+    def __post_init__(self) -> None:
+        if not self.surface:
+            self.surface = "steps" if self.scenario.program == "steps" else "kernel"
 
     def report(self, limit: int | None = None) -> str:
         lines = [self.scenario.describe(), ""]
@@ -174,6 +183,14 @@ class Result:
 def _answer(answer: Any) -> str:
     if isinstance(answer, Outcome):
         return f"{answer.kind.value} (attempt {answer.attempt}, gave_up={answer.gave_up})"
+    if hasattr(answer, "status_code") and hasattr(answer, "get_data"):  # an HTTP response
+        headers = {k: v for k, v in answer.headers.items() if k != "Content-Length"}
+        return f"HTTP {answer.status_code} {headers} {answer.get_data()[:160]!r}"
+    if not isinstance(answer, BaseException):
+        return f"returned {_short(answer)}"
+    if type(answer).__name__ == "HttpsError":  # a callable's (firebase-functions)
+        message, details = getattr(answer, "message", ""), getattr(answer, "details", None)
+        return f"HttpsError {answer.code.value}: {message!r} {details!r}"
     return f"raised {type(answer).__name__}: {str(answer)[:160]}"
 
 
@@ -207,7 +224,7 @@ class Platform:
 
     def deliver(self, event: str, index: int) -> None:
         number = self.count.get(event, 0) + 1
-        if number > self.scenario.cap:
+        if number > self.cap_of(event):
             return
         self.count[event] = number
         instance = self.instances[index]
@@ -223,7 +240,30 @@ class Platform:
         task.body = self.body(instance, event)
         self.world.spawn(task)
 
+    def cap_of(self, event: str) -> int:
+        """The deliveries `event` gets at most (`Scenario.cap`)."""
+        return self.scenario.cap
+
     def start_process(self, instance: Instance) -> None:
+        self.start_front(instance, self.config_of(instance))
+
+    def start_front(self, instance: Instance, config: DedupConfig) -> None:
+        """The process's front door, over the simulated store, with `config`."""
+        scenario = self.scenario
+        awaited = scenario.front == "async"
+        records = SimRecords(
+            self.world, COLLECTION, rpc_timeout_seconds=scenario.rpc_timeout, awaited=awaited
+        )
+        self.env.records = records
+        if awaited:
+            instance.front = AsyncDeduplicator(
+                config, records=SimFlowIO(records), telemetry=TELEMETRY
+            )
+        else:  # its pauses and turns switch greenlets, never suspend: the sync door drives it
+            instance.front = Deduplicator(config, records=SimFlowIO(records), telemetry=TELEMETRY)
+
+    def config_of(self, instance: Instance, **extra: Any) -> DedupConfig:
+        """A fresh process on `instance`: alive, no turns, its own wall clock; its config."""
         scenario, world = self.scenario, self.world
         instance.alive = True
         instance.turns = {}
@@ -249,18 +289,9 @@ class Platform:
             min_retry_seconds=scenario.min_retry,
             cache_size=scenario.cache_size,
             clock=clock,
+            **extra,
         )
-        awaited = scenario.front == "async"
-        records = SimRecords(
-            world, COLLECTION, rpc_timeout_seconds=scenario.rpc_timeout, awaited=awaited
-        )
-        self.env.records = records
-        if awaited:
-            instance.front = AsyncDeduplicator(
-                config, records=SimFlowIO(records), telemetry=TELEMETRY
-            )
-        else:  # its pauses and turns switch greenlets, never suspend: the sync door drives it
-            instance.front = Deduplicator(config, records=SimFlowIO(records), telemetry=TELEMETRY)
+        return config
 
     def body(self, instance: Instance, event: str) -> Any:
         front, scenario = instance.front, self.scenario
@@ -305,9 +336,21 @@ def run_one(
     disabled: frozenset[int] = frozenset(),
     scenario: Scenario | None = None,
 ) -> Result:
-    """Run `seed` (or `scenario`) to its end and check the invariants."""
+    """Run `seed` (or `scenario`) to its end and check the invariants. Without a `scenario`,
+    the seed's surface (`sim.surfaces.drawn_surface`) says what runs: the kernel's scenario,
+    the HTTP or callable entrance (`sim.requests`), or the operators (`sim.operators`)."""
     from sim.invariants import check
 
+    if scenario is None:
+        surface = drawn_surface(seed)
+        if surface in ("http", "callable"):
+            from sim.requests import run_request
+
+            return run_request(seed, surface, detail=detail, disabled=disabled)
+        if surface == "operators":
+            from sim.operators import run_operators
+
+            return run_operators(seed, detail=detail, disabled=disabled)
     scenario = scenario or make(seed)
     faults = scenario.faults
     if disabled:

@@ -11,20 +11,26 @@ What the kernel offers as a seam, and what it does not (docs/simulation.md):
   on `DedupConfig.budget_clock` (None: `time.monotonic`, looked up when a budget is made).
 * **No seam**: the kernel draws its backoff jitter from the `random` module
   (`dedup.kernel.store.backoff`) and owner tokens from `uuid.uuid4()` (`lease`, `atomic`), and
-  reads `time` for its pauses and the instance's memory of keys (`dedup.kernel.run`). The
-  simulator replaces the `time`, `random` and `uuid` names inside those modules (and
+  reads `time` for its pauses and the instance's memory of keys (`dedup.kernel.run`); the HTTP
+  and callable adapters wait for a running request with `time.sleep` (`dedup.http.replay`).
+  The simulator replaces the `time`, `random` and `uuid` names inside those modules (and
   `dedup.kernel.budget`'s `time`) while a run is going on.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time as real_time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from dedup.kernel import atomic, budget, lease, run, store
+
+http_replay = importlib.import_module("dedup.http.replay")
+"""The module (`dedup.http` exports a function of the same name)."""
 
 CURRENT: Any = None
 """The world of the run going on (`sim.world.World`)."""
@@ -78,7 +84,7 @@ def _init(self: run.Run, *args: Any, **kwargs: Any) -> None:
 
 
 _PATCHES: list[tuple[Any, str, Any]] = [
-    *((module, "time", _Time) for module in (budget, run, store)),
+    *((module, "time", _Time) for module in (budget, run, store, http_replay)),
     (store, "random", _Random),
     (lease, "uuid", _Uuid),
     (atomic, "uuid", _Uuid),
@@ -102,11 +108,16 @@ def kernel_seams() -> Iterator[None]:
 @contextmanager
 def quiet() -> Iterator[None]:
     """The kernel's seams taken over and its log line off (every delivery logs one)."""
-    logger = logging.getLogger("dedup")
-    was = logger.disabled
-    logger.disabled = True
+    loggers = [logging.getLogger(name) for name in ("dedup", "dedup.http")]
+    was = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
     try:
-        with kernel_seams():
+        with kernel_seams(), warnings.catch_warnings():
+            # The simulator's step functions are closures on purpose (each run's own ledger):
+            # the kernel's advice against them is for users, once per place, and costs here.
+            warnings.filterwarnings("ignore", message="step .* calls a ")
             yield
     finally:
-        logger.disabled = was
+        for logger, disabled in zip(loggers, was, strict=True):
+            logger.disabled = disabled

@@ -68,6 +68,8 @@ class Instance:
     alive: bool = True
     frozen_until: float = 0.0
     front: Any = None
+    entrance: Any = None
+    """The process's decorated function of an HTTP or callable run (`sim.requests`)."""
     turns: dict[str, list[Any]] = field(default_factory=dict)
 
 
@@ -122,6 +124,8 @@ class World:
         self.late_writes: list[tuple[str, Any]] = []
         """(what, call) of writes whose caller gave up while they waited on a lock, and that
         will apply once it is released (`Faults.late_write`)."""
+        self.freezes: list[tuple[str, float, float]] = []
+        """(instance, from, until) of each pause."""
         self.unencodable: list[tuple[str, str]] = []
         """(path, why) of record writes the client could not encode."""
 
@@ -259,6 +263,7 @@ class World:
         elif self.fault("pause", self.faults.pause):
             pause = self.fault_rng.uniform(0.1, self.faults.pause_seconds)
             instance.frozen_until = max(instance.frozen_until, self.now + pause)
+            self.freezes.append((instance.name, self.now, self.now + pause))
             if self.tracing:
                 self.trace.add(
                     self.now, instance.name, "FAULT", "process frozen for {:.3f} s", pause
