@@ -189,8 +189,8 @@ def _answer(answer: Any) -> str:
     if not isinstance(answer, BaseException):
         return f"returned {_short(answer)}"
     if type(answer).__name__ == "HttpsError":  # a callable's (firebase-functions)
-        message, details = getattr(answer, "message", ""), getattr(answer, "details", None)
-        return f"HttpsError {answer.code.value}: {message!r} {details!r}"
+        code, message = getattr(answer, "code", None), getattr(answer, "message", "")
+        return f"HttpsError {getattr(code, 'value', code)}: {message!r} {getattr(answer, 'details', None)!r}"
     return f"raised {type(answer).__name__}: {str(answer)[:160]}"
 
 
