@@ -335,7 +335,8 @@ class ConditionalTries:
     def after(self, exc: Exception) -> float | Conflict:
         """After a try raised `exc`: the `Conflict` to return, or the pause before the next
         try. Raises `RecordRefused` for a write refused as invalid (`InvalidArgument`) or that
-        the client could not encode (`TypeError`, `ValueError`), `StoreUnavailable` (chaining
+        the client could not encode (`TypeError`, `ValueError`, `OverflowError`: a timestamp
+        outside its range), `StoreUnavailable` (chaining
         `exc`) when out of budget or not retryable, and `exc` itself for anything else."""
         if isinstance(exc, PRECONDITION_ERRORS):
             return Conflict(maybe_applied=self._maybe_applied)
@@ -346,7 +347,7 @@ class ConditionalTries:
             if not self._budget.affords(pause):
                 raise self._store.unavailable(self._action, self._key, exc) from exc
             return pause
-        if isinstance(exc, api_exceptions.InvalidArgument | TypeError | ValueError):
+        if isinstance(exc, api_exceptions.InvalidArgument | TypeError | ValueError | OverflowError):
             raise RecordRefused(  # not an expired transaction: a conditional write is none
                 f"could not {self._action} {self._store.path(self._key)}: Firestore refused the "
                 f"write ({type(exc).__name__}: {exc}); a retry would be refused the same way"

@@ -34,7 +34,8 @@ and the client's encoder, each seen refused by the emulator or the client:
   a `Vector` directly inside an array (`Cannot convert a vector value in an array value`);
 * maps and arrays nested deeper than `MAX_DEPTH` (the document's own fields are depth 1);
 * an integer outside 64 bits, a string that is not valid Unicode text, a string or bytes over
-  `MAX_FIELD_VALUE_BYTES`;
+  `MAX_FIELD_VALUE_BYTES`, an aware `datetime` outside years 1 to 9999 once in UTC (the
+  client raises `OverflowError` encoding it);
 * any type the client cannot encode (`Decimal`, `date`, `bytearray`, a `Mapping` that is not a
   `dict`, any other object), or a write sentinel such as `SERVER_TIMESTAMP` where a value is
   meant.
@@ -401,6 +402,10 @@ def _value_refused(
             return f"{len(item)} bytes", f"Firestore's limit is {MAX_FIELD_VALUE_BYTES}"
         return _subclass(item, bytes, round_trip)
     if isinstance(item, datetime):
+        if item.tzinfo is not None and _outside_utc(item):
+            return "a datetime outside year 1 to 9999 in UTC", (
+                "Firestore's timestamps end there (its client cannot encode it)"
+            )
         if round_trip and item.tzinfo is None:
             return "a datetime without a timezone", (
                 "Firestore would store it as UTC and return an aware datetime (give it a tzinfo)"
@@ -413,6 +418,15 @@ def _value_refused(
     if isinstance(item, Sentinel):
         return f"the write sentinel {item.description!r}", "it is not a value"
     return _a(kind), "the Firestore client cannot encode it"
+
+
+def _outside_utc(moment: datetime) -> bool:
+    """The aware `moment` falls outside `datetime`'s years (1 to 9999) once in UTC."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        return True
+    return False
 
 
 def _subclass(item: Any, base: type, round_trip: bool) -> tuple[str, str] | None:

@@ -742,3 +742,32 @@ def test_an_event_whose_data_source_and_subject_hold_lone_surrogates_runs_once(
     assert dedup.run(event_id, SUFFIX, lambda d: None, payload="x\ud800").kind is OutcomeKind.RAN
     again = dedup.run(event_id, SUFFIX, lambda d: None, payload="x\ud800")
     assert again.kind is OutcomeKind.DUPLICATE
+
+
+BEFORE_YEAR_ONE = datetime(1, 1, 1, 2, 0, tzinfo=timezone(timedelta(hours=5)))
+"""Year 1 in its own zone, year 0 in UTC: the Firestore client cannot encode it."""
+
+
+def test_a_result_or_step_holding_a_timestamp_outside_firestores_range_ends_once(
+    make_dedup: MakeDedup, read_record: ReadRecord
+) -> None:
+    """A result holding it is stored as null and the event ends `sent` after one run (the
+    "sent" write used to raise `OverflowError` after the effect: the lease expired and the
+    next delivery ran the effect again); a step returning it is refused at once: `failed`."""
+    dedup, event_id, runs = make_dedup(**SHORT), event(), [0]
+
+    def handler(delivery: Delivery) -> dict[str, Any]:
+        runs[0] += 1
+        return {"at": BEFORE_YEAR_ONE}
+
+    assert dedup.run(event_id, SUFFIX, handler).kind is OutcomeKind.RAN
+    assert dedup.run(event_id, SUFFIX, handler).kind is OutcomeKind.DUPLICATE
+    assert runs == [1]
+    calls = [0]
+
+    def stepping(delivery: Delivery) -> None:
+        calls[0] += 1
+        delivery.step("when", lambda: BEFORE_YEAR_ONE)
+
+    assert dedup.run(event(), SUFFIX, stepping).kind is OutcomeKind.FAILED
+    assert calls == [1]
