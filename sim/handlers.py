@@ -102,6 +102,7 @@ def body_of(scenario: Scenario, env: Any) -> Callable[[Facade], Coroutine[Any, A
         if program == "noted":
             await f.note(ref=f"msg-{f.d.key}")
         await f.effect("effect", f.d.key, "effect")
+        env.user_time("the handler")
         if program == "big":
             return {"zeros": [0] * scenario.zeros}
         return {"ok": True, "attempt": f.d.attempt}
@@ -167,6 +168,7 @@ def steps_program(
 
     async def charge(key: str, item: str) -> dict[str, Any]:
         env.effect("charge", key, item, step=True)
+        env.user_time("a step's function")
         return {"item": item}
 
     async def charge_odd(key: str, value: Any) -> Any:
@@ -175,10 +177,13 @@ def steps_program(
 
     async def receipt(key: str) -> dict[str, Any]:
         env.effect("receipt", key, "receipt", step=True)
+        env.user_time("an at-most-once step's function")
         return {"sent": True}
 
     async def check() -> dict[str, Any]:
-        return {"ok": env.draw() < 0.5}
+        verdict = env.draw() < 0.5
+        env.user_time("a step's function")
+        return {"ok": verdict}
 
     async def reserve(transaction: Any, key: str) -> dict[str, Any]:
         ref = env.facade_ref(f"stock/{key}")
@@ -227,6 +232,7 @@ def reconcile_for(scenario: Scenario, env: Any) -> Any:
         return None
 
     def answer(delivery: Any) -> bool | None:
+        env.user_time("reconcile")
         if kind == "unsure":
             return None
         if kind == "flaky" and env.draw() < 0.3:

@@ -53,8 +53,10 @@ class OperatorPlatform(Platform):
         """(time, command, what came of it) of each operator turn."""
         self.extra: dict[str, int] = {}
         """Per event, the deliveries the operator made (each raises its cap by one)."""
-        self.writes: list[tuple[float, str, str]] = []
-        """(time, command, the state it found) of each operator write that applied."""
+        self.writes: list[tuple[float, float, str, str]] = []
+        """(sent, answered, command, the state it found) of each operator write that may have
+        applied."""
+        self.retries = 0
 
     def plan(self) -> None:
         super().plan()
@@ -78,6 +80,7 @@ class OperatorPlatform(Platform):
         try:
             snapshot = records.get(path)
         except api.GoogleAPICallError as exc:
+            self.again(event)
             return self.done("read", f"failed: {type(exc).__name__}")
         record = Record.from_snapshot(snapshot)
         if record is None:
@@ -92,13 +95,16 @@ class OperatorPlatform(Platform):
         assert snapshot.update_time is not None  # the record exists
         guard = us_of(snapshot.update_time)
         write = Write("update", path, encode(fields), guard)
+        sent = self.world.now
         try:
             records.write([write], f"operator {command} {path}")
         except (api.FailedPrecondition, api.NotFound):
             return self.done(command, "skipped: the record changed since it was read")
-        except api.GoogleAPICallError as exc:  # the command failed: the operator sees it
+        except api.GoogleAPICallError as exc:  # the command failed (or its answer was lost)
+            self.writes.append((sent, self.world.now, command, record.state.value))
+            self.again(event)  # the operator looks again (`dedup show`) a little later
             return self.done(command, f"failed: {type(exc).__name__}")
-        self.writes.append((self.world.now, command, record.state.value))
+        self.writes.append((sent, self.world.now, command, record.state.value))
         if command == "revive":  # revive delivers nothing: the runbook redelivers
             self.redeliver(event)
         return self.done(command, f"of a {record.state.value} record")
@@ -108,6 +114,14 @@ class OperatorPlatform(Platform):
         if self.world.tracing:
             self.world.trace.add(self.world.now, "operator", command, "{}", what)
         return f"{command}: {what}"
+
+    def again(self, event: str) -> None:
+        """A command that failed: the operator looks at the record again a little later (at
+        most three times a run)."""
+        if self.retries < 3:
+            self.retries += 1
+            pause = self.rng.uniform(1.0, float(self.scenario.lease_seconds))
+            self.world.at(self.world.now + pause, self.turn, event)
 
     def redeliver(self, event: str) -> None:
         """A delivery the operator makes: not one of the platform's retries, so it does not
@@ -189,10 +203,10 @@ def _read_by_the_operator(
         if name == "answer":
             who = detail.split(" ", 1)[0].rstrip(":")
             start, end = spans.get(who, (0.0, 0.0))
-            if any(start <= at <= end for at, _, _ in platform.writes):
+            if any(sent <= end and start <= at for sent, at, _, _ in platform.writes):
                 continue
         if name == "at-most-once":
-            revived = [f"{at:.3f}" for at, command, state in platform.writes if state == "dead"]
+            revived = [f"{at:.3f}" for _, at, _, state in platform.writes if state == "dead"]
             if revived:
                 detail += f" (after `dedup revive` of a dead record at {', '.join(revived)})"
         kept.append((name, row, detail))

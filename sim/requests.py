@@ -269,9 +269,10 @@ class RequestPlatform(Platform):
         env = self.env
 
         def reconcile(delivery: Any) -> bool | None:
+            env.user_time("reconcile")
             return None if kind == "unsure" else env.landed(delivery.key)
 
-        return reconcile
+        return self.timed(reconcile)
 
     def call(self, instance: Instance, key: str, variant: int) -> Any:
         body = body_of(key, variant)
@@ -346,6 +347,7 @@ class RequestPlatform(Platform):
             if server_error:
                 return flask.Response("busy", 503, headers={"X-Handler": task.name})
             self._effect(call.delivery)
+            env.user_time("the handler")
             status = 404 if env.draw() < scenario.stored_error else 201
             pad = "x" * (MAX_RESULT_BYTES + 10) if env.draw() < scenario.too_large else ""
             body = json.dumps({"by": task.name, "attempt": call.delivery.attempt, "pad": pad})
@@ -368,6 +370,7 @@ class RequestPlatform(Platform):
             if server_error:
                 raise https_fn.HttpsError(https_fn.FunctionsErrorCode.INTERNAL, "busy")
             self._effect(delivery)
+            env.user_time("the handler")
             value = {"by": task.name, "attempt": delivery.attempt}
             if env.draw() < scenario.stored_error:
                 env.fresh.append(Fresh(task.name, 404, json.dumps(value).encode(), "error"))

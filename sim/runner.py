@@ -28,6 +28,9 @@ from sim.server import EPOCH
 from sim.surfaces import drawn_surface
 from sim.world import Died, Instance, Task, World
 
+SLOW_USER_CODE = 0.1
+"""The share of runs whose user code (`reconcile`, step functions, handlers) takes its time
+(`Env.user_time`)."""
 COLLECTION = "triggerEvents"
 SUFFIX = "fn"
 HORIZON = 4 * 3600.0
@@ -80,6 +83,29 @@ class Env:
     mismatches: list[str] = field(default_factory=list)
     writes: int = 0
     records: SimRecords | None = None
+    slow: bool = False
+    """User code takes its time in this run (`user_time`), drawn from `World.slow_rng`."""
+
+    def __post_init__(self) -> None:
+        self.slow = self.world.slow_rng.random() < SLOW_USER_CODE
+
+    def user_time(self, where: str) -> None:
+        """The user's callback `where` takes its time, on virtual time: in a run whose user
+        code is slow, now and then longer than the lease and the budget (up to two leases), or
+        it freezes (ten leases). Drawn from `World.slow_rng`: the seed's other draws stay."""
+        if not self.slow:
+            return
+        rng, lease = self.world.slow_rng, self.scenario.lease_seconds
+        if rng.random() >= 0.3:
+            return
+        seconds = rng.uniform(0.5, 2.0 * lease) if rng.random() < 0.85 else 10.0 * lease
+        self.world.fault_counts["slow_user_code"] = (
+            self.world.fault_counts.get("slow_user_code", 0) + 1
+        )
+        if self.world.tracing and self.world.current is not None:
+            name = self.world.current.name
+            self.world.trace.add(self.world.now, name, "user", "{} takes {:.3f} s", where, seconds)
+        self.world.sleep(seconds)
 
     def draw(self) -> float:
         return self.world.rng.random()
@@ -190,7 +216,8 @@ def _answer(answer: Any) -> str:
         return f"returned {_short(answer)}"
     if type(answer).__name__ == "HttpsError":  # a callable's (firebase-functions)
         code, message = getattr(answer, "code", None), getattr(answer, "message", "")
-        return f"HttpsError {getattr(code, 'value', code)}: {message!r} {getattr(answer, 'details', None)!r}"
+        details = getattr(answer, "details", None)
+        return f"HttpsError {getattr(code, 'value', code)}: {message!r} {details!r}"
     return f"raised {type(answer).__name__}: {str(answer)[:160]}"
 
 

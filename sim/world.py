@@ -105,6 +105,7 @@ class World:
         self.fault_rng = random.Random(seed * 7919 + 1)  # the faults
         self.backoff_rng = random.Random(seed * 104729 + 2)  # the kernel's own jitter
         self.late_rng = random.Random(seed * 15485863 + 3)  # abandoned writes that still apply
+        self.slow_rng = random.Random(seed * 86028121 + 13)  # user code that takes its time
         self.faults = faults
         self.server = Server(mode)
         self.now = 0.0
