@@ -161,7 +161,9 @@ class Delivery(DeliveryIdentity):
 
         One write, fenced by this delivery's lease exactly like "sent": a delivery that lost
         its lease gets `LeaseLost` and writes nothing. Fields merge with the notes already
-        there. A handler that never calls it costs nothing more."""
+        there. Notes Firestore would refuse (a `Decimal`, a reserved key, nested arrays, a
+        reference to another database) raise `RecordRefused`, a `TerminalError`, before any
+        write. A handler that never calls it costs nothing more."""
         drive(self._notes_of_run().note(fields))
 
     def step[T](

@@ -51,6 +51,7 @@ from dedup.kernel.transitions import (
     noted,
     released,
 )
+from dedup.platform.firestore_values import refusal
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import Invoke
@@ -126,9 +127,15 @@ class Lease:
         return run_step(self, name, call, transactional=transactional, once=once)
 
     async def _note(self, fields: dict[str, Any]) -> None:
-        if (unreadable := unreadable_reference(fields, self.run.io.client)) is not None:
-            raise RecordRefused(f"could not note on {self.run.path}: it holds {unreadable}")
         notes = {**self.notes, **fields}
+        reason = refusal(notes, at=(Field.NOTES,), round_trip=False) or unreadable_reference(
+            fields, self.run.io.client
+        )
+        if reason is not None:  # checked as Firestore would, before the write: none is sent
+            raise RecordRefused(
+                f"could not note on {self.run.path}: the notes hold {reason}; nothing was "
+                "written, and a retry would be refused the same way"
+            )
         await self.write(noted(notes), State.IN_PROGRESS, "note on", notes=True)
         self.notes = notes
 

@@ -56,6 +56,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -89,6 +90,7 @@ from dedup.kernel.record import MAX_ERROR_CHARS, error_text, storable_text
 from dedup.kernel.transitions import operator_released
 from dedup.platform.firestore_values import refusal
 from tests.conftest import PROJECT
+from tests.dedup.grpc_faults import Fault, faulty_client
 
 MakeDedup = Callable[..., Deduplicator]
 MakeAsyncDedup = Callable[..., AsyncDeduplicator]
@@ -771,3 +773,42 @@ def test_a_result_or_step_holding_a_timestamp_outside_firestores_range_ends_once
 
     assert dedup.run(event(), SUFFIX, stepping).kind is OutcomeKind.FAILED
     assert calls == [1]
+
+
+NOTES_REFUSED: list[tuple[str, Any]] = [
+    ("reserved-key", {"__x__": 1}),
+    ("nested-array", [[1, 2]]),
+    ("decimal", Decimal("9.99")),
+    ("other-database", "other-database"),
+]
+
+
+@pytest.mark.parametrize("value", [n[1] for n in NOTES_REFUSED], ids=[n[0] for n in NOTES_REFUSED])
+def test_a_note_firestore_would_refuse_is_refused_before_any_write(
+    read_record: ReadRecord, value: Any
+) -> None:
+    """`delivery.note` checks its value as Firestore would and raises `RecordRefused` (a
+    `TerminalError`: the event ends `failed`) without sending the write: the only write RPCs
+    are the claim and the "failed" record. It used to send it and have Firestore refuse it."""
+    writes: list[str] = []
+
+    def plan(method: str, number: int) -> Fault:
+        if method == "Commit":
+            writes.append(method)
+        return Fault.PASS
+
+    client = faulty_client(plan)
+    if value == "other-database":
+        value = firestore.Client(project=PROJECT, database="elsewhere").document("places/p1")
+    dedup = Deduplicator(DedupConfig(**SHORT), client=client)
+
+    def handler(delivery: Delivery) -> None:
+        delivery.note(value=value)
+
+    outcome = dedup.run(event(), SUFFIX, handler)
+    assert outcome.kind is OutcomeKind.FAILED
+    assert len(writes) == 2  # the claim, then "failed"
+    record = read_record(outcome.key)
+    assert record is not None
+    assert record.last_error is not None
+    assert "nothing was written" in record.last_error
