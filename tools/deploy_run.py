@@ -11,7 +11,7 @@ deploy`); what Cloud Functions wired is wired here, after the deploys:
 
 * an event function: an Eventarc trigger to its service, whose Pub/Sub subscription gets the
   settings of `tools.run_service` (ack deadline, backoff, a dead-letter topic with a
-  subscription on it after `delivery_attempts`);
+  subscription on it after `delivery_attempts`), and records kept past their dead letters;
 * a scheduled function: its Cloud Scheduler job, POSTing to the service's `run.app` URL with an
   OIDC token;
 * a task-queue function: its queue routed to the service's `run.app` URL (`--http-uri-override`
@@ -59,8 +59,10 @@ from tools.run_service import (
     MAX_RETRY_DELAY,
     MIN_RETRY_DELAY,
     ack_deadline,
+    dead_letter_subscription,
     dead_letter_topic,
     delivery_attempts,
+    event_retention,
     refuse_unreachable_services,
     run_env_dir,
     run_function_env_files,
@@ -169,7 +171,9 @@ def event_plan(
     function: str, endpoint: Mapping[str, Any], service: str, target: Target,
     env: Mapping[str, str], number: str,
 ) -> list[str]:  # fmt: skip
-    """The trigger of one event function, its subscription's settings and its dead letters."""
+    """The trigger of one event function, its subscription's settings and its dead letters
+    (`DeployError` when `env` keeps records shorter: `tools.run_service.event_retention`)."""
+    event_retention(env)
     trigger = endpoint["eventTrigger"]
     timeout = int(endpoint["timeoutSeconds"])
     deadline = ack_deadline(function, timeout)
@@ -212,10 +216,7 @@ def event_plan(
     topic_check = ["gcloud", "pubsub", "topics", "describe", dead, project]
     topic_create = ["gcloud", "pubsub", "topics", "create", dead, project]
     reader_check = ["gcloud", "pubsub", "subscriptions", "describe", dead, project]
-    reader_create = [
-        "gcloud", "pubsub", "subscriptions", "create", dead, f"--topic={dead}", project,
-        "--ack-deadline=60", "--message-retention-duration=7d", "--expiration-period=never",
-    ]  # fmt: skip
+    reader_create = dead_letter_subscription(dead, project)
     publisher = [
         "gcloud", "pubsub", "topics", "add-iam-policy-binding", dead, agent,
         "--role=roles/pubsub.publisher", project,

@@ -19,6 +19,7 @@ import shlex
 import uuid
 from collections.abc import Iterator
 from contextlib import suppress
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ from tests.deploy.test_dead_letters import (
     wait_for,
 )
 from tests.deploy.test_run_served import platform_environment, serving
+from tools.run_service import DEAD_LETTER_RETENTION
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 SECTION = "## Dead letters on the Cloud Run path"
@@ -86,7 +88,9 @@ def test_an_event_given_up_on_is_dead_lettered_and_redriven_once_after_the_fix(
     Pub/Sub dead-letters it after its 5 attempts; the dead letter carries the CloudEvent. Then
     the receiver is fixed and the runbook's commands run as typed: `list` shows it, a redrive
     before the revive leaves it (naming the key to revive), `revive` hands it back, the redrive
-    makes exactly one effect; a second dead letter of it, redriven, makes none."""
+    makes exactly one effect; a second dead letter of it, redriven, makes none. Its record,
+    kept as the plan's `DEDUP_RETENTION_DAYS` says, expires no sooner than its dead letter does
+    on a subscription of the plan (`DEAD_LETTER_RETENTION` from the letter's arrival)."""
     commands = runbook_commands()
     assert [shlex.split(c)[1] for c in commands] == ["dead-letters", "list", "revive",
                                                      "dead-letters"]  # fmt: skip
@@ -150,6 +154,11 @@ def test_an_event_given_up_on_is_dead_lettered_and_redriven_once_after_the_fix(
             assert letter["source"] == f"//pubsub.googleapis.com/{topic}"
             assert letter["deliveryCount"] == PUBSUB_ATTEMPTS
             assert letter["sourceSubscription"] == push
+            record = Record.from_snapshot(records.document(key).get())
+            assert record is not None
+            assert record.expire_at is not None
+            arrived = datetime.fromisoformat(str(letter["publishTime"]))
+            assert record.expire_at >= arrived + DEAD_LETTER_RETENTION, (record, arrived)
             found = run.invoke(cli, records_list)
             assert found.exit_code == 0, found.output
             assert event_key in found.output
