@@ -17,26 +17,22 @@ Invariants (proven in tests/http/test_red_team_http.py):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import flask
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException
 
-from dedup.entrances.answer_table import Case, Door, answer, refusal_status
+from dedup.entrances.answer_table import Case
 from dedup.entrances.gate import HTTP, Entrance, gate
 from dedup.errors import ConfigError, TerminalError
-from dedup.http.auth import AuthUnavailable, InvalidToken, TokenVerifier, bearer_token, firebase_uid
+from dedup.http.auth import TokenVerifier, firebase_uid
 from dedup.http.idempotency import (
-    HEADER,
     REPLAYED_HEADER,
-    InvalidKey,
     StoredResponse,
     fingerprint,
-    parse_key,
     retryable_status,
     scoped_event_id,
 )
@@ -55,13 +51,12 @@ from dedup.http.replay import (
     request_budget,
     settle,
 )
+from dedup.http.request_checks import Rules, checked_request, refusal, target
 from dedup.kernel.lease import Lease
 from dedup.kernel.record import RERUN, Mode
 from dedup.kernel.room import record_size
 from dedup.kernel.run import Run
 from dedup.platform.firestore_values import MAX_DOCUMENT_BYTES, NULL_BYTES
-from dedup.platform.strict_json import InvalidJSON
-from dedup.platform.strict_json import loads as strict_loads
 
 if TYPE_CHECKING:
     from dedup.config import DedupConfig
@@ -141,7 +136,7 @@ def idempotent_http(
         raise ConfigError(
             "max_body_bytes must be positive, wait_seconds and retry_after_seconds not negative"
         )
-    rules = _Rules(
+    rules = Rules(
         allowed=tuple(method.upper() for method in methods),
         max_body_bytes=max_body_bytes,
         anonymous=anonymous,
@@ -162,27 +157,14 @@ def idempotent_http(
     return decorate
 
 
-@dataclass(frozen=True)
-class _Rules:
-    """What `idempotent_http` was told about the requests it accepts and how it answers."""
-
-    allowed: tuple[str, ...]
-    max_body_bytes: int
-    anonymous: bool
-    verify: TokenVerifier
-    json_body: bool
-    wait_seconds: float
-    retry_after_seconds: int
-
-
-def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.Response:
+def _serve(admitted: Entrance, rules: Rules, request: flask.Request) -> flask.Response:
     """Answer one request: check it, run the handler once per key, answer the outcome."""
     suffix = admitted.suffix
     try:
         config = admitted.deduplicator().config
         length = admitted.options.budget or config.time_budget()
         spent = request_budget(length, config)  # the request's one budget, from its arrival
-        checked = _checked_request(request, rules)
+        checked = checked_request(request, rules)
     except Exception:  # a verifier or the framework failing: never a 4xx by mistake
         logger.exception("%s: the request could not be checked", suffix)
         return _failed().response()
@@ -214,7 +196,7 @@ def _serve(admitted: Entrance, rules: _Rules, request: flask.Request) -> flask.R
         fresh.append(answer)
         return stored.to_result(room=_result_room(delivery))
 
-    payload = fingerprint(request.method, _target(request), body, json_body=rules.json_body)
+    payload = fingerprint(request.method, target(request), body, json_body=rules.json_body)
     try:
         settled = settle(
             admitted.deduplicator(),
@@ -246,7 +228,7 @@ def _unreleased(suffix: str, retry_after_seconds: int) -> flask.Response:
     lease was lost meanwhile): the key is not free until its lease ends, so the answer is the
     store's 503 + `Retry-After`, never "retry now"."""
     logger.exception("%s: the handler failed and its key could not be released", suffix)
-    return _refusal(
+    return refusal(
         Case.STORE_UNAVAILABLE,
         "Service unavailable",
         "the request failed and its Idempotency-Key could not be released yet: retry with the "
@@ -271,109 +253,11 @@ def _result_room(delivery: Delivery) -> int | None:
     return MAX_DOCUMENT_BYTES - size + NULL_BYTES
 
 
-def _checked_request(
-    request: flask.Request, rules: _Rules
-) -> Problem | tuple[str | None, str, bytes, Any]:
-    """Everything checked before a record is touched, in the documented order."""
-    allowed, max_body_bytes = rules.allowed, rules.max_body_bytes
-    if request.method not in allowed:
-        return Problem(
-            405,
-            "method-not-allowed",
-            "Method not allowed",
-            f"this endpoint accepts {', '.join(allowed)} only",
-            headers={"Allow": ", ".join(allowed)},
-        )
-    length = request.content_length
-    if length is not None and length > max_body_bytes:
-        return _too_large(max_body_bytes)
-    app_limit = request.max_content_length  # the app's MAX_CONTENT_LENGTH, if any
-    if app_limit is not None:
-        max_body_bytes = min(max_body_bytes, app_limit)
-    # A body without a length (chunked) is read no further: one byte more tells "too large"
-    # (werkzeug cuts such a body at the limit silently). Flask before 3.1 cannot set it.
-    with contextlib.suppress(AttributeError):
-        request.max_content_length = max_body_bytes + 1
-    try:
-        body = request.get_data(cache=True)
-    except RequestEntityTooLarge:
-        return _too_large(max_body_bytes)
-    if len(body) > max_body_bytes:
-        return _too_large(max_body_bytes)
-    uid: str | None = None
-    if not rules.anonymous:
-        try:
-            uid = rules.verify(bearer_token(request))
-        except InvalidToken as exc:
-            return Problem(
-                401,
-                "unauthenticated",
-                "Unauthenticated",
-                f"{exc}: send `Authorization: Bearer <Firebase ID token>`",
-                headers={"WWW-Authenticate": 'Bearer realm="firebase"'},
-            )
-        except AuthUnavailable as exc:
-            return Problem(
-                503,
-                "auth-unavailable",
-                "Authentication unavailable",
-                f"{exc}; retry later",
-                headers=retry_after(rules.retry_after_seconds),
-            )
-    raw_key = request.headers.get(HEADER)
-    if raw_key is None:
-        return _refusal(
-            Case.REFUSED_INPUT,
-            "Idempotency-Key missing",
-            f"this endpoint requires the {HEADER} header: send a new UUID per "
-            "operation, and the same one when retrying it",
-        )
-    try:
-        key = parse_key(raw_key)
-    except InvalidKey as exc:
-        return Problem(400, "idempotency-key-invalid", "Invalid Idempotency-Key", str(exc))
-    parsed: Any = None
-    if rules.json_body:
-        if not request.is_json:
-            return Problem(
-                415,
-                "unsupported-media-type",
-                "Unsupported media type",
-                "send the body as JSON with `Content-Type: application/json`",
-            )
-        try:
-            parsed = strict_loads(body)
-        except InvalidJSON as exc:
-            return Problem(400, "malformed-json", "Malformed JSON", exc.detail)
-    return uid, key, body, parsed
-
-
-def _target(request: flask.Request) -> str:
-    """The path and, when there is one, the query string: both are fingerprinted, so a
-    handler reading `request.args` never replays the answer to another query."""
-    query = request.query_string.decode("latin-1")
-    return f"{request.path}?{query}" if query else request.path
-
-
-def _refusal(case: Case, title: str, detail: str, headers: dict[str, str] | None = None) -> Problem:
-    """The problem with which an HTTP entrance refuses `case`: its status and slug are the
-    answer table's (`dedup.entrances.answer_table`)."""
-    status, slug = refusal_status(case, Door.HTTP), answer(case, Door.HTTP).error
-    assert slug is not None  # every refusal of the table is named
-    return Problem(status, slug, title, detail, headers=headers or {})
-
-
 def _failed() -> Problem:
-    return _refusal(
+    return refusal(
         Case.HANDLER_RAISED,
         "Internal error",
         "the request failed and nothing was stored: retry it with the same key",
-    )
-
-
-def _too_large(limit: int) -> Problem:
-    return Problem(
-        413, "body-too-large", "Body too large", f"the body is larger than {limit} bytes"
     )
 
 
@@ -397,7 +281,7 @@ def _answer(
             response.headers[REPLAYED_HEADER] = "true"
         return response
     if settled.kind is Settled.IN_PROGRESS:  # a held lease or a lost one: the table agrees
-        return _refusal(
+        return refusal(
             Case.LEASE_HELD,
             "Request in progress",
             "a request with this Idempotency-Key is still being processed: retry after the "
@@ -412,7 +296,7 @@ def _answer(
             "this Idempotency-Key was already used for a different request (method, path or "
             "body): use a new key for a new request",
         ).response()
-    return _refusal(
+    return refusal(
         Case.STORE_UNAVAILABLE,
         "Service unavailable",
         "the idempotency records could not be reached: retry with the same key",
