@@ -1,6 +1,6 @@
 """A separate process that delivers one event through a Deduplicator (used by the tests).
 
-    python -m tests.dedup.crash_worker EVENT_ID SUFFIX --lease 3 [--hang] [--start-at EPOCH]
+    python -m tests.dedup.crash_worker EVENT_ID SUFFIX [--lease 60] [--hang] [--start-at EPOCH]
         [--mode lease] [--async] [--die-after-effect] [--note]
 
 The handler's effect is one new document in `effects` (so the test can count effects). With
@@ -11,6 +11,13 @@ prints STARTED and sleeps at `Step.AFTER_EFFECT`, before "sent" is written: the 
 it there (lease mode's ambiguous window). With --note the handler notes a `messageId` it chose
 (`delivery.note`) before its effect, and the effect carries it. The outcome is printed as one
 JSON line on stdout.
+
+A worker that is to be killed (--hang, --die-after-effect) runs on `standing_clock`: on a busy
+machine its own clock could count a short lease ended between the claim and the handler, and
+it would give the lease back instead of reaching the point the test kills it at. Its lease is
+judged by Firestore as ever. The racing workers (neither flag) keep the real clock, and a 60 s
+lease by default: with 3 s, a winner that a busy machine held for 2.7 s between its claim and
+its handler would give its lease back, and no worker of the race would run the event.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from dedup import (
     Outcome,
     Step,
 )
+from tests.dedup.support import standing_clock
 
 EFFECTS = "effects"
 
@@ -44,7 +52,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("event_id")
     parser.add_argument("suffix")
-    parser.add_argument("--lease", type=int, default=3)
+    parser.add_argument("--lease", type=int, default=60)  # racing workers never wait it out
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--start-at", type=float, default=0.0)
     parser.add_argument("--mode", default=Mode.LEASE.value)
@@ -58,8 +66,10 @@ def main() -> int:
             print("STARTED", flush=True)
             time.sleep(120)
 
+    killed = args.hang or args.die_after_effect
+    config = DedupConfig(lease_seconds=args.lease, budget_clock=standing_clock if killed else None)
     client = firestore.Client(project="demo-exactly-once")
-    deduplicator = Deduplicator(DedupConfig(lease_seconds=args.lease), client=client)
+    deduplicator = Deduplicator(config, client=client)
     client.collection(EFFECTS).document("warmup").get()  # connect before the start line
 
     def handler(delivery: Delivery) -> None:
@@ -95,7 +105,7 @@ def main() -> int:
 
     async def deliver_async() -> Outcome:
         dedup = AsyncDeduplicator(
-            DedupConfig(lease_seconds=args.lease),
+            config,
             client_factory=lambda: firestore.AsyncClient(project="demo-exactly-once"),
         )
         if args.die_after_effect:

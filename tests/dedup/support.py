@@ -21,6 +21,31 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_MODULE = "tests.dedup.crash_worker"
 
 
+def standing_clock() -> float:
+    """A budget clock (`DedupConfig.budget_clock`) that never moves: a delivery on it counts no
+    time spent, so a busy machine's pauses never make it give its lease back before a step or
+    the handler (`Budget.lease_late`) nor spend its time budget. Its lease is still judged by
+    Firestore, on the database clock: a test that expires a lease by waiting still expires it.
+    For tests whose subject is not the instance's own clock (test_budget_clock.py drives it)."""
+    return 0.0
+
+
+STALE_LEASE_SECONDS = 3
+"""The lease of a delivery a test lets go stale (it sleeps past it, then a successor takes it
+over). On `standing_clock` each of the stale owner's writes gets this long for its one RPC,
+which a busy machine's emulator answers well within. With a 1 s lease on the real clock, 1 of
+40 runs under three busy loops failed: the write after the sleep got 0.1 s and timed out."""
+
+
+KILLED_LEASE_SECONDS = 10
+"""The lease of a worker a test SIGKILLs inside its handler, then checks that a redelivery is
+held off (LeaseHeld) before the lease ends: from the worker's claim to that redelivery's read
+there are its effect's write, a line on a pipe, a SIGKILL and the wait for it, and a new
+deduplicator's first RPC, each of which a busy machine may stretch past a second (with a 3 s
+lease the check could meet an expired lease and see the event run at once). The test then
+waits this long for the lease to end on the database clock."""
+
+
 def start_worker(*args: str) -> subprocess.Popen[str]:
     """Start `python -m tests.dedup.crash_worker ARGS` from the repository root, with this
     process's (emulator) environment."""

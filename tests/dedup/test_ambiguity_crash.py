@@ -35,9 +35,13 @@ from dedup import (
 from tests.dedup.aio_faults import faulty_async_dedup
 from tests.dedup.conftest import EFFECTS, MakeAsyncDedup, MakeDedup
 from tests.dedup.grpc_faults import Fault, Plan, faulty_client
-from tests.dedup.support import kill_when_started
+from tests.dedup.support import kill_when_started, standing_clock
 
 LEASE_SECONDS = 2
+"""Every delivery here runs on `standing_clock` (tests/dedup/support.py): a 2 s lease leaves a
+delivery 1.8 s on its own clock from its claim to its handler, which a busy machine may take,
+and the delivery would give the lease back (BudgetSpent) instead of ending as the test asks.
+The lease is judged by Firestore, on the database clock, which the test waits out."""
 SUFFIX = "s"
 EVENT = "e1"
 KEY = "e1-s"
@@ -78,6 +82,23 @@ def options(choice: str, reconcile: Any) -> dict[str, Any]:
     return {}
 
 
+class HeldUntilStarted:
+    """A budget clock that reads 0 until `start()`, then the real seconds since: the delivery
+    reaches its handler whatever the machine's load (`standing_clock`'s reason), then its
+    failing writes after the handler give up within the lease's 2 s of real time, as on a
+    real clock (on a clock that never moved they would be retried without end)."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+
+    def start(self) -> None:
+        if self._started is None:
+            self._started = time.monotonic()
+
+    def __call__(self) -> float:
+        return 0.0 if self._started is None else time.monotonic() - self._started
+
+
 def leave_the_window(window: str, path: str, client: firestore.Client) -> None:
     """One delivery produces the effect and never records "sent"."""
     if window == "sigkill":
@@ -85,13 +106,21 @@ def leave_the_window(window: str, path: str, client: firestore.Client) -> None:
         kill_when_started(*args, *(("--async",) if path == "async" else ()))
         return
 
+    clock = HeldUntilStarted()
+
     def handler(delivery: Delivery) -> None:
+        clock.start()
         client.collection(EFFECTS).document().create({"key": delivery.key})
 
     async def async_handler(delivery: AsyncDelivery) -> None:
+        clock.start()
         client.collection(EFFECTS).document().create({"key": delivery.key})
 
-    settings: dict[str, Any] = {"lease_seconds": LEASE_SECONDS, "rpc_timeout_seconds": 1}
+    settings: dict[str, Any] = {
+        "lease_seconds": LEASE_SECONDS,
+        "rpc_timeout_seconds": 1,
+        "budget_clock": clock,
+    }
     plan: Plan = after_the_claim
     if path == "sync":
         broken = Deduplicator(DedupConfig(**settings), client=faulty_client(plan))
@@ -132,7 +161,7 @@ def redeliver(
             return asked(receiver_filter(delivery), client)
 
         return until_taken_over(
-            lambda: make_dedup(lease_seconds=LEASE_SECONDS).run(
+            lambda: make_dedup(lease_seconds=LEASE_SECONDS, budget_clock=standing_clock).run(
                 EVENT, SUFFIX, handler, **options(choice, reconcile)
             )
         )
@@ -146,9 +175,9 @@ def redeliver(
         return bool(await query.limit(1).get())
 
     def deliver() -> Outcome:
-        run: Awaitable[Outcome] = make_async_dedup(lease_seconds=LEASE_SECONDS).run(
-            EVENT, SUFFIX, async_handler, **options(choice, async_reconcile)
-        )
+        run: Awaitable[Outcome] = make_async_dedup(
+            lease_seconds=LEASE_SECONDS, budget_clock=standing_clock
+        ).run(EVENT, SUFFIX, async_handler, **options(choice, async_reconcile))
         return asyncio.run(run)  # type: ignore[arg-type]
 
     return until_taken_over(deliver)
@@ -191,7 +220,7 @@ def test_the_ambiguous_delivery_ends_as_chosen(
         assert len(got) <= 1
         assert ran == []
         assert (record.state, record.sent, record.reconciled) == (State.UNKNOWN, False, False)
-        again = make_dedup(lease_seconds=LEASE_SECONDS).run(
+        again = make_dedup(lease_seconds=LEASE_SECONDS, budget_clock=standing_clock).run(
             EVENT, SUFFIX, lambda d: ran.append(d.key), on_ambiguous="skip"
         )
         assert again.kind is OutcomeKind.DUPLICATE

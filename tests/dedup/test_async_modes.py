@@ -31,7 +31,7 @@ from dedup import (
     TerminalError,
     trigger_once,
 )
-from tests.dedup.support import write_foreign_lease
+from tests.dedup.support import STALE_LEASE_SECONDS, standing_clock, write_foreign_lease
 
 MakeAsyncDedup = Callable[..., AsyncDeduplicator]
 ReadRecord = Callable[[str], Record | None]
@@ -164,18 +164,20 @@ def test_a_stale_async_owner_gets_lease_lost(
     make_async_dedup: MakeAsyncDedup, read_record: ReadRecord, finish: str
 ) -> None:
     """Fencing: an owner whose lease expired and was taken over meanwhile gets LeaseLost on
-    mark sent and on release; the record keeps the successor's outcome."""
+    mark sent and on release; the record keeps the successor's outcome. The stale owner's
+    clock stands still, its lease is 3 s, as in the sync test (test_lease.py says why)."""
     successor = AsyncCalls()
 
     async def slow(delivery: AsyncDelivery) -> None:
-        await asyncio.sleep(1.3)  # past the 1 s lease on the database clock
+        await asyncio.sleep(STALE_LEASE_SECONDS + 0.5)  # past the lease on the database clock
         assert (await make_async_dedup().run("e1", "s", successor)).kind is OutcomeKind.RAN
         if finish == "raise":
             raise RuntimeError("late failure")
 
     async def scenario() -> None:
+        stale = make_async_dedup(lease_seconds=STALE_LEASE_SECONDS, budget_clock=standing_clock)
         with pytest.raises(LeaseLost, match="took it over"):
-            await make_async_dedup(lease_seconds=1).run("e1", "s", slow)
+            await stale.run("e1", "s", slow)
 
     asyncio.run(scenario())
     assert successor.deliveries[0].attempt == 2

@@ -24,7 +24,7 @@ from dedup import (
     dedup_key,
 )
 from dedup.kernel.run import SentKeys
-from tests.dedup.support import write_foreign_lease
+from tests.dedup.support import STALE_LEASE_SECONDS, standing_clock, write_foreign_lease
 
 MakeDedup = Callable[..., Deduplicator]
 ReadRecord = Callable[[str], Record | None]
@@ -212,17 +212,24 @@ def test_stale_owner_cannot_mark_sent_or_release(
     make_dedup: MakeDedup, read_record: ReadRecord, finish: str
 ) -> None:
     """Fencing: an owner whose lease expired and was taken over gets LeaseLost on mark sent
-    and on release; the record keeps the new owner's result."""
+    and on release; the record keeps the new owner's result.
+
+    The stale owner's instance clock stands still (`standing_clock`): on a busy machine its
+    own clock would count the lease ended before the handler starts, or cut its last write to
+    a tenth of a second, and the test would see BudgetSpent or StoreUnavailable instead of the
+    fence. Each of its writes gets the whole lease (3 s) for one RPC; the lease itself expires
+    on the database clock, which the handler's sleep passes whatever the load."""
     successor = Calls()
 
     def slow(delivery: Delivery) -> None:
-        time.sleep(1.3)  # past the 1 s lease on the database clock
+        time.sleep(STALE_LEASE_SECONDS + 0.5)  # past the lease on the database clock
         assert make_dedup().run("e1", "s", successor).kind is OutcomeKind.RAN
         if finish == "raise":
             raise RuntimeError("late failure")
 
+    stale = make_dedup(lease_seconds=STALE_LEASE_SECONDS, budget_clock=standing_clock)
     with pytest.raises(LeaseLost, match="took it over"):
-        make_dedup(lease_seconds=1).run("e1", "s", slow)
+        stale.run("e1", "s", slow)
     assert successor.deliveries[0].attempt == 2
     record = read_record("e1-s")
     assert record is not None

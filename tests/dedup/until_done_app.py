@@ -8,11 +8,17 @@ from firebase_functions import firestore_fn
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, SuffixRegistry, trigger_once
+from tests.dedup.support import standing_clock
 
 LEASE_SECONDS = 2
 """Short, so that a crashed delivery's lease expires within the test."""
-CONFIG = DedupConfig(lease_seconds=LEASE_SECONDS, cache_size=0, min_retry_seconds=0)
-"""The function's config; the test hands it to `deliver_until_done`."""
+CONFIG = DedupConfig(
+    lease_seconds=LEASE_SECONDS, cache_size=0, min_retry_seconds=0, budget_clock=standing_clock
+)
+"""The function's config; the test hands it to `deliver_until_done`. Its deliveries' own clock
+stands still (`tests.dedup.support.standing_clock`): with a 2 s lease, a busy machine's pause
+between the claim and the step would make the delivery the test crashes give its lease back
+before it reaches the step (and `crash_at_step` would find no crash)."""
 REGISTRY = SuffixRegistry()
 """The test loads this file twice (an import, and functions-framework's load of its path)."""
 
