@@ -94,17 +94,22 @@ def body_of(scenario: Scenario, env: Any) -> Callable[[Facade], Coroutine[Any, A
     async def maybe_fail(f: Facade) -> None:
         if env.handler_fails():
             if env.draw() < scenario.terminal / max(scenario.handler_failure, 1e-9):
-                raise TerminalError("the receiver refused the event for good")
-            raise HandlerError("the receiver answered 503")
+                raise TerminalError(env.user("terminal", "the receiver refused the event for good"))
+            raise HandlerError(env.user("failure", "the receiver answered 503"))
 
     async def plain(f: Facade) -> Any:
         await maybe_fail(f)
         if program == "noted":
-            await f.note(ref=f"msg-{f.d.key}")
+            if env.catalogue:
+                await noted(f, env, ref=f"msg-{f.d.key}", value=env.user("note", None))
+            else:
+                await f.note(ref=f"msg-{f.d.key}")
         await f.effect("effect", f.d.key, "effect")
         env.user_time("the handler")
         if program == "big":
             return {"zeros": [0] * scenario.zeros}
+        if env.catalogue:
+            return {"ok": True, "attempt": f.d.attempt, "value": env.user("result", None)}
         return {"ok": True, "attempt": f.d.attempt}
 
     async def counter(f: Facade) -> Any:
@@ -164,7 +169,17 @@ def steps_program(
                 verdict = await f.step(name, check)
                 branch = f"s{place}{'yes' if verdict['ok'] else 'no'}"
                 done[branch] = await f.step(branch, charge, f.d.step_key(branch), branch)
+        if env.catalogue:  # a value of the catalogue, then a step that takes it as argument
+            given = await kept(f, env, "s9value", give, f.d.step_key("s9value"))
+            await kept(f, env, "s9echo", echo, given)
         return {"steps": len(done)}
+
+    async def give(key: str) -> Any:
+        env.effect("charge", key, f"value@{key}", step=True)
+        return env.user("step", None)
+
+    async def echo(value: Any) -> dict[str, Any]:
+        return {"echoed": True}
 
     async def charge(key: str, item: str) -> dict[str, Any]:
         env.effect("charge", key, item, step=True)
@@ -194,6 +209,43 @@ def steps_program(
         return {"n": n}
 
     return body
+
+
+async def kept(f: Facade, env: Any, name: str, fn: Any, *args: Any) -> Any:
+    """Step `name`, noting the value the handler is handed (or that it was refused, or that a
+    replay's fingerprint did not match) for the `value-kept` invariant."""
+    key = f"{f.d.key}/{name}"
+    try:
+        value = await f.step(name, fn, *args)
+    except Exception as exc:
+        kind = type(exc).__name__
+        if kind == "RecordRefused":
+            env.refused.setdefault(key, env.world.now)
+        elif kind == "StepMismatch":
+            env.mismatch(f"step {name}: the replay's fingerprint differs: {str(exc)[:200]}")
+        raise
+    env.seen.setdefault(key, []).append(shape(value))
+    return value
+
+
+async def noted(f: Facade, env: Any, **fields: Any) -> None:
+    """`delivery.note(**fields)`, noting a refusal (`RecordRefused`)."""
+    try:
+        await f.note(**fields)
+    except Exception as exc:
+        if type(exc).__name__ == "RecordRefused":
+            env.refused.setdefault(f"{f.d.key}/note", env.world.now)
+        raise
+
+
+def shape(value: Any) -> Any:
+    """`value` with every type in it, comparable: two values of one shape are the same value
+    of the same types all the way down (a map's key order aside)."""
+    if isinstance(value, dict):
+        return ("dict", type(value).__name__, sorted((repr(k), shape(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple | set | frozenset):
+        return (type(value).__name__, [shape(v) for v in value])
+    return (type(value).__module__, type(value).__name__, repr(value))
 
 
 def odd_value(kind: str) -> Any:

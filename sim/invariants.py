@@ -45,6 +45,8 @@ ROWS = {
     "budget": "guarantees.md time budget row; row 1b",
     "record-fits": "transitions.MAX_RESULT_BYTES: sent must always fit; row 18",
     "answer": "guarantees.md What happens to a delivery",
+    "value-kept": "steps.md: a step's value is the same on every delivery; a refused value "
+    "raises RecordRefused after the function ran once",
 }
 EXPECTED = {
     OutcomeKind.RAN: {"sent"},
@@ -91,7 +93,44 @@ def check(scenario: Any, world: Any, env: Any, platform: Any) -> list[tuple[str,
         fail("record-fits", f"the client cannot encode a write of {path}: {reason[:200]}")
     _budget(scenario, world, fail)
     _answers(platform, fail)
+    if env.seen or env.refused:
+        _values_kept(env, platform, fail)
     return found
+
+
+def _values_kept(env: Any, platform: Any, fail: Any) -> None:
+    """A value of the catalogue is kept (every delivery's handler is handed the same value of
+    the same types) or refused once its function ran, and never called again once a delivery
+    answered `failed` (a refusal whose failed write did not land is retried as an outage: the
+    step was never recorded, its function is called again under its key)."""
+    for name, seen in env.seen.items():
+        other = next((s for s in seen[1:] if s != seen[0]), None)
+        if other is not None:
+            fail(
+                "value-kept",
+                f"step {name} handed the handler {str(seen[0])[:150]}, then {str(other)[:150]}",
+            )
+    for name, _ in env.refused.items():
+        event = name.split("/", 1)[0].rsplit("-", 1)[0]
+        ended = [
+            a.at
+            for a in platform.answers
+            if a.task.event == event
+            and isinstance(a.answer, Outcome)
+            and a.answer.kind is OutcomeKind.FAILED
+        ]
+        if not ended:
+            continue
+        when = min(ended)
+        later = [
+            e for e in env.effects if e.kind == "charge" and e.key == name and e.at > when + 1e-9
+        ]
+        if later:
+            fail(
+                "value-kept",
+                f"step {name} was refused at {when:.3f}, its function called again by "
+                f"{later[0].task} at {later[0].at:.3f}",
+            )
 
 
 def _exactly_once(

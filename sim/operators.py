@@ -66,6 +66,7 @@ class OperatorPlatform(Platform):
             self.world.at(self.rng.uniform(0, span), self.turn, event)
 
     def turn(self, event: str) -> None:
+        self.desk.alive = True
         n = len(self.world.tasks) + 1
         task = Task(n, f"operator/o{n}", self.desk, event, lambda: None)
         task.body = lambda: self.act(event)
@@ -151,7 +152,8 @@ class OperatorPlatform(Platform):
         super().answered(task)
 
     def died(self, task: Task) -> None:
-        if task.instance is self.desk:
+        if task.instance is self.desk:  # the operator's session died: it looks again later
+            self.again(task.event)
             return
         super().died(task)
 

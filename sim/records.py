@@ -35,7 +35,10 @@ from dedup.kernel.record import Conflict, Fields, Snapshot
 from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
 from dedup.kernel.store_errors import TRANSIENT_ERRORS
 from sim.server import Write, at, us_of
-from sim.values import encode
+from sim.values import as_read, encode
+
+USER_FIELDS = ("steps", "notes", "result")
+"""The record's fields that hold the user's values (a step's, a note's, a result)."""
 
 
 class SimDocument:
@@ -243,12 +246,16 @@ class SimRecords(StoreBase[SimClient]):
         """`fields` as the client sends them; what it cannot encode is noted as a refused
         record write (`sim.invariants`: record-fits) before the `TypeError` is raised."""
         try:
-            return dict(encode(fields))
+            encoded = dict(encode(fields))
         except TypeError as exc:
             self.world.unencodable.append(
                 (self.path(key), f"TypeError: {exc.args[0]}: {exc.args[1:]}")
             )
             raise
+        for name, value in encoded.items():  # the user's values, as a read gives them back
+            if name.startswith(USER_FIELDS) and type(value) is not str:
+                encoded[name] = as_read(value)
+        return encoded
 
     def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None

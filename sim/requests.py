@@ -30,6 +30,7 @@ from dedup import TerminalError
 from dedup.entrances.gate import Entrance
 from dedup.entrances.suffixes import SuffixRegistry
 from dedup.http import REPLAYED_HEADER, IdempotentRequest, idempotent_callable, idempotent_http
+from dedup.http.callable import sent_json
 from dedup.http.idempotency import fingerprint
 from dedup.kernel.transitions import MAX_RESULT_BYTES, payload_hash
 from sim.handlers import HandlerError
@@ -351,7 +352,7 @@ class RequestPlatform(Platform):
             status = 404 if env.draw() < scenario.stored_error else 201
             pad = "x" * (MAX_RESULT_BYTES + 10) if env.draw() < scenario.too_large else ""
             body = json.dumps({"by": task.name, "attempt": call.delivery.attempt, "pad": pad})
-            data = body.encode()
+            data = env.user("body", b"") + body.encode()
             env.fresh.append(Fresh(task.name, status, data))
             headers = {
                 "Location": f"{PATH}/{call.key}",
@@ -373,11 +374,14 @@ class RequestPlatform(Platform):
             env.user_time("the handler")
             value = {"by": task.name, "attempt": delivery.attempt}
             if env.draw() < scenario.stored_error:
-                env.fresh.append(Fresh(task.name, 404, json.dumps(value).encode(), "error"))
-                raise https_fn.HttpsError(
-                    https_fn.FunctionsErrorCode.NOT_FOUND, f"no stock for {task.name}", value
-                )
-            env.fresh.append(Fresh(task.name, 200, json.dumps(value).encode()))
+                details = env.user("details", value)
+                message = f"no stock for {task.name}"
+                wire = {"code": "not-found", "message": message, "details": details}
+                env.fresh.append(Fresh(task.name, 404, _sent(wire), "error"))
+                code = https_fn.FunctionsErrorCode.NOT_FOUND
+                raise https_fn.HttpsError(code, message, details)
+            value = env.user("json", value)
+            env.fresh.append(Fresh(task.name, 200, _sent(value)))
             return value
 
         return self.timed(create_order)
@@ -419,6 +423,15 @@ class RequestPlatform(Platform):
             self.world.rng.randrange(len(self.instances)),
             self.variant_of[task.id],
         )
+
+
+def _sent(value: Any) -> bytes:
+    """`value` as a callable stores it (`dedup.http.callable.sent_json`), b"" when it cannot
+    be sent."""
+    try:
+        return sent_json(value, allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError):
+        return b""
 
 
 def _declares_no_timeout(wrapper: Any) -> None:
@@ -571,8 +584,10 @@ def _check_callable(
     if isinstance(answer, https_fn.HttpsError):
         reason = (answer.details or {}).get("reason") if isinstance(answer.details, dict) else None
         if answer.code is https_fn.FunctionsErrorCode.NOT_FOUND:
-            stored = json.loads(result.get("errorJson") or "{}")
-            if stored.get("message") != answer.message or stored.get("details") != answer.details:
+            wire = {"code": answer.code.value, "message": answer.message}
+            if answer.details is not None:
+                wire["details"] = answer.details
+            if _sent(wire).decode() != result.get("errorJson"):
                 fail("replayed", f"{task.name}: the HttpsError is not the stored one")
             if not same:
                 fail("refusal", f"{task.name}: another call's error replayed (want reused)")
@@ -586,11 +601,11 @@ def _check_callable(
     if isinstance(answer, BaseException):
         fail("refusal", f"{task.name}: the adapter raised {type(answer).__name__}: {answer}")
         return
-    stored = json.loads(result["json"]) if "json" in result else None
-    if answer != stored:
-        fail("replayed", f"{task.name} answered {answer!r}, the record keeps {stored!r}")
-    if answer not in [json.loads(f.body) for f in env.fresh if f.kind == "value"]:
-        fail("first-answer", f"{task.name} answered {answer!r}, no handler's value")
+    sent = _sent(answer)
+    if sent.decode() != result.get("json"):
+        fail("replayed", f"{task.name} answered {sent[:150]!r}, the record keeps another")
+    if sent not in [f.body for f in env.fresh if f.kind == "value"]:
+        fail("first-answer", f"{task.name} answered {sent[:150]!r}, no handler's value")
     if not same:
         fail("refusal", f"{task.name}: another call's value answered (want reused)")
 

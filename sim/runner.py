@@ -20,7 +20,7 @@ from opentelemetry import trace
 from dedup import AsyncDeduplicator, DedupConfig, Deduplicator, Outcome
 from dedup.kernel.delivery import drive
 from dedup.telemetry import Telemetry
-from sim import seams
+from sim import catalogue, seams
 from sim.handlers import Effect, handler_for, reconcile_for
 from sim.records import SimFlowIO, SimRecords, SimTransaction
 from sim.scenario import Scenario, make
@@ -28,6 +28,8 @@ from sim.server import EPOCH
 from sim.surfaces import drawn_surface
 from sim.world import Died, Instance, Task, World
 
+CATALOGUE_RUNS = 0.15
+"""The share of runs whose user data comes from `sim.catalogue` (`Env.catalogue`)."""
 SLOW_USER_CODE = 0.1
 """The share of runs whose user code (`reconcile`, step functions, handlers) takes its time
 (`Env.user_time`)."""
@@ -86,8 +88,38 @@ class Env:
     slow: bool = False
     """User code takes its time in this run (`user_time`), drawn from `World.slow_rng`."""
 
+    catalogue: bool = False
+    """This run's user data comes from the catalogue (`sim.catalogue`), drawn from
+    `World.values_rng`: a step's value (and the next step's argument), a note, the handler's
+    result, its failures' texts, an HTTP body, a callable's result and `HttpsError` details."""
+    drawn: dict[str, Any] = field(default_factory=dict)
+    """The catalogue's draws of the run (the same on every delivery: a user's function)."""
+    seen: dict[str, list[Any]] = field(default_factory=dict)
+    """Per step key (`<record key>/<name>`), the value each delivery's handler was handed
+    (`sim.handlers.shape`)."""
+    refused: dict[str, float] = field(default_factory=dict)
+    """The step keys (and `<record key>/note`) refused with `RecordRefused`, at the time of the
+    first refusal."""
+
     def __post_init__(self) -> None:
         self.slow = self.world.slow_rng.random() < SLOW_USER_CODE
+        rng = self.world.values_rng
+        self.catalogue = rng.random() < CATALOGUE_RUNS
+        if self.catalogue:
+            self.drawn = {
+                "step": catalogue.value(rng),
+                "note": catalogue.value(rng),
+                "result": catalogue.value(rng),
+                "failure": catalogue.text(rng),
+                "terminal": catalogue.text(rng),
+                "json": ("json", catalogue.json_value(rng)),
+                "details": ("json", catalogue.json_value(rng)),
+                "body": ("bytes", rng.randbytes(rng.randint(0, 64))),
+            }
+
+    def user(self, what: str, default: Any) -> Any:
+        """The catalogue's `what` in a run of the catalogue, else `default`."""
+        return self.drawn[what][1] if self.catalogue else default
 
     def user_time(self, where: str) -> None:
         """The user's callback `where` takes its time, on virtual time: in a run whose user
@@ -203,7 +235,8 @@ class Result:
         if self.violations:
             lines.append("VIOLATIONS:")
             lines += [f"  [{name}] ({row}) {detail}" for name, row, detail in self.violations]
-        return "\n".join(lines)
+        # a user's text may hold lone surrogates (`sim.catalogue`): shown escaped
+        return "\n".join(lines).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _answer(answer: Any) -> str:

@@ -60,5 +60,6 @@ def replay(seed: int, disabled: frozenset[int] = frozenset(), *, shrink: bool = 
             print(small.report())
             listed = ",".join(str(n) for n in sorted(off))
             print(f"\nreplay the shrunk run: python -m sim --seed {seed} --disable {listed}")
-    print(f"\nseed {seed} breaks: " + "; ".join(f"[{n}] {d}" for n, _, d in result.violations))
+    broken = "; ".join(f"[{n}] {d}" for n, _, d in result.violations)
+    print(f"\nseed {seed} breaks: " + broken.encode("utf-8", "backslashreplace").decode("utf-8"))
     return 1

@@ -14,6 +14,12 @@ not model:
   (google/cloud/firestore_v1/_helpers.py, `encode_value`). So the server never sees what the
   client cannot encode, and checks the rest as stored: `round_trip=False` (a tuple is an
   array).
+* **Decoding**: what Firestore gives back for a value it takes is what the client library
+  decodes from what it encoded (`_round_trip`): a `GeoPoint(35, 139)` is read back as
+  `GeoPoint(35.0, 139.0)`, a `Vector`'s numbers as floats, a timestamp with a zone other than
+  UTC (or none) as an aware UTC `DatetimeWithNanoseconds`, an `IntEnum` as an `int`. The store
+  keeps that, so a replay reads what Firestore would return. The kernel's own UTC timestamps
+  are kept as they are.
 * **Speed**: a handler's long result (`[0] * 170_000`) is written on every retry of its
   write, and the module measures it item by item (about a microsecond each). A long list of
   numbers of one type (`int` or `float`) is measured at C speed and judged by the module on
@@ -22,18 +28,21 @@ not model:
   refusal is its range). Any other long list is measured by the module once while it lives,
   kept by identity (the simulator's handlers never change a value they returned).
 
-Not modelled: the 40,000 index entries a document may produce, GeoPoints, references and
-vectors (nothing here writes them).
+Not modelled: the 40,000 index entries a document may produce, and document references
+(nothing here writes them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from google.api_core.datetime_helpers import DatetimeWithNanoseconds
 from google.cloud import firestore
+from google.cloud.firestore import GeoPoint
+from google.cloud.firestore_v1 import _helpers
+from google.cloud.firestore_v1.vector import Vector
 
 from dedup.platform import firestore_values as fv
 
@@ -43,8 +52,8 @@ _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
 _TAKEN = frozenset({type(None), bool, float, datetime, DatetimeWithNanoseconds})
 """Exact types `dedup.platform.firestore_values.refusal` takes whatever their value as the
 server checks them (`round_trip=False`: a datetime without a timezone is stored)."""
-_AS_IS = _SCALARS | {datetime, DatetimeWithNanoseconds}
-"""What `encode` sends as it is, by exact type."""
+_AS_IS = _SCALARS
+"""What `encode` sends as it is, by exact type (a timestamp is looked at: `encode`)."""
 LONG = 1000
 """A list at least this long is measured once while it lives (`_long`)."""
 
@@ -100,9 +109,38 @@ def encode(value: Any) -> Any:
         if _scalars(list(value)):
             return list(value)
         return [encode(v) for v in value]
-    if isinstance(value, str | int | float | bytes | datetime):
-        return value
+    if kind is datetime and value.tzinfo is UTC:
+        return value  # the kernel's own timestamps: kept as they are, as before
+    if isinstance(value, str | int | float | bytes | datetime | GeoPoint | Vector):
+        return _round_trip(value)
     raise TypeError("Cannot convert to a Firestore Value", value, "Invalid type", type(value))
+
+
+def as_read(value: Any) -> Any:
+    """An encoded value as a read gives it back, timestamps included: a UTC `datetime` (kept
+    as it is by `encode`, as the kernel's own timestamps) is read back as a
+    `DatetimeWithNanoseconds`. For the user's values in a record (`sim.records.USER_FIELDS`);
+    `value` itself when nothing changes."""
+    kind = type(value)
+    if kind is datetime:
+        return _round_trip(value)
+    if kind is dict:
+        changed = {k: as_read(v) for k, v in value.items()}
+        return value if all(changed[k] is value[k] for k in value) else changed
+    if kind is list:
+        if _scalars(value):
+            return value
+        items = [as_read(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+def _round_trip(value: Any) -> Any:
+    """`value` as a read gives it back: the client library's own encoding and decoding (a
+    `GeoPoint`'s and a `Vector`'s numbers as floats, a timestamp as an aware UTC
+    `DatetimeWithNanoseconds` to the microsecond, a subclass of `int` or `str` as the plain
+    type). Firestore keeps only what its `Value` holds."""
+    return _helpers.decode_value(_helpers.encode_value(value), None)
 
 
 def _key(key: Any) -> str:

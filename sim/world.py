@@ -106,6 +106,7 @@ class World:
         self.backoff_rng = random.Random(seed * 104729 + 2)  # the kernel's own jitter
         self.late_rng = random.Random(seed * 15485863 + 3)  # abandoned writes that still apply
         self.slow_rng = random.Random(seed * 86028121 + 13)  # user code that takes its time
+        self.values_rng = random.Random(seed * 2654435761 + 17)  # user data from the catalogue
         self.faults = faults
         self.server = Server(mode)
         self.now = 0.0
