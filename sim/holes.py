@@ -122,6 +122,62 @@ HOLES = [
         {},
     ),
     Hole(
+        "a step value read back as another type",
+        "a step's function returns a value Firestore gives back as another type (a "
+        "GeoPoint(35, 139) read as GeoPoint(35.0, 139.0), a timestamp in another zone read "
+        "in UTC, an IntEnum as an int): the first run hands the handler one value, every "
+        "replay another, and a step that takes it as argument fingerprints differently",
+        "dedup.kernel.step_writes.as_replayed (the first run hands the handler the value as "
+        "the record gives it back) did not exist: _run_one returned the function's value",
+        ("value-kept",),
+        lambda d: "handed the handler" in d or "fingerprint differs" in d,
+        {"mode": "lease", "program": "steps"},
+    ),
+    Hole(
+        "an error text Firestore cannot store",
+        "a handler raises with a message holding a lone surrogate: its release, failed or "
+        "dead write carries it in lastError and Firestore refuses the write, so the record "
+        "never says how the attempt ended",
+        "dedup.kernel.record.error_text did not make the text storable (storable_text)",
+        ("record-fits",),
+        lambda d: "lastError" in d,
+        {},
+    ),
+    Hole(
+        "callable details json.dumps cannot encode",
+        "a callable raises an HttpsError below 500 whose details hold a Decimal (a set, "
+        "bytes): storing it with json.dumps raises after the effect, the key is released and "
+        "the handler runs again: a second effect under on_ambiguous='skip'",
+        "dedup.http.callable._error_json stored the details with json.dumps, not as "
+        "firebase-functions sends them (sent_json)",
+        ("at-most-once",),
+        lambda d: "on_ambiguous='skip'" in d,
+        {},
+        surface="callable",
+    ),
+    Hole(
+        "a slow reconcile starts the handler after the lease",
+        "reconcile takes longer than the lease or the budget (a slow search): the delivery "
+        "starts the handler afterwards, past its budget, while another may hold the lease",
+        "dedup.kernel.lease._run_owned did not look at the lease's end and the budget after "
+        "reconcile (Budget.lease_late, Budget.left) before starting the handler",
+        ("budget", "lease-fence"),
+        lambda d: "started the handler at" in d or "without a live lease" in d,
+        {"mode": "lease"},
+    ),
+    Hole(
+        "a waiting HTTP copy with a fresh budget",
+        "a request that waits for the first one with its key (wait_seconds) starts each "
+        "round's delivery with the function's whole budget: a round begun late runs past "
+        "the request's timeout",
+        "dedup.http.replay.settle gave each wait round's delivery the whole budget, not what "
+        "is left of the request's (TimeBudget(left))",
+        ("in-time",),
+        lambda d: True,
+        {},
+        surface="http",
+    ),
+    Hole(
         "revive of a dead record whose effect happened",
         "a delivery crashes after its effect; the next one takes the expired lease over at "
         "the last allowed attempt (max_attempts) and buries the record `dead`, not `unknown`; "

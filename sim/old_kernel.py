@@ -12,6 +12,7 @@ the hole's test fails, saying the simulator no longer finds it.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -20,10 +21,23 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from dedup.errors import ConfigError, LeaseLost, StepTooLarge, StoreUnavailable
-from dedup.kernel import atomic, lease, room, step_writes, steps
+from dedup.errors import (
+    ConfigError,
+    LeaseHeld,
+    LeaseLost,
+    PayloadMismatch,
+    StepTooLarge,
+    StoreUnavailable,
+)
+from dedup.http import callable as http_callable
+from dedup.http import endpoint as http_endpoint
+from dedup.http.replay import Settled, Settlement
+from dedup.kernel import ambiguity, atomic, lease, record, room, step_writes, steps
+from dedup.kernel.ambiguity import settle_ambiguity
+from dedup.kernel.budget import Budget, TimeBudget
 from dedup.kernel.claims import (
     AfterConflict,
+    AfterFailure,
     Claim,
     after_failure,
     after_fenced_conflict,
@@ -32,8 +46,17 @@ from dedup.kernel.claims import (
     retry_age,
     written_by,
 )
-from dedup.kernel.delivery import Outcome, OutcomeKind
-from dedup.kernel.record import STEP_NAME, Snapshot, State, error_text
+from dedup.kernel.delivery import EventOptions, Outcome, OutcomeKind, Step
+from dedup.kernel.record import (
+    MAX_ERROR_CHARS,
+    RERUN,
+    STEP_NAME,
+    Mode,
+    Snapshot,
+    State,
+    error_text,
+    scrub_urls,
+)
 from dedup.kernel.steps import DONE, MAX_STEP_BYTES, MAX_STEPS, MAX_STEPS_BYTES, REFUSED
 from dedup.kernel.store import backoff
 from dedup.kernel.transitions import (
@@ -41,10 +64,14 @@ from dedup.kernel.transitions import (
     attempt_finished,
     fence_of,
     fenced_write,
+    finished,
     first_write,
     released,
     steps_recorded,
 )
+
+http_replay = importlib.import_module("dedup.http.replay")
+"""The module (`dedup.http` exports a function of the same name)."""
 
 
 async def give_back_unstarted(run: Any, lease_: Any) -> Outcome:
@@ -251,6 +278,140 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
     raise exc
 
 
+def as_replayed(run: Any, name: str, value: Any) -> Any:
+    """`dedup.kernel.step_writes.as_replayed` without its fix: the delivery that runs a step
+    hands its handler the value its function returned, not the value as the record gives it
+    back (a `GeoPoint(35, 139)` on the first run, `GeoPoint(35.0, 139.0)` on a replay)."""
+    return value
+
+
+def old_error_text(error: BaseException) -> str:
+    """`dedup.kernel.record.error_text` without its fix: the type and message, URLs scrubbed,
+    cut to its characters, never made storable (a lone surrogate stays, and Firestore refuses
+    the write that carries it)."""
+    text = scrub_urls(f"{type(error).__name__}: {error}")
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+def error_json(suffix: str, error: Any) -> str:
+    """`dedup.http.callable._error_json` without its fix: the details as `json.dumps` writes
+    them, not as firebase-functions sends them: a `Decimal` (a set, bytes) raises `TypeError`
+    after the effect, which releases the key and runs the handler again."""
+    wire: dict[str, Any] = {"code": error.code.value, "message": error.message}
+    if error.details is not None:
+        wire["details"] = error.details
+    return json.dumps(wire, ensure_ascii=True, separators=(",", ":"))
+
+
+async def run_owned(run: Any, invoke: Any, lease_: Any) -> Outcome:
+    """`dedup.kernel.lease._run_owned` without its fix: after `reconcile` (or a step hook) the
+    handler starts without a look at the lease's end or the budget on the instance's clock."""
+    config, owner = run.config, lease_.owner
+    try:
+        if run.budget.left() <= 0:
+            return await lease._give_back_unstarted(run, lease_)
+        run.step(Step.AFTER_CLAIM)
+        choice = run.ambiguity
+        if lease_.ambiguous and choice is not None:
+            settled = await settle_ambiguity(run, lease_, choice)
+            if settled is not None:
+                return settled
+        try:
+            result = await invoke(lease_)
+            lease._refuse_swallowed(run)
+        except Exception as exc:
+            if run.outcome is OutcomeKind.LEASE_LOST:
+                raise
+            error = error_text(exc)
+            after = after_failure(exc, run.attempt, config.attempt_limit, run.retry_age)
+            if after is AfterFailure.RELEASED:
+                fields = released(error=error, expire_at=run.expire_at())
+                await lease_.write(fields, after.state, "release")
+            else:
+                fields = finished(after.state, owner=owner, expire_at=run.expire_at(), error=error)
+                await lease_.write(fields, after.state, f"mark {after.state.value}")
+            return run.failed(after, error, exc)
+        run.step(Step.AFTER_EFFECT)
+        steps_ = lease_.recorded_steps if lease_._steps is None else lease_._steps.recorded
+        stored = None
+        if result is not None:
+            stored = room.storable_result(result, run, notes=lease_.notes, steps=steps_)
+            stored = step_writes.readable_result(stored, run)
+        await lease._mark_sent(run, lease_, stored)
+        run.step(Step.AFTER_MARK)
+        return run.ran(result if isinstance(result, Mapping) else None)
+    finally:
+        run.live_leases.drop(run.key)
+
+
+def settle(
+    runner: Any,
+    event_id: str,
+    suffix: str,
+    handler: Callable[..., Any],
+    *,
+    mode: Mode,
+    payload: bytes,
+    wait_seconds: float,
+    subject: str | None = None,
+    reconcile: Any = None,
+    on_ambiguous: str = RERUN,
+    budget: TimeBudget | None = None,
+    request: Budget | None = None,
+    raised: list[Exception] | None = None,
+) -> Settlement:
+    """`dedup.http.replay.settle` without its fix: each wait round's delivery gets the
+    function's whole budget, not what is left of the request's."""
+    config = runner.config
+    length = budget or config.time_budget()
+    spent = request if request is not None else http_replay.request_budget(length, config)
+    waits_until = spent.now() + wait_seconds
+    raised = [] if raised is None else raised
+    options = runner.checked(
+        EventOptions(
+            Mode(mode), payload, subject=subject, reconcile=reconcile,
+            on_ambiguous=on_ambiguous, budget=budget,
+        ),
+        "settle",
+        handler,
+    )  # fmt: skip
+
+    def watched(delivery: Any) -> Any:
+        try:
+            return handler(delivery)
+        except Exception as exc:
+            raised.append(exc)
+            raise
+
+    while True:
+        if length.seconds - spent.elapsed() <= 0:
+            return Settlement(Settled.UNAVAILABLE)
+        try:
+            outcome = runner.run_event(event_id, suffix, watched, options)
+        except (LeaseHeld, LeaseLost):
+            if spent.now() + http_replay.WAIT_POLL_SECONDS > min(waits_until, spent.ends):
+                return Settlement(Settled.IN_PROGRESS)
+            http_replay.time.sleep(http_replay.WAIT_POLL_SECONDS)
+            continue
+        except PayloadMismatch:
+            return Settlement(Settled.MISMATCH)
+        except StoreUnavailable:
+            return Settlement(Settled.UNAVAILABLE)
+        if outcome.kind is OutcomeKind.RAN:
+            return Settlement(Settled.RAN, outcome.result)
+        if outcome.kind is OutcomeKind.AMBIGUOUS:
+            return Settlement(Settled.UNKNOWN)
+        if outcome.kind is OutcomeKind.RECONCILED:
+            return Settlement(Settled.COMPLETED, completed=True)
+        if outcome.kind is OutcomeKind.FAILED:
+            if raised:
+                return Settlement(Settled.FAILED, error=error_text(raised[-1]))
+            return http_replay._recorded(runner, event_id, suffix, spent, replayed=False)
+        if outcome.result is None and outcome.kind in http_replay._READ_BACK:
+            return http_replay._recorded(runner, event_id, suffix, spent, replayed=True)
+        return Settlement(Settled.COMPLETED, outcome.result)
+
+
 PUT_BACK: dict[str, list[tuple[Any, str, Callable[..., Any]]]] = {
     "give-back erases ambiguity": [(lease, "_give_back_unstarted", give_back_unstarted)],
     "result fits JSON, not the document": [
@@ -268,6 +429,18 @@ PUT_BACK: dict[str, list[tuple[Any, str, Callable[..., Any]]]] = {
     "stale deadline past the budget": [
         (lease.Lease, "write", lease_write),
         (atomic, "_record_failed_attempt", record_failed_attempt),
+    ],
+    "a step value read back as another type": [(step_writes, "as_replayed", as_replayed)],
+    "an error text Firestore cannot store": [
+        (module, "error_text", old_error_text)
+        for module in (record, atomic, ambiguity, lease, http_replay)
+    ],
+    "callable details json.dumps cannot encode": [(http_callable, "_error_json", error_json)],
+    "a slow reconcile starts the handler after the lease": [(lease, "_run_owned", run_owned)],
+    "a waiting HTTP copy with a fresh budget": [
+        (http_replay, "settle", settle),
+        (http_callable, "settle", settle),
+        (http_endpoint, "settle", settle),
     ],
 }
 """Per hole (`sim.holes.HOLES` by name), what putting its old behaviour back replaces."""
