@@ -252,9 +252,10 @@ class SimRecords(StoreBase[SimClient]):
                 (self.path(key), f"TypeError: {exc.args[0]}: {exc.args[1:]}")
             )
             raise
-        for name, value in encoded.items():  # the user's values, as a read gives them back
-            if name.startswith(USER_FIELDS) and type(value) is not str:
-                encoded[name] = as_read(value)
+        if self.world.user_values:  # the user's values, as a read gives them back
+            for name, value in encoded.items():
+                if name.startswith(USER_FIELDS) and type(value) is not str:
+                    encoded[name] = as_read(value)
         return encoded
 
     def create(

@@ -377,7 +377,7 @@ class RequestPlatform(Platform):
                 details = env.user("details", value)
                 message = f"no stock for {task.name}"
                 wire = {"code": "not-found", "message": message, "details": details}
-                env.fresh.append(Fresh(task.name, 404, _sent(wire), "error"))
+                env.fresh.append(Fresh(task.name, 404, _sent(wire, allow_nan=True), "error"))
                 code = https_fn.FunctionsErrorCode.NOT_FOUND
                 raise https_fn.HttpsError(code, message, details)
             value = env.user("json", value)
@@ -425,11 +425,12 @@ class RequestPlatform(Platform):
         )
 
 
-def _sent(value: Any) -> bytes:
-    """`value` as a callable stores it (`dedup.http.callable.sent_json`), b"" when it cannot
+def _sent(value: Any, *, allow_nan: bool = False) -> bytes:
+    """`value` as a callable stores it (`dedup.http.callable.sent_json`: a result without
+    `NaN`, an `HttpsError` as firebase-functions sends it, `allow_nan`), b"" when it cannot
     be sent."""
     try:
-        return sent_json(value, allow_nan=False).encode()
+        return sent_json(value, allow_nan=allow_nan).encode()
     except (TypeError, ValueError, RecursionError):
         return b""
 
@@ -587,7 +588,7 @@ def _check_callable(
             wire = {"code": answer.code.value, "message": answer.message}
             if answer.details is not None:
                 wire["details"] = answer.details
-            if _sent(wire).decode() != result.get("errorJson"):
+            if _sent(wire, allow_nan=True).decode() != result.get("errorJson"):
                 fail("replayed", f"{task.name}: the HttpsError is not the stored one")
             if not same:
                 fail("refusal", f"{task.name}: another call's error replayed (want reused)")

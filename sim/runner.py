@@ -25,7 +25,7 @@ from sim.handlers import Effect, handler_for, reconcile_for
 from sim.records import SimFlowIO, SimRecords, SimTransaction
 from sim.scenario import Scenario, make
 from sim.server import EPOCH
-from sim.surfaces import drawn_surface
+from sim.surfaces import drawn_surface, unit
 from sim.world import Died, Instance, Task, World
 
 CATALOGUE_RUNS = 0.15
@@ -86,12 +86,14 @@ class Env:
     writes: int = 0
     records: SimRecords | None = None
     slow: bool = False
-    """User code takes its time in this run (`user_time`), drawn from `World.slow_rng`."""
+    """User code takes its time in this run (`user_time`): a draw of the seed's own
+    (`sim.surfaces.unit`); how long, from `World.slow_rng`."""
 
     catalogue: bool = False
-    """This run's user data comes from the catalogue (`sim.catalogue`), drawn from
-    `World.values_rng`: a step's value (and the next step's argument), a note, the handler's
-    result, its failures' texts, an HTTP body, a callable's result and `HttpsError` details."""
+    """This run's user data comes from the catalogue (`sim.catalogue`): a draw of the seed's
+    own (`sim.surfaces.unit`); the values from `World.values_rng`: a step's value (and the
+    next step's argument), a note, the handler's result, its failures' texts, an HTTP body, a
+    callable's result and `HttpsError` details."""
     drawn: dict[str, Any] = field(default_factory=dict)
     """The catalogue's draws of the run (the same on every delivery: a user's function)."""
     seen: dict[str, list[Any]] = field(default_factory=dict)
@@ -102,10 +104,11 @@ class Env:
     first refusal."""
 
     def __post_init__(self) -> None:
-        self.slow = self.world.slow_rng.random() < SLOW_USER_CODE
-        rng = self.world.values_rng
-        self.catalogue = rng.random() < CATALOGUE_RUNS
+        self.slow = unit(self.world.seed, 2) < SLOW_USER_CODE
+        self.catalogue = unit(self.world.seed, 3) < CATALOGUE_RUNS
         if self.catalogue:
+            rng = self.world.values_rng
+            self.world.user_values = True
             self.drawn = {
                 "step": catalogue.value(rng),
                 "note": catalogue.value(rng),

@@ -97,7 +97,11 @@ def encode(value: Any) -> Any:
     if kind is dict:
         return {
             (k if type(k) is str else _key(k)): (
-                v if type(v) in _AS_IS or v is SERVER_TIMESTAMP else encode(v)
+                v
+                if type(v) in _AS_IS
+                or v is SERVER_TIMESTAMP
+                or (type(v) is datetime and v.tzinfo is UTC)
+                else encode(v)
             )
             for k, v in value.items()
         }

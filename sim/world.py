@@ -105,8 +105,8 @@ class World:
         self.fault_rng = random.Random(seed * 7919 + 1)  # the faults
         self.backoff_rng = random.Random(seed * 104729 + 2)  # the kernel's own jitter
         self.late_rng = random.Random(seed * 15485863 + 3)  # abandoned writes that still apply
-        self.slow_rng = random.Random(seed * 86028121 + 13)  # user code that takes its time
-        self.values_rng = random.Random(seed * 2654435761 + 17)  # user data from the catalogue
+        self._slow_rng: random.Random | None = None
+        self._values_rng: random.Random | None = None
         self.faults = faults
         self.server = Server(mode)
         self.now = 0.0
@@ -126,10 +126,28 @@ class World:
         self.late_writes: list[tuple[str, Any]] = []
         """(what, call) of writes whose caller gave up while they waited on a lock, and that
         will apply once it is released (`Faults.late_write`)."""
+        self.user_values = False
+        """The run's user data comes from the catalogue (`sim.runner.Env.catalogue`): the
+        store reads its timestamps back as Firestore does (`sim.records.USER_FIELDS`)."""
         self.freezes: list[tuple[str, float, float]] = []
         """(instance, from, until) of each pause."""
         self.unencodable: list[tuple[str, str]] = []
         """(path, why) of record writes the client could not encode."""
+
+    @property
+    def slow_rng(self) -> random.Random:
+        """How long the user's code takes (`sim.runner.Env.user_time`), made when first asked
+        (a run whose user code is slow)."""
+        if self._slow_rng is None:
+            self._slow_rng = random.Random(self.seed * 86028121 + 13)
+        return self._slow_rng
+
+    @property
+    def values_rng(self) -> random.Random:
+        """The user's data from the catalogue (`sim.catalogue`), made when first asked."""
+        if self._values_rng is None:
+            self._values_rng = random.Random(self.seed * 2654435761 + 17)
+        return self._values_rng
 
     # --- the loop ----------------------------------------------------------------------
 

@@ -28,12 +28,12 @@ LIMITS = {
     "step values Firestore cannot keep": 50,
     "step check read past the budget": 20,
     "stale deadline past the budget": 100,
-    "a step value read back as another type": 4300,
-    "an error text Firestore cannot store": 1800,
-    "callable details json.dumps cannot encode": 600,
-    "a slow reconcile starts the handler after the lease": 400,
+    "a step value read back as another type": 3500,
+    "an error text Firestore cannot store": 420,
+    "callable details json.dumps cannot encode": 330,
+    "a slow reconcile starts the handler after the lease": 1800,
     "a waiting HTTP copy with a fresh budget": 40,
-    "revive of a dead record whose effect happened": 1300,
+    "revive of a dead record whose effect happened": 2200,
     "a reused key answered another request's response": 1400,
 }
 """Runs allowed to find each hole in its family (about twice what it took from seed 0 with
