@@ -137,9 +137,10 @@ bench: install ## The price of exactly-once, measured on the Firestore emulator 
 soak: $(STAMP_PY) ## Chaos soak on its own emulator (soak/results.json): make soak SOAK_SECONDS=600
 	$(PY) -m soak --seconds $(SOAK_SECONDS)
 
-# The real kernel over a simulated Firestore (both concurrency modes) on virtual time, with
-# faults from each seed; writes sim/results.json, exits 1 printing the seed of any violation.
-simulate: $(STAMP_PY) ## Simulate the kernel under faults: SIM_SECONDS=60, or SEEDS=n runs, or SEED=n to replay one with its trace
+# The real kernel, the HTTP and callable entrances and the operators' commands over a simulated
+# Firestore (both concurrency modes) on virtual time, with faults from each seed; writes
+# sim/results.json (runs and violations per surface), exits 1 printing the seed of any violation.
+simulate: $(STAMP_PY) ## Simulate every surface under faults: SIM_SECONDS=60, or SEEDS=n runs, or SEED=n to replay one with its trace
 	$(PY) -m sim $(if $(SEED),--seed $(SEED),$(if $(SEEDS),--seeds $(SEEDS),--seconds $(SIM_SECONDS)))
 
 bootstrap: $(STAMP_PY) guard-project ## Once per project: APIs, runtime service account, its roles.
