@@ -13,5 +13,8 @@ Layout: `values` (Firestore's value and size rules), `server` (documents, precon
 batches, transactions in both concurrency modes), `records` (the kernel's record operations
 over the server, as `dedup.kernel.store.RecordStore` does over a client), `world` (virtual
 time, tasks, RPC faults), `seams` (where the kernel reads clocks and randomness),
-`scenario`/`handlers` (what a run delivers), `invariants`, `trace`, `runner`, `__main__`.
+`scenario`/`handlers` (what a run delivers), `surfaces` (which surface a seed attacks),
+`requests` (the HTTP and callable entrances), `operators` (release, revive, redrive),
+`catalogue` (the user's values), `invariants`, `holes`/`old_kernel` (known holes, their fixes
+taken back), `trace`, `shrink`, `batch`, `runner`, `__main__`.
 """
