@@ -1,5 +1,5 @@
-"""`relay_outbox`: publish each `outbox/{id}` document to its Pub/Sub topic, or create its Cloud
-Task, exactly once.
+"""`relay_outbox`: publish each `outbox/{id}` document to its Pub/Sub topic (at least once,
+always under its `outboxId`), or create its Cloud Task (once, under an id derived from it).
 
 The other half of `dedup.outbox.enqueue` (see that module for the document schema). Fires when
 an outbox document is created, publishes its `data` with its `attributes` plus `outboxId`, and
@@ -7,18 +7,18 @@ marks the document with `publishedAt` and `messageId`. A document written by
 `dedup.outbox.enqueue_task` (it has a `function` field) becomes a Cloud Task with an id derived
 from the document instead (`functions.outbox_tasks`), marked with `enqueuedAt` and `taskId`.
 
-Exactly once, lease mode: a publish cannot join a Firestore transaction. A relay that crashes
-after publishing and before recording it publishes again on retry, with the same `outboxId`
-attribute for consumers to drop the copy.
+Lease mode: a publish can join neither a Firestore transaction nor the relay's dedup record,
+so a message may be published more than once, each copy under the same `outboxId` attribute
+and a new message id; consumers key on `outboxId`. The whole window in which that happens is
+named in one place, `dedup.outbox`'s docstring (docs/usage.md, "The transactional outbox",
+shows the consumer).
 
+Marking the document never repeats the publish: it is retried a few times within the delivery
+(`MARK_ATTEMPTS`); a document deleted before it is marked, or a mark that keeps failing, is
+logged (WARNING, ERROR) and the delivery still ends `sent`, because a retry of the delivery
+would publish again. The dedup record, not `publishedAt`, is what says the message went out.
 The same holds for a task: a task document deleted before it is marked ends `sent` too
 (`functions.outbox_tasks.relay_task`).
-
-A failure after the publish never repeats it: marking the document is retried a few times
-within the delivery (`MARK_ATTEMPTS`); a document deleted before it is marked, or a mark that
-keeps failing, is logged (WARNING, ERROR) and the delivery still ends `sent`, because a retry
-of the delivery would publish again. The dedup record, not `publishedAt`, is what says the
-message went out.
 
 Bad input: a document without a valid `topic`, or with `data` that is not bytes or a string,
 or attributes that are not a map of strings or use a reserved name (`outboxId`, a parameter
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 SUFFIX = "relay_outbox"
 PUBLISH_TIMEOUT_SECONDS = 30.0
+"""How long a delivery waits for Pub/Sub's answer to its publish. A publish accepted but not
+answered in time fails the delivery, whose retry publishes again (`dedup.outbox`'s window)."""
 MARK_ATTEMPTS = 3
 """Tries to mark the outbox document published before giving up (logged, not retried)."""
 logger = logging.getLogger(__name__)

@@ -13,6 +13,8 @@ import pytest
 from google.api_core.exceptions import ServiceUnavailable
 from google.cloud import firestore, pubsub_v1
 
+import dedup.outbox
+import functions.relay_outbox
 from dedup.outbox import enqueue
 from demo.events import firestore_event
 from demo.pubsub import pull_all
@@ -234,3 +236,24 @@ def test_event_for_another_document_is_refused_untouched(
         assert ref.get().to_dict() == {"topic": name, "data": b"x"}
     assert pull_all(subscription) == []
     assert list(firestore_client.collection("triggerEvents").list_documents()) == []
+
+
+def test_the_relay_points_to_the_one_description_of_its_republish_window() -> None:
+    """`relay_outbox`'s docstring sends the reader to `dedup.outbox`'s for when a message is
+    published again, and that one names every cause and the consumer's key; the relay's no
+    longer names the crash alone nor calls the publish exactly once."""
+    relay = functions.relay_outbox.__doc__ or ""
+    assert "`dedup.outbox`'s docstring" in relay
+    assert "consumers key on `outboxId`" in relay
+    assert "crashes after publishing" not in relay
+    assert "exactly once" not in relay.split("\n\n")[0]
+    window = " ".join((dedup.outbox.__doc__ or "").split())
+    for cause in (
+        "a publish Pub/Sub accepted whose answer the relay did not get",
+        "the Pub/Sub client library's own retry",
+        "a relay that died (crash, timeout, instance stopped) after the publish",
+        "a record write refused after the publish",
+        "Pub/Sub itself delivers each message at least once",
+        "consumers that must not see a message twice deduplicate on it",
+    ):
+        assert cause in window, cause
