@@ -17,12 +17,14 @@ import argparse
 import contextlib
 import os
 import signal
+from dataclasses import replace
 from typing import Any
 
 from google.cloud import firestore
 
 from dedup import DedupConfig, Deduplicator, Delivery, StepInterrupted
 from dedup.kernel.delivery import Step
+from tests.dedup.support import standing_clock
 
 PROJECT = "demo-exactly-once"
 SUFFIX = "orderSteps"
@@ -34,6 +36,17 @@ BOUNDARY_COUNT = 13
 CONFIG = DedupConfig(function_timeout_seconds=6, lease_seconds=8, rpc_timeout_seconds=2)
 """A short lease, so a killed delivery's expires soon, and room for five steps on a busy
 machine."""
+KILLED_CONFIG = replace(CONFIG, budget_clock=standing_clock)
+"""The worker's: `CONFIG` on a clock that stands still (`tests.dedup.support.standing_clock`),
+so that however long a busy machine holds it before its boundary, it never gives its lease
+back or spends its budget there; it dies at the boundary, and its lease expires on the
+database clock after `CONFIG.lease_seconds`."""
+COPY_CONFIG = DedupConfig(function_timeout_seconds=30, lease_seconds=32, rpc_timeout_seconds=2)
+"""The copies' (`test_steps_crash`): 39 deliveries at once in one process on a 2-core machine,
+each of up to five steps. With `CONFIG`'s 6 s budget, one held long enough by a busy machine
+would give up mid-step and its copy end in a retryable error, not in a step boundary's
+result. A copy's longer lease changes nothing of what it takes over: the killed delivery's
+lease is its own."""
 
 
 def order_handler(client: firestore.Client) -> Any:
@@ -77,7 +90,7 @@ def main() -> int:
     parser.add_argument("--kill-at", type=int, required=True)
     args = parser.parse_args()
     client = firestore.Client(project=PROJECT)
-    dedup = Deduplicator(CONFIG, client=client)
+    dedup = Deduplicator(KILLED_CONFIG, client=client)
     reached = [0]
 
     def die_at(step: Step, key: str) -> None:

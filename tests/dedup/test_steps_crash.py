@@ -19,6 +19,7 @@ from dedup import Deduplicator, LeaseHeld, OutcomeKind
 from tests.dedup.steps_worker import (
     BOUNDARY_COUNT,
     CONFIG,
+    COPY_CONFIG,
     EFFECTS,
     KEYS,
     SUFFIX,
@@ -41,7 +42,7 @@ def killed_at(event_id: str, boundary: int) -> subprocess.Popen[bytes]:
 
 def deliver_until_done(client: firestore.Client, event_id: str, outcomes: list[str]) -> None:
     """One copy: deliver until the event is done, as the platform retries a `LeaseHeld`."""
-    dedup = Deduplicator(CONFIG, client=client)
+    dedup = Deduplicator(COPY_CONFIG, client=client)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
