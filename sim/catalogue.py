@@ -134,6 +134,17 @@ def texts() -> st.SearchStrategy[tuple[str, str]]:
     return st.integers(min_value=0, max_value=2**32).map(lambda seed: text(random.Random(seed)))
 
 
+HTTP_STATUSES = (200, 201, 202, 203, 404, 409, 410, 418, 422, 451)
+"""Statuses a handler answers that the adapter stores (below 500, and none it releases the
+key for: 408, 425, 429)."""
+
+
+def header_value(rng: random.Random) -> str:
+    """A response header's value: visible ASCII and spaces, as HTTP carries it."""
+    alphabet = string.ascii_letters + string.digits + " ;=,/'"
+    return "".join(rng.choice(alphabet) for _ in range(20))
+
+
 def json_value(rng: random.Random) -> Any:
     """A callable's result or an `HttpsError`'s details: mostly what JSON carries, at times
     what Flask's JSON provider encodes its own way or refuses (a `Decimal`, a set, bytes,

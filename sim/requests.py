@@ -349,7 +349,7 @@ class RequestPlatform(Platform):
                 return flask.Response("busy", 503, headers={"X-Handler": task.name})
             self._effect(call.delivery)
             env.user_time("the handler")
-            status = 404 if env.draw() < scenario.stored_error else 201
+            status = 404 if env.draw() < scenario.stored_error else env.user("status", 201)
             pad = "x" * (MAX_RESULT_BYTES + 10) if env.draw() < scenario.too_large else ""
             body = json.dumps({"by": task.name, "attempt": call.delivery.attempt, "pad": pad})
             data = env.user("body", b"") + body.encode()
@@ -358,6 +358,7 @@ class RequestPlatform(Platform):
                 "Location": f"{PATH}/{call.key}",
                 "X-Handler": task.name,
                 "Set-Cookie": "session=1",
+                "X-Note": env.user("header", "none"),
             }
             return flask.Response(data, status, content_type="application/json", headers=headers)
 

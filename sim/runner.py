@@ -118,6 +118,8 @@ class Env:
                 "json": ("json", catalogue.json_value(rng)),
                 "details": ("json", catalogue.json_value(rng)),
                 "body": ("bytes", rng.randbytes(rng.randint(0, 64))),
+                "status": ("status", rng.choice(catalogue.HTTP_STATUSES)),
+                "header": ("header", catalogue.header_value(rng)),
             }
 
     def user(self, what: str, default: Any) -> Any:
