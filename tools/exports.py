@@ -5,7 +5,7 @@ them drops an exported function silently. An exported name is deployable when it
 
 * a firebase-functions endpoint (`__firebase_endpoint__`, set by the SDK's decorators): both
   deploy paths and the Functions emulator serve it with the sync server;
-* or an `asgi_function` endpoint (`functions.asgi`): an async function, which only
+* or an `asgi_function` endpoint (`dedup.aio.asgi_function`): an async function, which only
   `make deploy-gcloud` deploys, served by functions-framework's ASGI server.
 
 Anything else main.py exports (an `async def` that declares no trigger, a plain function, an
@@ -101,7 +101,7 @@ def classify(name: str, value: Any) -> Exported:
             raise DeclarationError(
                 f"main.py exports {name}, an async function under a firebase-functions "
                 "decorator, which only calls sync handlers: declare its trigger with "
-                "functions.asgi.asgi_function(...) instead (docs/async.md)"
+                "dedup.aio.asgi_function(...) instead (docs/async.md)"
             )
         endpoint = getattr(value, FIREBASE_ENDPOINT)
         if hasattr(value, USES_DEDUP) and (problem := declaration_problem(name, endpoint)):
@@ -111,11 +111,11 @@ def classify(name: str, value: Any) -> Exported:
         raise DeclarationError(
             f"main.py exports {name}, an async function that declares no trigger: decorate "
             "it with @asgi_function(<a firebase-functions trigger decorator>) from "
-            "functions.asgi (docs/async.md)"
+            "dedup.aio (docs/async.md)"
         )
     raise DeclarationError(
         f"main.py exports {name}, which declares no trigger (no firebase-functions decorator, "
-        "no asgi_function): no deploy path could deploy it"
+        "no dedup.aio.asgi_function): no deploy path could deploy it"
     )
 
 

@@ -17,8 +17,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import yaml
+from firebase_functions import firestore_fn
 
+import dedup.aio
+from dedup.cli.discovery import FIREBASE_ENDPOINT
 from demo.serve import free_port
 from tests.deploy.conftest import add_function
 from tests.deploy.test_deploy import (
@@ -29,6 +33,7 @@ from tests.deploy.test_deploy import (
     WHERE,
     function_deploys,
 )
+from tools.exports import DeclarationError, classify
 
 COUNT_ASYNC = '''"""A throwaway async function, declared as docs/async.md says."""
 
@@ -188,3 +193,26 @@ def test_an_async_function_cannot_declare_a_task_queue_trigger(project_copy: Pat
         "error: main.py: count_async: an async function cannot have a taskQueueTrigger"
     ), done.stderr
     assert done.stdout == ""
+
+
+def test_every_refusal_names_the_wrapper_where_the_library_has_it() -> None:
+    """An async function under an SDK decorator, one with no trigger, and a plain function with
+    none are each refused naming `dedup.aio` (the library's home of `asgi_function`), never the
+    template's `functions.asgi`; what that name imports is the wrapper the deploy accepts."""
+
+    async def on_sdk(event: object) -> None: ...
+
+    async def bare(event: object) -> None: ...
+
+    def plain() -> None: ...
+
+    setattr(on_sdk, FIREBASE_ENDPOINT, {"eventTrigger": {}})
+    for name, value in (("on_sdk", on_sdk), ("bare", bare), ("plain", plain)):
+        with pytest.raises(DeclarationError) as refused:
+            classify(name, value)
+        message = str(refused.value)
+        assert "dedup.aio" in message, message
+        assert "functions.asgi" not in message, message
+    trigger = firestore_fn.on_document_written(document="posts/{postId}")
+    accepted = classify("bare", dedup.aio.asgi_function(trigger)(bare))
+    assert accepted.asgi
