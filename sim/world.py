@@ -103,8 +103,8 @@ class World:
         self.seed = seed
         self.rng = random.Random(seed)  # the schedule: latencies, ties
         self.fault_rng = random.Random(seed * 7919 + 1)  # the faults
-        self.backoff_rng = random.Random(seed * 104729 + 2)  # the kernel's own jitter
-        self.late_rng = random.Random(seed * 15485863 + 3)  # abandoned writes that still apply
+        self._backoff_rng: random.Random | None = None  # the kernel's own jitter
+        self._late_rng: random.Random | None = None  # abandoned writes that still apply
         self._slow_rng: random.Random | None = None
         self._values_rng: random.Random | None = None
         self.faults = faults
@@ -133,6 +133,22 @@ class World:
         """(instance, from, until) of each pause."""
         self.unencodable: list[tuple[str, str]] = []
         """(path, why) of record writes the client could not encode."""
+
+    @property
+    def backoff_rng(self) -> random.Random:
+        """The kernel's backoff jitter and the client's retry pauses, made when first asked
+        (a run with no retry never seeds it): the same draws as a generator made up front."""
+        if self._backoff_rng is None:
+            self._backoff_rng = random.Random(self.seed * 104729 + 2)
+        return self._backoff_rng
+
+    @property
+    def late_rng(self) -> random.Random:
+        """Whether an abandoned write still applies (`Faults.late_write`), made when first
+        asked."""
+        if self._late_rng is None:
+            self._late_rng = random.Random(self.seed * 15485863 + 3)
+        return self._late_rng
 
     @property
     def slow_rng(self) -> random.Random:
