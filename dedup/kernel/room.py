@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from dedup.kernel.record import MAX_ERROR_CHARS, Field, State
 from dedup.kernel.transitions import MAX_RESULT_BYTES, SERVER_TIMESTAMP, first_write
-from dedup.platform.firestore_values import (
+from dedup.platform.firestore_refusals import refusal
+from dedup.platform.firestore_sizes import (
     MAX_DOCUMENT_BYTES,
     NULL_BYTES,
     document_size,
-    refusal,
     string_size,
     value_size,
 )

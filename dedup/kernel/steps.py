@@ -49,12 +49,8 @@ from google.cloud.firestore_v1.vector import Vector
 from dedup.errors import ConfigError, RecordRefused, StepInterrupted, StepMismatch, StepTooLarge
 from dedup.kernel.budget import LEASE_MARGIN as LEASE_MARGIN
 from dedup.kernel.record import STEP_NAME, Field
-from dedup.platform.firestore_values import (
-    MAX_DOCUMENT_BYTES,
-    field_name_refusal,
-    refusal,
-    value_size,
-)
+from dedup.platform.firestore_refusals import field_name_refusal, refusal
+from dedup.platform.firestore_sizes import MAX_DOCUMENT_BYTES, value_size
 
 MAX_STEP_BYTES = 64 * 1024
 """The largest value one step may record, as Firestore measures it

@@ -185,6 +185,8 @@ LAYERS: dict[str, int] = {
     "dedup.kernel.record": 0,
     "dedup.platform.strict_json": 0,
     "dedup.platform.document_ids": 0,
+    "dedup.platform.firestore_sizes": 0,
+    "dedup.platform.firestore_refusals": 0,
     "dedup.platform.firestore_values": 0,
     "dedup.kinds.base": 0,
     "dedup.platform.firestore_internals": 0,
