@@ -3,7 +3,8 @@
 `DedupConfig()` holds the documented defaults; `DedupConfig.from_env()` overrides them from
 DEDUP_* variables. Every value is validated on construction, so a bad setting fails with a
 `ConfigError` naming the setting, not in the middle of an event. A DEDUP_* variable that is not
-one of `ENVIRONMENT_VARIABLES` (a misspelling such as DEDUP_RETENTON_DAYS) is refused too.
+one of `ENVIRONMENT_VARIABLES` (a misspelling such as DEDUP_RETENTON_DAYS) is refused too; the
+variables and how their text is read are `dedup.environment`'s.
 
 The lease must outlast the function's timeout plus `rpc_timeout_seconds`, and a delivery's
 time budget is that timeout (`DedupConfig.time_budget`): docs/configuration.md, "The lease and
@@ -12,7 +13,6 @@ the function timeout" and "The time budget of a delivery".
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -21,6 +21,12 @@ from datetime import UTC, datetime
 from functools import cached_property, partial
 from typing import Literal
 
+from dedup.environment import ENVIRONMENT_VARIABLES as ENVIRONMENT_VARIABLES
+from dedup.environment import FUNCTION_TIMEOUT_VARIABLE as FUNCTION_TIMEOUT_VARIABLE
+from dedup.environment import GIVE_UP_ANSWERS as GIVE_UP_ANSWERS
+from dedup.environment import OTEL_VALUES as OTEL_VALUES
+from dedup.environment import float_var, int_var, refuse_unknown_variables
+from dedup.environment import telemetry_enabled as telemetry_enabled
 from dedup.errors import ConfigError
 from dedup.kernel.budget import Budget
 from dedup.kernel.budget import BudgetSource as BudgetSource
@@ -56,36 +62,6 @@ RPC_TIMEOUT_FOLLOWS_LEASE: int = _FollowsLease(DEFAULT_RPC_TIMEOUT_SECONDS)
 DEFAULT_DATABASE = "(default)"
 
 _COLLECTION_SEGMENT = r"[^/]+"
-
-ENVIRONMENT_VARIABLES = (
-    "DEDUP_COLLECTION",
-    "DEDUP_LEASE_SECONDS",
-    "DEDUP_RETENTION_DAYS",
-    "DEDUP_MAX_ATTEMPTS",
-    "DEDUP_MIN_RETRY_SECONDS",
-    "DEDUP_MAX_EVENT_AGE_SECONDS",
-    "DEDUP_CACHE_SIZE",
-    "DEDUP_RPC_TIMEOUT_SECONDS",
-    "DEDUP_ON_PAYLOAD_MISMATCH",
-    "DEDUP_KEY_LAYOUT",
-    "DEDUP_DATABASE",
-    "DEDUP_OTEL",
-    "DEDUP_ON_GIVE_UP",
-    "DEDUP_FUNCTION_TIMEOUT_SECONDS",
-)
-"""Every DEDUP_* variable `DedupConfig.from_env` reads; any other DEDUP_* name is refused."""
-
-FUNCTION_TIMEOUT_VARIABLE = "DEDUP_FUNCTION_TIMEOUT_SECONDS"
-"""The deployed timeout of the function an instance serves: `make deploy-gcloud` and `make
-deploy-run` put it in each function's environment, equal to the `--timeout` it is deployed with
-(`DedupConfig.function_timeout_seconds`)."""
-
-GIVE_UP_ANSWERS = ("ack", "nack")
-"""The values of DEDUP_ON_GIVE_UP (case-insensitive; empty or unset: "ack")."""
-
-OTEL_VALUES = {"1": True, "true": True, "0": False, "false": False}
-"""The accepted values of DEDUP_OTEL (case-insensitive; empty or unset: off)."""
-
 
 utc_now: Callable[[], datetime] = partial(datetime.now, UTC)
 """The instance's current time, timezone-aware (UTC): the default `DedupConfig.clock`. A
@@ -304,7 +280,7 @@ class DedupConfig:
         DEDUP_FUNCTION_TIMEOUT_SECONDS) is one the lease does not cover.
         """
         env = os.environ if environ is None else environ
-        _refuse_unknown_variables(env)
+        refuse_unknown_variables(env)
 
         def get(name: str) -> str | None:
             value = env.get(name, "").strip()
@@ -323,7 +299,7 @@ class DedupConfig:
             )
         timeout = function_timeout_seconds
         if timeout is None and get(FUNCTION_TIMEOUT_VARIABLE) is not None:
-            timeout = _int_var(get, FUNCTION_TIMEOUT_VARIABLE, 50)  # the deployed --timeout
+            timeout = int_var(get, FUNCTION_TIMEOUT_VARIABLE, 50)  # the deployed --timeout
         layout = get("DEDUP_KEY_LAYOUT") or "plain"
         if layout not in KEY_LAYOUTS:
             raise ConfigError(
@@ -331,18 +307,18 @@ class DedupConfig:
             )
         return cls(
             collection=get("DEDUP_COLLECTION") or DEFAULT_COLLECTION,
-            lease_seconds=_int_var(get, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
-            retention_days=_int_var(get, "DEDUP_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
-            max_attempts=_int_var(get, "DEDUP_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
-            min_retry_seconds=_int_var(get, "DEDUP_MIN_RETRY_SECONDS", DEFAULT_MIN_RETRY_SECONDS),
+            lease_seconds=int_var(get, "DEDUP_LEASE_SECONDS", DEFAULT_LEASE_SECONDS),
+            retention_days=int_var(get, "DEDUP_RETENTION_DAYS", DEFAULT_RETENTION_DAYS),
+            max_attempts=int_var(get, "DEDUP_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+            min_retry_seconds=int_var(get, "DEDUP_MIN_RETRY_SECONDS", DEFAULT_MIN_RETRY_SECONDS),
             max_event_age_seconds=None
             if age is None
-            else _float_var("DEDUP_MAX_EVENT_AGE_SECONDS", age),
+            else float_var("DEDUP_MAX_EVENT_AGE_SECONDS", age),
             project=get("GOOGLE_CLOUD_PROJECT") or get("GCLOUD_PROJECT"),
             database=get("DEDUP_DATABASE"),
             otel=telemetry_enabled(env),
-            cache_size=_int_var(get, "DEDUP_CACHE_SIZE", DEFAULT_CACHE_SIZE),
-            rpc_timeout_seconds=_int_var(
+            cache_size=int_var(get, "DEDUP_CACHE_SIZE", DEFAULT_CACHE_SIZE),
+            rpc_timeout_seconds=int_var(
                 get, "DEDUP_RPC_TIMEOUT_SECONDS", RPC_TIMEOUT_FOLLOWS_LEASE
             ),
             on_payload_mismatch="raise" if policy == "raise" else "log",
@@ -360,54 +336,6 @@ def rpc_timeout_for(lease_seconds: int) -> int:
     return min(DEFAULT_RPC_TIMEOUT_SECONDS, max(1, lease_seconds // 3))
 
 
-def telemetry_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether DEDUP_OTEL asks for the OpenTelemetry SDK and Google Cloud exporters
-    (`functions.observability`): "1"/"true" on, "0"/"false"/empty/unset off. Raises
-    `ConfigError` for any other value."""
-    env = os.environ if environ is None else environ
-    raw = env.get("DEDUP_OTEL", "").strip().lower()
-    if not raw:
-        return False
-    if raw not in OTEL_VALUES:
-        raise ConfigError(
-            f"DEDUP_OTEL must be 1 (send traces to Cloud Trace and metrics to Cloud Monitoring) "
-            f"or 0 (off); got {env['DEDUP_OTEL']!r}"
-        )
-    return OTEL_VALUES[raw]
-
-
-def _refuse_unknown_variables(env: Mapping[str, str]) -> None:
-    unknown = sorted(n for n in env if n.startswith("DEDUP_") and n not in ENVIRONMENT_VARIABLES)
-    if not unknown:
-        return
-    name = unknown[0]
-    close = difflib.get_close_matches(name, ENVIRONMENT_VARIABLES, n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise ConfigError(
-        f"unknown setting {name}{hint}: the DEDUP_* variables are "
-        f"{', '.join(ENVIRONMENT_VARIABLES)}. Rename or remove it."
-    )
-
-
 def _require_at_least(name: str, value: int, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name} must be a whole number >= {minimum}; got {value!r}")
-
-
-def _int_var(get: Callable[[str], str | None], name: str, default: int) -> int:
-    raw = get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a whole number such as {default}; got {raw!r}") from exc
-
-
-def _float_var(name: str, raw: str) -> float:
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ConfigError(
-            f"{name} must be a number of seconds such as 3600, or unset; got {raw!r}"
-        ) from exc

@@ -182,6 +182,7 @@ def test_no_private_module_of_google_cloud_is_imported() -> None:
 LAYERS: dict[str, int] = {
     # 0, the ground: errors, the record's schema, the shims over other libraries, pure helpers
     "dedup.errors": 0,
+    "dedup.environment": 0,
     "dedup.kernel.record": 0,
     "dedup.platform.strict_json": 0,
     "dedup.platform.document_ids": 0,
