@@ -2,17 +2,14 @@
 
 Owns the claim (`_claim`: a create with exists=false, else a read, `dedup.kernel.claims.decide`
 and a take-over fenced by that read; a claim write that may have landed unanswered is read
-back), the `Lease` a claim makes (the only writer of the record after the claim, every write
-fenced by the update time of its last one, its `fence`: a stale owner gets `LeaseLost`), and the
-handler's run with its outcome (sent, failed, dead, or the lease given back). Copies of a key on
-one instance claim in turn, so a copy that finds the lease known live answers `LeaseHeld`
-without a round trip. What an expired lease's next delivery does is `dedup.kernel.ambiguity`'s;
+back), the `Lease` a claim makes (the record's only writer after the claim), and the handler's
+run with its outcome (sent, failed, dead, or the lease given back: `dedup.kernel.give_back`
+before the handler starts). An expired lease's next delivery is `dedup.kernel.ambiguity`'s;
 docs/guarantees.md says what each case answers. Written once, as coroutines over `Run.io`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import uuid
@@ -34,6 +31,7 @@ from dedup.kernel.claims import (
     written_by,
 )
 from dedup.kernel.delivery import NO_NOTES, Outcome, OutcomeKind, Step
+from dedup.kernel.give_back import give_back_unstarted as _give_back_unstarted
 from dedup.kernel.record import Conflict, Field, Fields, Snapshot, State, error_text
 from dedup.kernel.room import steps_room, storable_result
 from dedup.kernel.run import Run
@@ -51,7 +49,7 @@ from dedup.kernel.transitions import (
     noted,
     released,
 )
-from dedup.platform.firestore_values import refusal
+from dedup.platform.firestore_refusals import refusal
 
 if TYPE_CHECKING:
     from dedup.kernel.flow_io import Invoke
@@ -104,12 +102,6 @@ class Lease:
         self.steps.landed(steps)
         self.run.budget.lease_from(sent, self.run.config.lease_seconds)
 
-    def note(self, fields: dict[str, Any]) -> Coroutine[Any, Any, None]:
-        """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced like
-        "sent" (retried until the lease's end on store errors). Raises `LeaseLost` when another
-        delivery took the lease over, `StoreUnavailable` when the store kept failing."""
-        return self._note(fields)
-
     def run_step(
         self,
         name: str,
@@ -126,7 +118,10 @@ class Lease:
         call = step_call(fn, args, kwargs, transactional, awaited)
         return run_step(self, name, call, transactional=transactional, once=once)
 
-    async def _note(self, fields: dict[str, Any]) -> None:
+    async def note(self, fields: dict[str, Any]) -> None:
+        """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced like
+        "sent" (retried until the lease's end on store errors). Raises `LeaseLost` when another
+        delivery took the lease over, `StoreUnavailable` when the store kept failing."""
         notes = {**self.notes, **fields}
         reason = refusal(notes, at=(Field.NOTES,), round_trip=False) or unreadable_reference(
             fields, self.run.io.client
@@ -191,13 +186,10 @@ class Lease:
 
 
 async def run_lease(run: Run, invoke: Invoke) -> Outcome:
-    """Claim the lease of `run.key` and run the handler (`invoke`) under it (see the module
-    docstring).
-
-    Copies of the key on this instance claim one at a time (`FlowIO.turn`): the first writes,
-    the others then know the lease is live (or just saw someone else's) and answer `LeaseHeld`
-    without a write of their own. The handler runs outside that turn.
-    """
+    """Claim the lease of `run.key` and run the handler (`invoke`) under it. Copies of the key
+    on this instance claim one at a time (`FlowIO.turn`): the first writes, the others then
+    know the lease is live (or just saw someone else's) and answer `LeaseHeld` without a round
+    trip. The handler runs outside that turn."""
     async with run.turn():
         claimed = await _claim(run)
     if isinstance(claimed, Outcome):
@@ -404,23 +396,3 @@ async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> N
         )
         fields[Field.RESULT] = None
         await lease.write(fields, State.SENT, "mark sent")
-
-
-async def _give_back_unstarted(
-    run: Run, lease: Lease, spender: str = "claiming the lease"
-) -> Outcome:
-    """The claim, or what ran before the handler (`spender`: `reconcile`, a step hook), took
-    the whole time budget or the lease's time on this instance's clock: give the lease back
-    without starting the handler (the attempt it counted is handed back too, an ambiguous
-    take-over's ambiguity kept), then raise `BudgetSpent`."""
-    error = (
-        f"the time budget was spent, or the lease's time on this instance's clock, by "
-        f"{spender}; the handler did not start"
-    )
-    if ambiguous := lease.ambiguous:  # a give-back settles nothing: the next is ambiguous too
-        error += " (the lease it took over had expired: the next delivery is ambiguous)"
-    expire_at, attempts = run.expire_at(), run.attempt - 1
-    fields = released(error=error, expire_at=expire_at, attempts=attempts, ambiguous=ambiguous)
-    with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
-        await lease.write(fields, State.IN_PROGRESS, "release")
-    run.spent(f"start the handler of (spent by {spender})")

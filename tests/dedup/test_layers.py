@@ -220,6 +220,7 @@ LAYERS: dict[str, int] = {
     "dedup.kernel.run": 3,
     # 4, the flows
     "dedup.kernel.lease": 4,
+    "dedup.kernel.give_back": 4,
     "dedup.kernel.atomic": 4,
     "dedup.kernel.ambiguity": 4,
     "dedup.kernel.step_writes": 4,

@@ -1,0 +1,49 @@
+"""Giving a lease back before its handler started: the claim, `reconcile` or a step hook spent
+the delivery's time budget, or the lease's time on this instance's clock
+(`dedup.kernel.lease`, which calls `give_back_unstarted` before the handler would start)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Protocol
+
+from dedup.errors import LeaseLost, StoreUnavailable
+from dedup.kernel.record import Fields, State
+from dedup.kernel.transitions import released
+
+if TYPE_CHECKING:
+    from dedup.kernel.delivery import Outcome
+    from dedup.kernel.run import Run
+
+
+class HeldLease(Protocol):
+    """The lease given back (a `dedup.kernel.lease.Lease`)."""
+
+    ambiguous: bool
+    """The claim took over an expired lease: the next delivery is ambiguous too."""
+
+    async def write(
+        self, fields: Fields, state: State, action: str, *, notes: bool = False
+    ) -> None:
+        """A write fenced by the lease's last one (`dedup.kernel.lease.Lease.write`)."""
+        ...
+
+
+async def give_back_unstarted(
+    run: Run, lease: HeldLease, spender: str = "claiming the lease"
+) -> Outcome:
+    """The claim, or what ran before the handler (`spender`: `reconcile`, a step hook), took
+    the whole time budget or the lease's time on this instance's clock: give the lease back
+    without starting the handler (the attempt it counted is handed back too, an ambiguous
+    take-over's ambiguity kept), then raise `BudgetSpent`."""
+    error = (
+        f"the time budget was spent, or the lease's time on this instance's clock, by "
+        f"{spender}; the handler did not start"
+    )
+    if ambiguous := lease.ambiguous:  # a give-back settles nothing: the next is ambiguous too
+        error += " (the lease it took over had expired: the next delivery is ambiguous)"
+    expire_at, attempts = run.expire_at(), run.attempt - 1
+    fields = released(error=error, expire_at=expire_at, attempts=attempts, ambiguous=ambiguous)
+    with contextlib.suppress(StoreUnavailable, LeaseLost):  # else the lease simply expires
+        await lease.write(fields, State.IN_PROGRESS, "release")
+    run.spent(f"start the handler of (spent by {spender})")
