@@ -37,9 +37,7 @@ source              string | null        Where the event came from: its CloudEve
 result              map | null           What the handler returned (a map), stored with
                                          "sent" for duplicates to replay; null if it
                                          returned None or the map could not be stored
-                                         (`room.storable_result`: a value
-                                         Firestore refuses, over 512 KiB as Firestore
-                                         counts, or a record past 1 MiB with it).
+                                         (`dedup.kernel.room.storable_result`).
 traceId             string | null        Trace id (32 hex digits) of the delivery that wrote
                                          the record first, when it ran inside a trace: a
                                          duplicate's or a replay's span names it
@@ -64,10 +62,8 @@ ambiguous           bool (absent)        Lease mode, read while the lease is rel
                                          after a handler's own release and `dedup revive`.
 ==================  ===================  ===================================================
 
-Lease expiry is `leaseStartedAt + leaseSeconds`, both from the database clock, and it is
-compared with a read time of the database. It is not stored as one field because Firestore
-cannot add a duration to a server timestamp, and writing an instance-clock expiry would let a
-skewed instance steal a live lease or wait on a dead one.
+A lease ends at `leaseStartedAt + leaseSeconds` (`Record.lease_expires_at`), judged against a
+read time of the database (docs/architecture.md says why no field holds the end).
 """
 
 from __future__ import annotations
@@ -86,7 +82,7 @@ MAX_ERROR_CHARS = 1000
 
 MAX_TEXT_BYTES = 1_048_487
 """The longest string Firestore stores, in UTF-8 bytes (1 MiB - 89,
-`dedup.platform.firestore_values.MAX_FIELD_VALUE_BYTES`): `storable_text`'s default cut."""
+`dedup.platform.firestore_refusals.MAX_FIELD_VALUE_BYTES`): `storable_text`'s default cut."""
 
 
 class State(StrEnum):
@@ -213,10 +209,8 @@ class Record:
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
-        """The record in `snapshot`, or None if the document does not exist.
-
-        Tolerates missing fields (older or hand-written records) with neutral defaults.
-        """
+        """The record in `snapshot`, or None if the document does not exist; a missing field
+        (an older or hand-written record) gets a neutral default."""
         if not snapshot.exists:
             return None
         data = snapshot.to_dict() or {}
