@@ -50,8 +50,10 @@ DEFAULT_RPC_TIMEOUT_SECONDS = 10
 
 
 class _FollowsLease(int):
-    """The default of `DedupConfig.rpc_timeout_seconds`: 10 as a number (as released), told
-    apart from a 10 given on purpose by identity: replaced by `rpc_timeout_for(lease)`."""
+    """An RPC timeout nobody set: a number (10 as the default, as released), told apart from one
+    given on purpose by its type, and worked out again from the lease whenever a config is made
+    (`rpc_timeout_for`), so `dataclasses.replace(config, lease_seconds=5)` follows the new
+    lease instead of keeping the old lease's timeout."""
 
     __slots__ = ()
 
@@ -190,8 +192,9 @@ class DedupConfig:
         _require_at_least("max_attempts (DEDUP_MAX_ATTEMPTS)", self.max_attempts, 1)
         _require_at_least("min_retry_seconds (DEDUP_MIN_RETRY_SECONDS)", self.min_retry_seconds, 0)
         _require_at_least("cache_size (DEDUP_CACHE_SIZE)", self.cache_size, 0)
-        if self.rpc_timeout_seconds is RPC_TIMEOUT_FOLLOWS_LEASE:
-            object.__setattr__(self, "rpc_timeout_seconds", rpc_timeout_for(self.lease_seconds))
+        if type(self.rpc_timeout_seconds) is _FollowsLease:
+            follows = _FollowsLease(rpc_timeout_for(self.lease_seconds))
+            object.__setattr__(self, "rpc_timeout_seconds", follows)
         _require_at_least(
             "rpc_timeout_seconds (DEDUP_RPC_TIMEOUT_SECONDS)", self.rpc_timeout_seconds, 1
         )

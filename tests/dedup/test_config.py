@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from dedup import DedupConfig
@@ -78,6 +80,18 @@ def test_an_unset_rpc_timeout_follows_the_lease(lease: str, rpc: int, budget: fl
     assert config.rpc_timeout_seconds == rpc
     assert config.time_budget().seconds == budget
     assert DedupConfig(lease_seconds=int(lease)) == config
+
+
+def test_a_replaced_lease_takes_its_own_rpc_timeout() -> None:
+    """`dataclasses.replace` with another lease: an unset timeout follows the new lease (a test
+    shortening the lease gets a working budget, not the old lease's 10 s and the 1 s floor);
+    a set one is kept."""
+    short = dataclasses.replace(DedupConfig(), lease_seconds=5)
+    assert short.rpc_timeout_seconds == 1
+    assert short.time_budget().seconds == 4.0
+    assert dataclasses.replace(short, lease_seconds=60).rpc_timeout_seconds == 10
+    kept = dataclasses.replace(DedupConfig(rpc_timeout_seconds=10), lease_seconds=5)
+    assert kept.rpc_timeout_seconds == 10
 
 
 def test_a_set_rpc_timeout_is_kept() -> None:
