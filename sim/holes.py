@@ -200,12 +200,11 @@ HOLES = [
         "first one's record sent: it is answered as a duplicate, the other body's stored "
         "response replayed, where a reused key is 422 `idempotency-key-reused` (the "
         "HTTP and callable surfaces, sim.requests)",
-        "dedup.kernel.atomic._record_failed_attempt skips a final record it reads "
+        "dedup.kernel.atomic._record_failed_attempt skipped a final record it read "
         "(Claim.SKIP, run.skip) without comparing its payload fingerprint (run.check_record)",
         ("refusal",),
         lambda d: "another body's answer" in d or "another call's" in d,
         {},
-        open=True,
         surface="http",
     ),
 ]

@@ -251,6 +251,7 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
             run.counted(record.attempts)
             return run.failed(after_state(record.state), error, exc)
         if record is not None:
+            run.check_record(record)
             claim = decide(record, snapshot.read_time, run.config.attempt_limit)
             if claim is Claim.SKIP:
                 return run.skip(record)
@@ -270,6 +271,49 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
             )
             written = await fenced_write(
                 store, run.key, fields, fence_of(snapshot), action, partial(float, budget)
+            )
+        if isinstance(written, datetime):
+            run.counted(attempts)
+            return run.failed(after, error, exc)
+    run.finish(OutcomeKind.RELEASED, error=error)
+    raise exc
+
+
+async def record_failed_attempt_unchecked(run: Any, exc: Exception, owner: str) -> Outcome:
+    """`dedup.kernel.atomic._record_failed_attempt` without its fix: a record another delivery
+    wrote meanwhile is answered (a final one skipped as a duplicate, its stored result) without
+    comparing its payload fingerprint (`run.check_record`)."""
+    error = error_text(exc)
+    store, action = run.io, "record a failed attempt on"
+    budget = run.budget.after_handler()
+    for round_ in range(atomic.RECORD_ROUNDS):
+        if round_ and budget.left() <= 0:
+            break
+        snapshot = await store.read(run.key, action=action, budget=budget.call())
+        record = snapshot.record
+        if record is not None and written_by(record, owner):
+            run.counted(record.attempts)
+            return run.failed(after_state(record.state), error, exc)
+        if record is not None:
+            claim = decide(record, snapshot.read_time, run.config.attempt_limit)
+            if claim is Claim.SKIP:
+                return run.skip(record)
+            if claim is Claim.WAIT:
+                break
+        attempts = (record.attempts if record is not None else 0) + 1
+        age = retry_age(record, snapshot.read_time)
+        after = after_failure(exc, attempts, run.config.attempt_limit, age)
+        left = budget.call()
+        written: datetime | object
+        if record is None:
+            fields = first_write(run, after.state, owner, attempts=attempts, last_error=error)
+            written = await store.create(run.key, fields, action=action, budget=left)
+        else:
+            fields = attempt_finished(
+                after.state, owner=owner, attempts=attempts, expire_at=run.expire_at(), error=error
+            )
+            written = await fenced_write(
+                store, run.key, fields, fence_of(snapshot), action, budget.call
             )
         if isinstance(written, datetime):
             run.counted(attempts)
@@ -441,6 +485,9 @@ PUT_BACK: dict[str, list[tuple[Any, str, Callable[..., Any]]]] = {
         (http_replay, "settle", settle),
         (http_callable, "settle", settle),
         (http_endpoint, "settle", settle),
+    ],
+    "a reused key answered another request's response": [
+        (atomic, "_record_failed_attempt", record_failed_attempt_unchecked)
     ],
 }
 """Per hole (`sim.holes.HOLES` by name), what putting its old behaviour back replaces."""

@@ -298,7 +298,10 @@ def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | No
 
 
 async def _record_failed_attempt(run: Run, exc: Exception, owner: str) -> Outcome:
-    """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
+    """Count an attempt whose writes were discarded; re-raise `exc` unless it was final. A
+    record another delivery wrote meanwhile is checked as every read record is
+    (`Run.check_record`: its event, its payload fingerprint) before it is answered or
+    written."""
     error = error_text(exc)
     store, action = run.io, "record a failed attempt on"
     budget = run.budget.after_handler()
@@ -312,6 +315,9 @@ async def _record_failed_attempt(run: Run, exc: Exception, owner: str) -> Outcom
             run.counted(record.attempts)  # our earlier try landed; its response was lost
             return run.failed(after_state(record.state), error, exc)
         if record is not None:
+            # Another delivery's record, maybe for another payload under the same key (an HTTP
+            # request reusing its key with another body): compared before it is answered.
+            run.check_record(record)
             claim = decide(record, snapshot.read_time, run.config.attempt_limit)
             if claim is Claim.SKIP:
                 return run.skip(record)  # another delivery finished the event meanwhile
