@@ -23,6 +23,14 @@ from demo.serve import ROOT, ServedFunction, served_function
 
 PROJECT = "demo-exactly-once"
 CRASH_SOURCE = Path(__file__).resolve().parent / "crash_functions.py"
+SERVED_LEASE_SECONDS = 5
+"""`DEDUP_LEASE_SECONDS` of a served function whose lease a test waits out. A delivery starts its
+handler only while its lease has a tenth of its length left on the instance's own clock
+(`Budget.lease_late`), counted from when it sent the claim: 4.5 s here for the claim's commit to
+come back and the handler to start, where one RPC takes well under a second even with both
+cores busy. With 2 s it had 1.8 s: one commit stretched by a busy machine, and a crash test's
+delivery would give its lease back instead of reaching its crash point (docs/testing.md,
+"Under load")."""
 
 
 def unique() -> str:

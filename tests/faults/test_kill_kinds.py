@@ -3,10 +3,11 @@ platform's retry: the effect happens once.
 
 `register_upload` (transaction mode) is killed between its two buffered writes: nothing was
 committed, the retry commits both with the marker once. `daily_digest` (lease mode) is killed
-before its POST: the retry after the lease (2 s here) posts the digest once. Both are served by
-functions-framework from the crash source (`tests/faults/crash_functions.py`) as the gcloud
-path serves them, the Storage event a captured payload in hand-built CloudEvent attributes,
-the scheduled request built as Cloud Scheduler sends it.
+before its POST: the retry after the lease (5 s here, `SERVED_LEASE_SECONDS`) posts the digest
+once. Both are served by functions-framework from the crash source
+(`tests/faults/crash_functions.py`) as the gcloud path serves them, the Storage event a
+captured payload in hand-built CloudEvent attributes, the scheduled request built as Cloud
+Scheduler sends it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from tests.dedup.test_kinds import captured
 from tests.faults.support import (
     CRASH_SOURCE,
     NO_ANSWER,
+    SERVED_LEASE_SECONDS,
     crash_during,
     redeliver_until_acknowledged,
     unique,
 )
 
 pytestmark = pytest.mark.needs_emulators
-LEASE = {"DEDUP_LEASE_SECONDS": "2"}
+LEASE = {"DEDUP_LEASE_SECONDS": str(SERVED_LEASE_SECONDS)}
 CRASH = {"PYTHONPATH": str(ROOT), "CRASH_AT": "in_handler"}
 """The crash source lives outside the root and imports main.py from it."""
 BUCKET = "demo-exactly-once.appspot.com"

@@ -2,7 +2,8 @@
 
 Each crash server (`crash_functions.py`, one per function and step) stops at its step and is
 killed there, with the delivery in flight: the platform got no answer and redelivers to a
-fresh instance of the same function. Leases are 2 s, so a take-over comes quickly.
+fresh instance of the same function. Leases are 5 s (`SERVED_LEASE_SECONDS`), so a take-over
+comes quickly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.faults.support import (
     CRASH_SOURCE,
     NO_ANSWER,
     PROJECT,
+    SERVED_LEASE_SECONDS,
     Answer,
     Spec,
     crash_during,
@@ -33,7 +35,7 @@ from tests.faults.support import (
     unique,
 )
 
-LEASE_SECONDS = 2
+LEASE_SECONDS = SERVED_LEASE_SECONDS
 LEASE_ENV = {"DEDUP_LEASE_SECONDS": str(LEASE_SECONDS)}
 OUTSIDE = ("forward_webhook", "send_post_notification")
 """Lease mode, effect outside Firestore: an HTTP POST to the receiver with an Idempotency-Key."""
@@ -103,7 +105,7 @@ def test_outside_effect_survives_death_at_every_step(
     """Killed at any step, the event ends with exactly one effect for an idempotent receiver:
     every POST of it carries the same Idempotency-Key. The only step after which the receiver
     gets a second POST is `after_effect` (effect done, "sent" not recorded); a live lease
-    (2 s) holds redeliveries off with LeaseHeld until it expires."""
+    (`SERVED_LEASE_SECONDS`) holds redeliveries off with LeaseHeld until it expires."""
     event_id = f"{point}-{unique()}"
     if name == "forward_webhook":
         event = pubsub_event("webhooks", b'{"n": 1}', project=PROJECT, message_id=event_id)

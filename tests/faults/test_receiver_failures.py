@@ -2,8 +2,8 @@
 
 forward_webhook (Pub/Sub) and send_post_notification (Firestore) both POST through
 `functions.http_delivery.post_once`. The receiver here records every attempt with its
-Idempotency-Key, failed ones included. Leases are 2 s. (Read timeouts, 20 s each, are in
-test_waiting_faults.)
+Idempotency-Key, failed ones included. Leases are 5 s (`SERVED_LEASE_SECONDS`). (Read
+timeouts, 20 s each, are in test_waiting_faults.)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from demo.receiver import Receiver, running_receiver
 from demo.serve import ServedFunction
 from tests.faults.support import (
     PROJECT,
+    SERVED_LEASE_SECONDS,
     Answer,
     Spec,
     deliver,
@@ -34,7 +35,7 @@ from tests.faults.support import (
     unique,
 )
 
-LEASE_SECONDS = 2
+LEASE_SECONDS = SERVED_LEASE_SECONDS
 FUNCTIONS = ("forward_webhook", "send_post_notification")
 
 
@@ -140,11 +141,16 @@ def test_connection_refused_is_retried_until_the_receiver_is_back(
 def test_receiver_slower_than_the_lease_gets_the_same_key_twice(
     case: Case, recorder: Receiver, firestore_client: firestore.Client
 ) -> None:
-    """A receiver that answers after 4 s, beyond the 2 s lease: a redelivery takes the lease
+    """A receiver that answers after 11 s, beyond the 5 s lease: a redelivery takes the lease
     over and POSTs again with the SAME Idempotency-Key; the slow first owner then gets
     LeaseLost (500, outcome not recorded). The receiver applied two POSTs under one key, so
-    an idempotent receiver keeps one effect; the record says sent, attempt 2."""
-    slow = LEASE_SECONDS + 2.0
+    an idempotent receiver keeps one effect; the record says sent, attempt 2.
+
+    The redelivery must take the lease over before the slow answer comes: it has the 5.7 s
+    between the end of the wait below and that answer for its request and its claim, where a
+    quiet machine needs a tenth of a second (with 1.7 s, a busy one could be too late, and
+    the first owner would record "sent" over a lease nobody had taken)."""
+    slow = LEASE_SECONDS + 6.0
     recorder.script(case.path, (200, slow))
     first: list[Answer] = []
     flight = threading.Thread(target=lambda: first.append(deliver(case.served, case.event)))

@@ -18,9 +18,10 @@ from demo.receiver import Receiver
 from demo.serve import ServedFunction, served_function
 from demo.tasks import task_dispatch
 from functions.index_post import FUNCTION_ID
+from tests.faults.support import SERVED_LEASE_SECONDS
 from tests.tasks.conftest import SEARCH_INDEX_URL, SEARCH_PATH
 
-LEASE_SECONDS = 2
+LEASE_SECONDS = SERVED_LEASE_SECONDS  # a busy machine's slow claim still reaches the POST
 ENV = {"SEARCH_INDEX_URL": SEARCH_INDEX_URL, "DEDUP_LEASE_SECONDS": str(LEASE_SECONDS)}
 
 

@@ -72,7 +72,10 @@ def test_a_dispatch_meeting_a_live_lease_is_answered_429(
     Tasks retries it, backing off); the running one then answers 200."""
     post_id, task = unique(), f"task-{unique()}"
     save_post(firestore_client, post_id)
-    receiver.fail(SEARCH_PATH, 200, delay_seconds=3)  # the first request is slow to answer
+    # The first request is slow to answer: the second dispatch must meet its lease live within
+    # these 10 s (a quiet machine needs a tenth of one; with 3 s a busy one could come late,
+    # find the task sent and answer 200).
+    receiver.fail(SEARCH_PATH, 200, delay_seconds=10)
     dispatch = task_dispatch(task, {"postId": post_id})
     first: list[int] = []
     runner = threading.Thread(target=lambda: first.append(index_post.dispatch(dispatch)))
