@@ -60,6 +60,10 @@ ambiguous           bool (absent)        Lease mode, read while the lease is rel
                                          handler, or by `dedup release`; the next delivery
                                          is then ambiguous, as after an expired lease. False
                                          after a handler's own release and `dedup revive`.
+                                         On a dead record: true when an attempt may have
+                                         produced the effect (buried after its last allowed
+                                         attempt's lease expired): `dedup revive` refuses it
+                                         without `--force`.
 ==================  ===================  ===================================================
 
 A lease ends at `leaseStartedAt + leaseSeconds` (`Record.lease_expires_at`), judged against a
@@ -205,7 +209,9 @@ class Record:
     ambiguous: bool = False
     """Lease mode: the lease was given back while an earlier attempt may have produced the
     effect unrecorded (`dedup.kernel.claims.release_ambiguous`): the next delivery is an
-    ambiguous take-over, as after an expired lease."""
+    ambiguous take-over, as after an expired lease. On a dead record: an attempt may have
+    produced the effect (`dedup.kernel.transitions.mark_dead`), so it is no poison event
+    `dedup revive` hands back without `--force`."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -270,18 +276,16 @@ class Record:
         return expires is not None and at < expires
 
 
-_URL_USERINFO_QUERY = (
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:[^/\s@]*@)?(?P<rest>[^\s?#]*)(?:[?#]\S*)?"
+_URL_USERINFO_QUERY = re.compile(  # tried once per run of scheme characters: linear time
+    r"(?<![A-Za-z0-9+.-])(?P<pre>[0-9+.-]*)(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)"
+    r"(?:[^/\s@]*@)?(?P<rest>[^\s?#]*)(?:[?#]\S*)?"
 )
 
 
 def scrub_urls(text: str) -> str:
-    """`text` with every URL's credentials, query string and fragment removed.
-
-    `https://user:pw@host/path?token=1` becomes `https://host/path`: credentials and query
-    strings of URLs often carry secrets, and records and logs are readable by operators.
-    """
-    return re.sub(_URL_USERINFO_QUERY, lambda m: m.group("scheme") + m.group("rest"), text)
+    """`text` with every URL's credentials, query and fragment removed, in time linear in its
+    length: `https://user:pw@host/p?token=1` becomes `https://host/p` (operators read them)."""
+    return _URL_USERINFO_QUERY.sub(lambda m: m["pre"] + m["scheme"] + m["rest"], text)
 
 
 def storable_text(
