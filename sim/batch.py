@@ -128,7 +128,7 @@ class Summary:
 def run_seeds(seeds: Iterator[int], deadline: float | None) -> Summary:
     """Run `seeds` (until `deadline`, a `time.monotonic()`), in this process."""
     from sim.holes import HOLES, known
-    from sim.runner import run_one
+    from sim.runs import run_one
 
     summary = Summary()
     started = time.monotonic()
@@ -187,9 +187,7 @@ def run_batch(
     """Seeds from `first` on, for `seconds` or `count` runs, over `workers` processes."""
     started = time.monotonic()
     # the kernel and the client library, imported once here rather than in every worker
-    import sim.operators
-    import sim.requests
-    import sim.runner  # noqa: F401
+    import sim.runs  # noqa: F401  (every surface's runner)
 
     jobs = [(first, i, workers, seconds, count) for i in range(workers)]
     if workers == 1:

@@ -184,13 +184,13 @@ HOLES = [
         "`dedup revive` says a dead record's effect never happened, so the operator revives "
         "it and the redelivery runs the handler again: a second effect under "
         "on_ambiguous='skip' (the operators surface, sim.operators)",
-        "dedup.kernel.lease buries an ambiguous take-over at the attempt limit as `dead` "
-        "(mark dead), and dedup.cli.repair.REVIVABLE_STATES documents a dead record as one "
-        "whose effect never happened",
+        "dedup.kernel.transitions.mark_dead buried an ambiguous take-over at the attempt limit "
+        "as `dead` without marking it `ambiguous`, and dedup.cli.repair revived every dead "
+        "record as one whose effect never happened (now: refused without --force, "
+        "repair.possibly_effected)",
         ("at-most-once",),
         lambda d: "after `dedup revive` of a dead record" in d,
         {},
-        open=True,
         surface="operators",
     ),
     Hole(
@@ -235,7 +235,7 @@ def search(hole: Hole, seeds: Iterator[int], limit: int) -> tuple[int | None, in
 def run_on(hole: Hole, seed: int) -> Any:
     """The run of `seed` in the runs that find `hole`: its family's kernel scenario, or the
     seed run as its surface."""
-    from sim.runner import run_one
+    from sim.runs import run_one
     from sim.scenario import make
 
     if hole.surface == "operators":

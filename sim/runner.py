@@ -25,7 +25,7 @@ from sim.handlers import Effect, handler_for, reconcile_for
 from sim.records import SimFlowIO, SimRecords, SimTransaction
 from sim.scenario import Scenario, make
 from sim.server import EPOCH
-from sim.surfaces import drawn_surface, unit
+from sim.surfaces import unit
 from sim.world import Died, Instance, Task, World
 
 CATALOGUE_RUNS = 0.15
@@ -394,28 +394,17 @@ class Platform:
         self.world.at(when, self.deliver, event, self.world.rng.randrange(len(self.instances)))
 
 
-def run_one(
+def run_kernel(
     seed: int,
     *,
     detail: bool = False,
     disabled: frozenset[int] = frozenset(),
     scenario: Scenario | None = None,
 ) -> Result:
-    """Run `seed` (or `scenario`) to its end and check the invariants. Without a `scenario`,
-    the seed's surface (`sim.surfaces.drawn_surface`) says what runs: the kernel's scenario,
-    the HTTP or callable entrance (`sim.requests`), or the operators (`sim.operators`)."""
+    """Run the kernel's scenario of `seed` (or `scenario`) to its end and check the invariants
+    (`sim.runs.run_one` runs any seed on its own surface)."""
     from sim.invariants import check
 
-    if scenario is None:
-        surface = drawn_surface(seed)
-        if surface in ("http", "callable"):
-            from sim.requests import run_request
-
-            return run_request(seed, surface, detail=detail, disabled=disabled)
-        if surface == "operators":
-            from sim.operators import run_operators
-
-            return run_operators(seed, detail=detail, disabled=disabled)
     scenario = scenario or make(seed)
     faults = scenario.faults
     if disabled:

@@ -14,7 +14,7 @@ violation needs.
 
 from __future__ import annotations
 
-from sim.runner import Result, run_one
+from sim.runs import Result, run_one
 from sim.seams import quiet
 
 

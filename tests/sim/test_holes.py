@@ -16,7 +16,7 @@ import pytest
 
 from dedup.kernel import lease
 from sim.holes import HOLES, Hole, search
-from sim.runner import run_one
+from sim.runs import run_one
 from sim.scenario import make
 from sim.seams import quiet
 

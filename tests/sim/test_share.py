@@ -14,7 +14,7 @@ import pytest
 from sim.holes import known
 from sim.operators import run_operators
 from sim.requests import run_request
-from sim.runner import Result, run_one
+from sim.runs import Result, run_one
 from sim.scenario import make
 from sim.seams import quiet
 from sim.server import MODES
