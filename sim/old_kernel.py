@@ -32,7 +32,16 @@ from dedup.errors import (
 from dedup.http import callable as http_callable
 from dedup.http import endpoint as http_endpoint
 from dedup.http.replay import Settled, Settlement
-from dedup.kernel import ambiguity, atomic, lease, record, room, step_writes, steps
+from dedup.kernel import (
+    ambiguity,
+    atomic,
+    lease,
+    record,
+    room,
+    step_writes,
+    steps,
+    transitions,
+)
 from dedup.kernel.ambiguity import settle_ambiguity
 from dedup.kernel.budget import Budget, TimeBudget
 from dedup.kernel.claims import (
@@ -322,6 +331,23 @@ async def record_failed_attempt_unchecked(run: Any, exc: Exception, owner: str) 
     raise exc
 
 
+async def mark_dead_unmarked(
+    io: Any,
+    key: str,
+    snapshot: Snapshot,
+    owner: str,
+    expire_at: datetime,
+    budget: Callable[[], float],
+) -> bool:
+    """`dedup.kernel.transitions.mark_dead` without its fix: the record buried after its last
+    allowed attempt's lease expired is not marked `ambiguous`, so `dedup revive` hands it back
+    as a poison event whose effect never happened."""
+    error = snapshot.record.last_error if snapshot.record is not None else None
+    fields = finished(State.DEAD, owner=owner, expire_at=expire_at, error=error)
+    written = await fenced_write(io, key, fields, fence_of(snapshot), "mark dead", budget)
+    return isinstance(written, datetime)
+
+
 def as_replayed(run: Any, name: str, value: Any) -> Any:
     """`dedup.kernel.step_writes.as_replayed` without its fix: the delivery that runs a step
     hands its handler the value its function returned, not the value as the record gives it
@@ -488,6 +514,9 @@ PUT_BACK: dict[str, list[tuple[Any, str, Callable[..., Any]]]] = {
     ],
     "a reused key answered another request's response": [
         (atomic, "_record_failed_attempt", record_failed_attempt_unchecked)
+    ],
+    "revive of a dead record whose effect happened": [
+        (module, "mark_dead", mark_dead_unmarked) for module in (transitions, lease, atomic)
     ],
 }
 """Per hole (`sim.holes.HOLES` by name), what putting its old behaviour back replaces."""

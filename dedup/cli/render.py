@@ -179,8 +179,17 @@ def describe_lease(record: Record, now: datetime) -> str:
 
 
 def what_to_check(record: Record) -> str | None:
-    """What an operator should check before deciding on an `unknown` record (None for any
-    other state)."""
+    """What an operator should check before deciding on an `unknown` record, or a dead one
+    marked `ambiguous` (None for any other)."""
+    if record.state is State.DEAD and record.ambiguous:
+        return (
+            "the last allowed attempt's lease ended before 'sent' was recorded (its process died, "
+            "or lost Firestore), and the event was buried dead: that attempt may have produced "
+            f"its effect. Check: (1) the receiver, for the effect under the key {record.key} "
+            "(Idempotency-Key); (2) the log lines of this key; (3) notes and steps below. Effect "
+            f"there: nothing to do. Not there: `dedup revive --force {record.key}`, then deliver "
+            "the event again"
+        )
     if record.state is not State.UNKNOWN:
         return None
     return (

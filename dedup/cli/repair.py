@@ -41,8 +41,18 @@ from dedup.kernel.record import Field, Record, State
 from dedup.kernel.transitions import operator_released, revived
 
 REVIVABLE_STATES = (State.DEAD.value, State.FAILED.value, State.UNKNOWN.value)
-"""States `revive` hands back: final states other than sent. Dead and failed: the effect never
-happened; unknown: nobody could tell whether it did, and the function skips such events."""
+"""States `revive` hands back: final states other than sent. Failed, and dead after a handler
+that raised: the effect never happened; unknown: nobody could tell whether it did, and the
+function skips such events. A dead record marked `ambiguous` (buried after its last allowed
+attempt's lease expired: that attempt may have produced the effect) is refused without
+`--force` (`possibly_effected`)."""
+
+
+def possibly_effected(record: Record) -> bool:
+    """A dead record whose effect may have happened: its last allowed attempt's lease expired
+    (the process died, maybe after the effect) and the record was buried `ambiguous`
+    (`dedup.kernel.transitions.mark_dead`). `revive` hands it back only with `--force`."""
+    return record.state is State.DEAD and record.ambiguous
 
 
 # --- release ----------------------------------------------------------------------------------
@@ -101,10 +111,21 @@ def _release_problem(record: Record | None) -> str | None:
 @click.argument("keys", nargs=-1, metavar="[KEY...]")
 @click.option("--state", type=click.Choice(REVIVABLE_STATES), help="Every record in this state.")
 @click.option("--suffix", type=SUFFIX, help="With --state: only this function's records.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also revive dead records whose last attempt may have produced the effect (`ambiguous`): "
+    "only once you know it did not happen, or that a second one is acceptable.",
+)
 @yes_option
 @click.pass_obj
 def revive(
-    target: Target, keys: tuple[str, ...], state: str | None, suffix: str | None, yes: bool
+    target: Target,
+    keys: tuple[str, ...],
+    state: str | None,
+    suffix: str | None,
+    force: bool,
+    yes: bool,
 ) -> None:
     """Make dead, failed or unknown records runnable again, as if new (attempts reset to 0).
 
@@ -114,7 +135,9 @@ def revive(
     delivery's attempt), so `min_retry_seconds` protects it again: fast failures do not bury it
     before that long (`lastError` and `notes` are kept). A released record is never
     ambiguous, so an unknown record's handler runs even under on_ambiguous="skip": revive one
-    only once you know its effect did not happen, or that a second one is acceptable.
+    only once you know its effect did not happen, or that a second one is acceptable. The same
+    holds for a dead record marked `ambiguous` (its last allowed attempt's lease expired, maybe
+    after the effect): it is refused (exit status 1) unless --force.
 
     Revive delivers nothing: the platform stopped retrying when the record became final, and
     instances that saw it sent may skip it from their cache; see the README runbook. A KEY
@@ -128,19 +151,20 @@ def revive(
     now = target.database_now()
     problems = 0
     if keys:
-        snapshots = []
-        for snapshot in (target.document(key).get() for key in dict.fromkeys(keys)):
-            problem = _revive_problem(Record.from_snapshot(snapshot))
-            if problem is None:
-                snapshots.append(snapshot)
-            else:
-                problems += 1
-                click.echo(f"{target.path(snapshot.id)}: cannot revive: {problem}")
+        found = [target.document(key).get() for key in dict.fromkeys(keys)]
         what = "revivable"
     else:
         assert state is not None
-        snapshots = [s for s in filtered(target.records, state, suffix).stream() if s.exists]
+        found = [s for s in filtered(target.records, state, suffix).stream() if s.exists]
         what = state
+    snapshots = []
+    for snapshot in found:
+        problem = _revive_problem(Record.from_snapshot(snapshot), force=force)
+        if problem is None:
+            snapshots.append(snapshot)
+        else:
+            problems += 1
+            click.echo(f"{target.path(snapshot.id)}: cannot revive: {problem}")
     if not snapshots and not problems:
         click.echo(f"no {what} records" + (f" with suffix {suffix}" if suffix else ""))
         return
@@ -159,10 +183,18 @@ def revive(
         raise click.ClickException(f"{problems} record(s) were not revived")
 
 
-def _revive_problem(record: Record | None) -> str | None:
-    """Why `record` cannot be revived (missing, sent or in progress), or None."""
+def _revive_problem(record: Record | None, *, force: bool = False) -> str | None:
+    """Why `record` cannot be revived (missing, sent or in progress; dead but possibly
+    effected, unless `force`), or None."""
     if record is None:
         return "no such record (check the key with `dedup list`)"
+    if possibly_effected(record) and not force:
+        return (
+            "state is dead, ambiguous: its last allowed attempt's lease expired, so that attempt "
+            "may have produced the effect. Check the receiver for the effect under the key "
+            f"{record.key} (`dedup show` says what to check); if it did not happen, or a second "
+            "one is acceptable, run revive again with --force"
+        )
     if record.state.value in REVIVABLE_STATES:
         return None
     if record.state is State.SENT:

@@ -360,9 +360,12 @@ async def mark_dead(
     budget: Callable[[], float],
 ) -> bool:
     """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, fenced by
-    that read (`fenced_write`, its RPC bounded by `budget()`); False if it changed."""
+    that read (`fenced_write`, its RPC bounded by `budget()`); False if it changed. The record
+    says `ambiguous: true`: that attempt's lease expired, so it may have produced the effect,
+    and `dedup revive` refuses it without `--force` (docs/operations.md, "A poison event")."""
     error = snapshot.record.last_error if snapshot.record is not None else None
     fields = finished(State.DEAD, owner=owner, expire_at=expire_at, error=error)
+    fields[Field.AMBIGUOUS] = True
     written = await fenced_write(io, key, fields, fence_of(snapshot), "mark dead", budget)
     return isinstance(written, datetime)
 
