@@ -3,7 +3,7 @@ emulator, in a fresh Python process as a user's project runs it.
 
 The page's first block is the user's `main.py`; the mismatch rule's loop is `checkout.py`; the
 testing section's example is their test file, run by pytest; the block of a `(delivery)`
-function runs as a script. The process has `DEDUP_LEASE_SECONDS=1`, as the page says to run
+function runs as a script. The process has `DEDUP_LEASE_SECONDS=3`, as the page says to run
 the tests, and neither GOOGLE_CLOUD_PROJECT nor GCLOUD_PROJECT (a new user's shell), so the
 project the test writes to and the one the functions read must agree by default.
 """
@@ -88,7 +88,7 @@ def test_every_python_block_runs_as_typed(tmp_path: Path) -> None:
     (tmp_path / "test_place_order.py").write_text(block_with("from main import place_order"))
     (tmp_path / "greet.py").write_text(block_with("def greet("))
     assert len(blocks) == 4, "a new block of docs/steps.md: run it here too"
-    env = new_user_environment(DEDUP_LEASE_SECONDS="1")
+    env = new_user_environment(DEDUP_LEASE_SECONDS="3")
     for command in (
         [sys.executable, "check_checkout.py"],
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_place_order.py"],

@@ -22,7 +22,7 @@ from google.cloud.pubsub_v1 import SubscriberClient
 from demo.pubsub import ensure_topic, pull_all
 from demo.receiver import Receiver
 from tests.conftest import PROJECT
-from tests.faults.support import wait_for_crash_point
+from tests.faults.support import SERVED_LEASE_SECONDS, wait_for_crash_point
 from tests.http.support import (
     LINE_SECRET,
     User,
@@ -42,7 +42,9 @@ FUNCTIONS = f"http://{_FUNCTIONS_HOST}:{_FUNCTIONS_PORT}/{PROJECT}/us-central1"
 """The Functions emulator, where firebase.json puts it."""
 SERVED = Path(__file__).resolve().parent / "served.py"
 WAIT_SECONDS = 90
-LEASE_SECONDS = 2
+LEASE_SECONDS = SERVED_LEASE_SECONDS
+"""The served functions' lease: long enough for a claim to come back on a busy machine
+(`tests.faults.support.SERVED_LEASE_SECONDS`)."""
 CLIENT_TRIES = 3
 EMULATOR_COPIES = 10
 

@@ -12,12 +12,14 @@ from typing import Any
 import requests
 from google.cloud import firestore
 
-from tests.faults.support import wait_for_crash_point
+from tests.faults.support import SERVED_LEASE_SECONDS, wait_for_crash_point
 from tests.http.support import User, http_server, new_key, order_headers
 from tests.http.test_create_order import ORDER, orders
 
 SERVED = Path(__file__).resolve().parent / "served.py"
-LEASE_SECONDS = 2
+LEASE_SECONDS = SERVED_LEASE_SECONDS
+"""The served functions' lease: long enough for a claim to come back on a busy machine
+(`tests.faults.support.SERVED_LEASE_SECONDS`)."""
 LEASE_ENV = {"DEDUP_LEASE_SECONDS": str(LEASE_SECONDS)}
 
 

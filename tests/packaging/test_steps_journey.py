@@ -5,7 +5,7 @@ following its testing section, run on the Firestore emulator.
 
 The function: a transactional hold on `rooms/{room}`, a payment POST keyed by
 `delivery.step_key("pay")`, a confirmation email at most once. The user's test (a script of
-the project, run by its venv's Python with `DEDUP_LEASE_SECONDS=1` and neither
+the project, run by its venv's Python with `DEDUP_LEASE_SECONDS=3` and neither
 GOOGLE_CLOUD_PROJECT nor GCLOUD_PROJECT, as a new user's shell has) gives `dedup.testing`'s crash
 helpers the function as written and its event, dies at every boundary of every step, then
 delivers three copies of a new booking at once, and counts each effect: the room held once,
@@ -186,7 +186,7 @@ def test_a_new_users_three_step_function_survives_every_crash_and_three_copies(
     functions = firebase_init_folder(tmp_path / "booking")
     (functions / "main.py").write_text(MAIN)
     (functions / "crash_test.py").write_text(CRASH_TEST)
-    env = new_user_environment(DEDUP_LEASE_SECONDS="1")
+    env = new_user_environment(DEDUP_LEASE_SECONDS="3")
     done = run(bin_ / "python", "crash_test.py", cwd=functions, env=env)
     found = json.loads(done.stdout.strip().splitlines()[-1])
     cases = found["cases"]
