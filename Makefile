@@ -3,6 +3,10 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
+# Python may keep its bytecode (__pycache__/, ignored by git): with PYTHONDONTWRITEBYTECODE set,
+# every pytest run would rewrite and compile each test module again, and every Python the tests
+# start would compile the project's modules again (docs/testing.md, "Time and CPU").
+unexport PYTHONDONTWRITEBYTECODE
 
 VENV        := venv
 PY          := $(VENV)/bin/python
