@@ -316,6 +316,12 @@ def _callable_answer(settled: Settlement, retry_after_seconds: int) -> Any:
             "error again; send a corrected call with a new key",
         )
     result = settled.result
+    if (not result or result.get("kind") != "callable") and settled.maybe_effected:
+        raise _https_error(
+            "response-not-stored",
+            "the call with this idempotencyKey ended without a result to replay: its attempts "
+            "ran out, and the last one may have taken effect; check before calling with a new key",
+        )
     if not result or result.get("kind") != "callable":
         raise _https_error(
             "response-not-stored",

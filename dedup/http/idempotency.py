@@ -208,6 +208,9 @@ class NotStored:
     """The record says the request completed (sent), though it keeps nothing of its response."""
     location: str | None = None
     """The `Location` of a response too large to keep, when it had one: where to fetch it."""
+    maybe_effected: bool = False
+    """It ended without one (dead) after an attempt that may have had its effect (a lease that
+    expired: the record's `ambiguous`): the caller must check before sending it again."""
 
 
 def _stored_size(result: Mapping[str, Any]) -> int:

@@ -72,6 +72,12 @@ def replay(stored: StoredResponse | NotStored) -> flask.Response:
                 "after its response was lost); fetch the resource instead of retrying, or send "
                 "a new request with a new Idempotency-Key"
             )
+        elif stored.maybe_effected:
+            detail = (
+                "the request with this key ended without a response to replay: its attempts "
+                "ran out, and the last one may have taken effect before it was lost; check "
+                "the resource before sending it again with a new Idempotency-Key"
+            )
         else:
             detail = (
                 "the request with this key ended without a response to replay (it failed "
@@ -133,12 +139,16 @@ class Settlement:
     completed: bool = False
     """`COMPLETED` without a `result`: the record says the request completed (sent), its
     response not kept; False: it ended without completing (dead), or nothing says."""
+    maybe_effected: bool = False
+    """`COMPLETED` by a dead record whose last attempt may have had its effect (`ambiguous`)."""
 
     def stored(self) -> StoredResponse | NotStored:
         """`COMPLETED`: the HTTP response to replay, or why there is none."""
         found = StoredResponse.from_result(self.result)
         if isinstance(found, NotStored) and found.status is None and self.completed:
             return NotStored(None, None, None, completed=True)
+        if isinstance(found, NotStored) and found.status is None and self.maybe_effected:
+            return NotStored(None, None, None, maybe_effected=True)
         return found
 
 
@@ -228,6 +238,8 @@ def settle(
             if raised:
                 return Settlement(Settled.FAILED, error=error_text(raised[-1]))
             return _recorded(runner, event_id, suffix, spent, replayed=False)
+        if outcome.kind is OutcomeKind.DEAD:  # buried now: the record says if maybe effected
+            return _recorded(runner, event_id, suffix, spent, replayed=False)
         if outcome.result is None and outcome.kind in _READ_BACK:
             # The cache keeps no results, and a failed record has none: read the record.
             return _recorded(runner, event_id, suffix, spent, replayed=True)
@@ -254,7 +266,12 @@ def _recorded(
         return Settlement(Settled.UNKNOWN, replayed=replayed)
     if record is None:
         return Settlement(Settled.COMPLETED)
-    return Settlement(Settled.COMPLETED, record.result, completed=record.state is State.SENT)
+    return Settlement(
+        Settled.COMPLETED,
+        record.result,
+        completed=record.state is State.SENT,
+        maybe_effected=record.state is State.DEAD and record.ambiguous,
+    )
 
 
 def caller_subject(uid: str | None) -> str | None:
