@@ -61,8 +61,8 @@ def commit_failure(exc: BaseException) -> CommitFailed | None:
         return CommitFailed.REFUSED
     if isinstance(exc, api_exceptions.Aborted):
         return CommitFailed.CONTENTION
-    if isinstance(exc, TRANSIENT_ERRORS):
-        return CommitFailed.AMBIGUOUS
-    if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
+    if isinstance(exc, (*TRANSIENT_ERRORS, api_exceptions.RetryError)):
+        return CommitFailed.AMBIGUOUS  # a retry wrapper gives up on transient errors (`store_down`)
+    if isinstance(exc, api_exceptions.GoogleAPICallError):
         return CommitFailed.OTHER
     return None

@@ -23,7 +23,7 @@ from dedup.kernel.claims import (
     retry_age,
 )
 from dedup.kernel.record import Mode, Record, State
-from dedup.kernel.store_errors import CommitFailed
+from dedup.kernel.store_errors import CommitFailed, commit_failure, store_down
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 60
@@ -205,3 +205,17 @@ def test_after_fenced_conflict(case: str) -> None:
     refresh (still its record) or lost (another delivery took it over)."""
     record, state, expected = CONFLICTS[case]
     assert after_fenced_conflict(record, "owner-1", state) is expected
+
+
+def test_a_commit_whose_retries_gave_up_may_have_landed() -> None:
+    """A `RetryError` (the client's retry wrapper gave up on transient errors, as a rollback's
+    may after a lost commit) is read as a commit that may have landed, as `store_down` reads
+    it: the delivery reads the record, where it used to give up as if nothing had applied."""
+    gave_up = api_exceptions.RetryError(
+        "Timeout of 2.0s exceeded", api_exceptions.ServiceUnavailable("x")
+    )
+    assert commit_failure(gave_up) is CommitFailed.AMBIGUOUS
+    wrapped = ValueError("store unavailable")
+    wrapped.__cause__ = gave_up
+    assert store_down(wrapped)
+    assert commit_failure(api_exceptions.PermissionDenied("no")) is CommitFailed.OTHER

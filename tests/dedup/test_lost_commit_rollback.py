@@ -1,0 +1,60 @@
+"""A transaction-mode commit whose response is lost, and whose rollback then fails too, on the
+Firestore emulator: the commit may have landed, so the delivery reads the record and, finding
+its own marker, reports the run it made (one effect, the record `sent`), instead of giving up
+with `StoreUnavailable` on the rollback's error and leaving the truth to a redelivery.
+
+The client library rolls a transaction back on any error, its commit's included, and chains
+the commit's error to a failed rollback's (`__context__`); the kernel reads the whole chain
+(`dedup.kernel.atomic`), and a rollback whose retries gave up (`RetryError`) is read as
+`commit_failure` reads any transient error: the commit may have landed
+(`tests/dedup/test_claims.py::test_a_commit_whose_retries_gave_up_may_have_landed`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from google.cloud import firestore
+
+from dedup import DedupConfig, Deduplicator, Mode, OutcomeKind, State
+from tests.dedup.grpc_faults import Fault, faulty_client
+
+ROLLBACK_FAULTS = [Fault.DEADLINE, Fault.HANG, Fault.DENY]
+
+
+@pytest.mark.parametrize("rollback", ROLLBACK_FAULTS, ids=[f.value for f in ROLLBACK_FAULTS])
+def test_a_lost_commit_is_read_back_whatever_its_rollback_raised(
+    rollback: Fault, firestore_client: firestore.Client
+) -> None:
+    def plan(method: str, n: int) -> Fault:
+        if method == "Commit" and n == 1:
+            return Fault.LOSE_RESPONSE  # applied: the marker and the handler's write are in
+        if method == "Rollback":
+            return rollback
+        return Fault.PASS
+
+    dedup = Deduplicator(
+        DedupConfig(rpc_timeout_seconds=2, lease_seconds=30, cache_size=0),
+        client=faulty_client(plan),
+    )
+    event = f"lost-{uuid.uuid4().hex[:8]}"
+    effects: list[str] = []
+
+    def handler(delivery: Any) -> str:
+        effects.append(delivery.key)
+        counter = firestore_client.collection("counters").document(event)
+        delivery.transaction.set(counter, {"n": firestore.Increment(1)}, merge=True)
+        return "done"
+
+    outcome = dedup.run(event, "count", handler, mode=Mode.TRANSACTION)
+    assert outcome.kind is OutcomeKind.RAN
+    record = firestore_client.collection("triggerEvents").document(f"{event}-count").get()
+    assert record.get("state") == State.SENT
+    counter = firestore_client.collection("counters").document(event).get().to_dict()
+    assert counter == {"n": 1}
+    again = Deduplicator(DedupConfig(cache_size=0), client=firestore_client)
+    assert again.run(event, "count", handler, mode=Mode.TRANSACTION).kind is (
+        OutcomeKind.DUPLICATE
+    )
