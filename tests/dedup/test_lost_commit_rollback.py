@@ -42,11 +42,11 @@ def test_a_lost_commit_is_read_back_whatever_its_rollback_raised(
     event = f"lost-{uuid.uuid4().hex[:8]}"
     effects: list[str] = []
 
-    def handler(delivery: Any) -> str:
+    def handler(delivery: Any) -> dict[str, str]:
         effects.append(delivery.key)
         counter = firestore_client.collection("counters").document(event)
         delivery.transaction.set(counter, {"n": firestore.Increment(1)}, merge=True)
-        return "done"
+        return {"done": "yes"}
 
     outcome = dedup.run(event, "count", handler, mode=Mode.TRANSACTION)
     assert outcome.kind is OutcomeKind.RAN
