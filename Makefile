@@ -111,10 +111,12 @@ test: install ## All tests on the emulators; one file or test: make test T=tests
 
 # The wheel test (marker `packaging`, about a minute) and the deploy harness (marker
 # `deploy_harness`, a few minutes) need no emulator either; `make test` runs them.
+# The whole selection runs on every core (pytest-xdist: the matrix and the simulator's searches
+# compute); one file or test (T=) in one process, which starts sooner.
 unit: $(STAMP_PY) ## The tests that need no emulator (no Java, no Node), in seconds.
 	env -u FIRESTORE_EMULATOR_HOST -u PUBSUB_EMULATOR_HOST -u FIREBASE_EMULATOR_HUB \
 	  $(PY) -m pytest -m 'not needs_emulators and not packaging and not subprocesses and not deploy_harness' \
-	  $(T) $(if $(K),-k '$(K)')
+	  $(if $(T),,-n auto) $(T) $(if $(K),-k '$(K)')
 
 docs: $(STAMP_PY) ## Regenerate the generated parts of README.md and docs/ (tests check they are current).
 	$(PY) -m tools.docs
