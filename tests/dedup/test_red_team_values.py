@@ -53,6 +53,7 @@ from dedup.kernel.steps import MAX_STEP_BYTES
 from dedup.kernel.transitions import revived
 from dedup.platform.firestore_values import MAX_DOCUMENT_BYTES, document_size, refusal
 from tests.dedup.grpc_faults import Fault, faulty_client, nth
+from tests.dedup.support import standing_clock
 
 MakeDedup = Callable[..., Deduplicator]
 MakeAsyncDedup = Callable[..., AsyncDeduplicator]
@@ -325,7 +326,12 @@ def test_a_step_that_would_take_the_record_past_one_mib_runs_once_and_fails(
         for n in range(8):
             delivery.step(f"s{n}", counted(calls, f"s{n}", block))
 
-    settled(deliver_until_settled(make_dedup(**SHORT), "mib", handler), OutcomeKind.FAILED)
+    # Eight record writes of up to 1 MiB: on a standing budget clock with a 30 s lease, so a
+    # busy machine's slow writes never spend the delivery's budget before the seventh step
+    # (with SHORT's 2 s budget, a loaded emulator once left step s4 unstarted).
+    roomy = {**SHORT, "lease_seconds": 30, "rpc_timeout_seconds": 10}
+    dedup = make_dedup(**roomy, budget_clock=standing_clock)
+    settled(deliver_until_settled(dedup, "mib", handler), OutcomeKind.FAILED)
     assert calls == {f"s{n}": 1 for n in range(7)}
     record = read_record(f"mib-{SUFFIX}")
     assert record is not None
