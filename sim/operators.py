@@ -23,7 +23,6 @@ window, days) leaves nothing a run of minutes could meet.
 
 from __future__ import annotations
 
-import contextlib
 import random
 from dataclasses import replace
 
@@ -32,12 +31,11 @@ from google.api_core import exceptions as api
 from dedup.cli.repair import _release_problem, _revive_problem
 from dedup.kernel.record import Record
 from dedup.kernel.transitions import operator_released, revived
-from sim import seams
-from sim.runner import COLLECTION, HORIZON, SUFFIX, Env, Platform, Result
+from sim.runner import COLLECTION, SUFFIX, Env, Platform, Result, play
 from sim.scenario import Scenario, make
 from sim.server import Write, us_of
 from sim.values import encode
-from sim.world import Died, Instance, Task, World
+from sim.world import Instance, Task, World
 
 COMMANDS = ("release", "revive", "redrive")
 
@@ -169,18 +167,7 @@ def run_operators(seed: int, *, detail: bool = False, disabled: frozenset[int]) 
     world = World(seed, scenario.concurrency, scenario.faults, detail=detail)
     env = Env(world, scenario)
     platform = OperatorPlatform(world, scenario, env, rng)
-    previous, seams.CURRENT = seams.CURRENT, world
-    try:
-        platform.plan()
-        world.run(HORIZON)
-        world.closing = True
-        for task in world.tasks:
-            if not task.done and task.glet is not None and not task.glet.dead:
-                task.dead = True
-                with contextlib.suppress(Died):
-                    task.glet.throw(Died())
-    finally:
-        seams.CURRENT = previous
+    play(world, platform)
     violations = _read_by_the_operator(check(scenario, world, env, platform), platform)
     for _, command, what in platform.acted:
         world.fault_counts[f"operator {command}"] = world.fault_counts.get(

@@ -34,7 +34,7 @@ from dedup.http.callable import sent_json
 from dedup.http.idempotency import fingerprint
 from dedup.kernel.transitions import MAX_RESULT_BYTES, payload_hash
 from sim.handlers import HandlerError
-from sim.runner import COLLECTION, SUFFIX, Answer, Env, Platform, Result
+from sim.runner import COLLECTION, SUFFIX, Answer, Env, Platform, Result, play
 from sim.server import MODES
 from sim.world import Faults, Instance, Task
 
@@ -616,12 +616,9 @@ def run_request(
     seed: int, surface: str, *, detail: bool = False, disabled: frozenset[int]
 ) -> Result:
     """Run the HTTP or callable surface's seed to its end and check the invariants."""
-    import contextlib
 
-    from sim import seams
     from sim.invariants import check
-    from sim.runner import HORIZON
-    from sim.world import Died, World
+    from sim.world import World
 
     scenario = make(seed, surface)
     if disabled:
@@ -629,18 +626,7 @@ def run_request(
     world = World(seed, scenario.concurrency, scenario.faults, detail=detail)
     env = RequestEnv(world, scenario)
     platform = RequestPlatform(world, scenario, env)
-    previous, seams.CURRENT = seams.CURRENT, world
-    try:
-        platform.plan()
-        world.run(HORIZON)
-        world.closing = True
-        for task in world.tasks:
-            if not task.done and task.glet is not None and not task.glet.dead:
-                task.dead = True
-                with contextlib.suppress(Died):
-                    task.glet.throw(Died())
-    finally:
-        seams.CURRENT = previous
+    play(world, platform)
     violations = [
         v for v in check(scenario, world, env, platform) if v[0] not in ("final-or-leased",)
     ]

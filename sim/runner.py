@@ -394,6 +394,24 @@ class Platform:
         self.world.at(when, self.deliver, event, self.world.rng.randrange(len(self.instances)))
 
 
+def play(world: World, platform: Any) -> None:
+    """Plan `platform`'s deliveries in `world` and run them to the horizon, the world current
+    for the kernel's seams (`sim.seams`); then end every task still waiting (its process is
+    gone when the run ends)."""
+    previous, seams.CURRENT = seams.CURRENT, world
+    try:
+        platform.plan()
+        world.run(HORIZON)
+        world.closing = True
+        for task in world.tasks:
+            if not task.done and task.glet is not None and not task.glet.dead:
+                task.dead = True
+                with contextlib.suppress(Died):
+                    task.glet.throw(Died())
+    finally:
+        seams.CURRENT = previous
+
+
 def run_kernel(
     seed: int,
     *,
@@ -412,18 +430,7 @@ def run_kernel(
     world = World(seed, scenario.concurrency, faults, detail=detail)
     env = Env(world, scenario)
     platform = Platform(world, scenario, env)
-    previous, seams.CURRENT = seams.CURRENT, world
-    try:
-        platform.plan()
-        world.run(HORIZON)
-        world.closing = True
-        for task in world.tasks:
-            if not task.done and task.glet is not None and not task.glet.dead:
-                task.dead = True
-                with contextlib.suppress(Died):
-                    task.glet.throw(Died())
-    finally:
-        seams.CURRENT = previous
+    play(world, platform)
     violations = check(scenario, world, env, platform)
     return Result(
         seed,
