@@ -13,12 +13,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    NoOpTracer,
+    ProxyTracer,
+    SpanKind,
+    Status,
+    StatusCode,
+)
 
 from dedup.errors import InvalidSuffix, MissingEventId
 from dedup.kernel.record import Mode, OutcomeKind, Record
@@ -129,9 +137,14 @@ class DeliveryTrace:
     def timed(self, handler: Callable[..., R]) -> Callable[..., R]:
         """`handler`, with its time counted as the handler's (see `in_handler`)."""
 
+        clock = self.clock
+
         def call(*args: object, **kwargs: object) -> R:
-            with self.in_handler():
+            started = clock()  # `in_handler`, inline: it runs at every delivery
+            try:
                 return handler(*args, **kwargs)
+            finally:
+                self.handler_seconds += clock() - started
 
         return call
 
@@ -204,39 +217,87 @@ class Telemetry:
             )
         return self._instruments
 
-    @contextmanager
-    def delivery(self, suffix: str, mode: Mode) -> Iterator[DeliveryTrace]:
+    def delivery(self, suffix: str, mode: Mode) -> AbstractContextManager[DeliveryTrace]:
         """Observe one delivery: its span is current inside the block; on the way out (return
         or exception) the span gets its outcome and attempt, and the counter and the histogram
         one measurement each. Exceptions pass through unchanged."""
-        observed = DeliveryTrace(clock=self._clock)
-        attributes = {"dedup.suffix": suffix, "dedup.mode": Mode(mode).value}
-        with self._tracer.start_as_current_span(
-            SPAN_PREFIX + suffix, kind=SpanKind.INTERNAL, attributes=attributes
-        ) as span:
-            try:
-                yield observed
-            except BaseException as exc:
-                self._end(span, suffix, observed, observed.outcome(exc))
-                raise
-            self._end(span, suffix, observed, observed.outcome(None))
+        return _Observing(self, suffix, mode)
 
-    def _end(self, span: trace.Span, suffix: str, observed: DeliveryTrace, outcome: str) -> None:
-        run = observed.run
-        if run is not None:
-            span.set_attribute("dedup.key", run.key)
-        span.set_attribute("dedup.attempt", run.attempt if run is not None else 0)
-        span.set_attribute("dedup.outcome", outcome)
-        if outcome in _DUPLICATES:
-            _duplicate_event(span, run.found if run is not None else None)
-        if outcome in ERROR_OUTCOMES:
-            span.set_status(Status(StatusCode.ERROR, f"dedup outcome {outcome}"))
+    def _starts_span(self) -> bool:
+        """Whether a delivery starting now starts a span: not when the tracer is the API's
+        no-op tracer (no SDK, no provider set or given) and the current span is a non-recording
+        one (the caller's context, or none), as the no-op tracer's span would be that very span,
+        made current again, every call on it a no-op. Asked at each delivery: a global provider
+        set later takes over the default tracer (`ProxyTracer`)."""
+        tracer = self._tracer
+        if type(tracer) is ProxyTracer:
+            tracer = getattr(tracer, "_tracer", tracer)  # the provider's once one is set
+        if type(tracer) is not NoOpTracer:
+            return True
+        return not isinstance(trace.get_current_span(), NonRecordingSpan)
+
+    def _end(
+        self, span: trace.Span | None, suffix: str, observed: DeliveryTrace, outcome: str
+    ) -> None:
+        if span is not None:
+            run = observed.run
+            if run is not None:
+                span.set_attribute("dedup.key", run.key)
+            span.set_attribute("dedup.attempt", run.attempt if run is not None else 0)
+            span.set_attribute("dedup.outcome", outcome)
+            if outcome in _DUPLICATES:
+                _duplicate_event(span, run.found if run is not None else None)
+            if outcome in ERROR_OUTCOMES:
+                span.set_status(Status(StatusCode.ERROR, f"dedup outcome {outcome}"))
         instruments = self._measured()
         if instruments is not None:
             deliveries, overhead = instruments
             labels = {"suffix": suffix, "outcome": outcome}
             deliveries.add(1, labels)
             overhead.record(observed.overhead_ms(), labels)
+
+
+class _Observing:
+    """`Telemetry.delivery`'s block, a plain context manager (a delivery's hot path).
+
+    It starts no span where that span could not be told from none (`Telemetry._starts_span`);
+    anything else (an SDK, a given provider, a recording span current) goes through
+    `start_as_current_span` exactly as a `with` of it would."""
+
+    __slots__ = ("_mode", "_observed", "_span", "_started", "_suffix", "_telemetry")
+
+    def __init__(self, telemetry: Telemetry, suffix: str, mode: Mode) -> None:
+        self._telemetry = telemetry
+        self._suffix = suffix
+        self._mode = mode
+        self._started: AbstractContextManager[trace.Span] | None = None
+        self._span: trace.Span | None = None
+
+    def __enter__(self) -> DeliveryTrace:
+        telemetry, suffix = self._telemetry, self._suffix
+        observed = self._observed = DeliveryTrace(clock=telemetry._clock)
+        mode = Mode(self._mode).value
+        if not telemetry._starts_span():
+            return observed
+        attributes = {"dedup.suffix": suffix, "dedup.mode": mode}
+        started = telemetry._tracer.start_as_current_span(
+            SPAN_PREFIX + suffix, kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        self._span = started.__enter__()
+        self._started = started
+        return observed
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        observed = self._observed
+        self._telemetry._end(self._span, self._suffix, observed, observed.outcome(error))
+        if self._started is None:
+            return None
+        return self._started.__exit__(kind, error, traceback)
 
 
 def _duplicate_event(span: trace.Span, found: Record | None) -> None:
@@ -311,6 +372,14 @@ def _configure_on_first_use() -> None:
         return
     configure_logging()
     _first_use_done = True
+
+
+def logs_at(level: int) -> bool:
+    """Whether a delivery line at `level` would reach the "dedup" logger's handlers (its
+    `isEnabledFor`), asked after the first-use set-up (`configure_logging`) as `log_delivery`
+    would do it: a caller may skip making a line that would be dropped."""
+    _configure_on_first_use()
+    return logger.isEnabledFor(level)
 
 
 def log_delivery(

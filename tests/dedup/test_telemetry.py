@@ -421,3 +421,92 @@ def test_no_metrics_api_import_until_a_meter_provider_can_exist() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found == {"imported_before": False, "counted": [1]}
+
+
+_NO_SDK_SPANS = """
+import json
+from opentelemetry import context, trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, NoOpTracerProvider, SpanContext, TraceFlags
+from dedup.kernel.record import Mode
+from dedup.telemetry import Telemetry
+
+def seen(telemetry, fail=False):
+    try:
+        with telemetry.delivery("late", Mode.LEASE):
+            inside = trace.get_current_span()
+            if fail:
+                raise KeyError("handler")
+    except KeyError:
+        pass
+    return inside
+
+found = {}
+remote = NonRecordingSpan(SpanContext(0xAB, 0xCD, is_remote=True, trace_flags=TraceFlags(1)))
+private = TracerProvider().get_tracer("app")
+for name, telemetry in (
+    ("global", Telemetry()), ("given", Telemetry(tracer_provider=NoOpTracerProvider()))
+):
+    found[name + " none"] = seen(telemetry) is trace.INVALID_SPAN
+    token = context.attach(trace.set_span_in_context(remote))
+    found[name + " remote"] = seen(telemetry) is remote and seen(telemetry, fail=True) is remote
+    context.detach(token)
+    with private.start_as_current_span("app") as recording:
+        inner = seen(telemetry)
+        found[name + " recording"] = [
+            type(inner).__name__, inner.get_span_context() == recording.get_span_context()
+        ]
+        found[name + " after"] = trace.get_current_span() is recording
+
+late = Telemetry()
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+token = context.attach(trace.set_span_in_context(remote))
+inside = seen(late, fail=True)
+context.detach(token)
+[span] = exporter.get_finished_spans()
+found["late"] = [
+    span.name, span.parent.span_id == 0xCD, inside.get_span_context() == span.get_span_context(),
+    dict(span.attributes), span.status.status_code.name,
+]
+print(json.dumps(found))
+"""
+
+
+def test_without_an_sdk_a_delivery_leaves_the_current_span_as_the_no_op_tracer_did() -> None:
+    """With the API's no-op tracer (no provider set, or `NoOpTracerProvider` given) a delivery
+    starts no span of its own, and its block sees what the no-op tracer's span showed: no span,
+    or the caller's non-recording span itself (a handler's exception passing through), or, under
+    a recording span of another provider, a non-recording span of that span's context. A global
+    provider set after the `Telemetry` was made gets the next delivery's span, the caller's
+    child, with its attributes and the exception's ERROR status."""
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_SDK_SPANS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("global", "given"):
+        assert found[f"{name} none"] is True
+        assert found[f"{name} remote"] is True
+        assert found[f"{name} recording"] == ["NonRecordingSpan", True]
+        assert found[f"{name} after"] is True
+    assert found["late"] == [
+        "dedup late",
+        True,
+        True,
+        {
+            "dedup.suffix": "late",
+            "dedup.mode": "lease",
+            "dedup.attempt": 0,
+            "dedup.outcome": "error",
+        },
+        "ERROR",
+    ]
