@@ -9,8 +9,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -102,15 +103,10 @@ class Run:
             error += f" (last error: {cause})"
         raise BudgetSpent(error) from cause
 
-    @asynccontextmanager
-    async def turn(self, key: str | None = None) -> AsyncIterator[None]:
+    def turn(self, key: str | None = None) -> AbstractAsyncContextManager[None]:
         """This delivery's turn on its key (or on `key`) among the instance's deliveries
         (`FlowIO.turn`), waited for no longer than the budget allows (then `BudgetSpent`)."""
-        try:
-            async with self.io.turn(key or self.key, max(0.0, self.budget.left())):
-                yield
-        except TurnTimeout as waited:
-            self.spent("take its turn on", waited)
+        return _RunTurn(self, key or self.key)
 
     @property
     def path(self) -> str:
@@ -263,6 +259,38 @@ class Run:
         )
         gave_up = kind in GIVING_UP or (self.found is not None and self.found.state in GIVEN_UP)
         return Outcome(kind, self.key, self.attempt, ms, result, gave_up)
+
+
+class _RunTurn:
+    """`Run.turn`'s block, a plain async context manager (it runs at every delivery): a
+    `TurnTimeout` from the turn, entering or leaving, is the budget spent (`Run.spent`)."""
+
+    __slots__ = ("_key", "_run", "_turn")
+
+    def __init__(self, run: Run, key: str) -> None:
+        self._run, self._key = run, key
+
+    async def __aenter__(self) -> None:
+        run = self._run
+        turn = self._turn = run.io.turn(self._key, max(0.0, run.budget.left()))
+        try:
+            await turn.__aenter__()
+        except TurnTimeout as waited:
+            run.spent("take its turn on", waited)
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        try:
+            suppressed = await self._turn.__aexit__(kind, error, traceback)
+        except TurnTimeout as waited:
+            self._run.spent("take its turn on", waited)
+        if isinstance(error, TurnTimeout) and not suppressed:
+            self._run.spent("take its turn on", error)
+        return suppressed
 
 
 class SentKeys:

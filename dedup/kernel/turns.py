@@ -4,8 +4,8 @@ process, for the store's `turn` (`dedup.kernel.store.RecordStore.turn`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 
@@ -24,39 +24,76 @@ class KeyTurns:
         self._lock = threading.Lock()
         self._locks: dict[str, tuple[Any, int]] = {}
 
-    @contextmanager
-    def turn(self, key: str, timeout: float | None = None) -> Iterator[None]:
+    def turn(self, key: str, timeout: float | None = None) -> AbstractContextManager[None]:
         """Wait until no other thread of this process is inside `turn(key)`, then enter;
         `TurnTimeout` after `timeout` seconds (None: wait as long as it takes)."""
-        with self.lock_of(key, threading.Lock) as lock:
-            wait = -1.0 if timeout is None else max(0.001, timeout)
-            if not lock.acquire(timeout=wait):
-                raise TurnTimeout(f"no turn on {key} within {timeout:.1f} s")
-            try:
-                yield
-            finally:
-                lock.release()
+        return _Turn(self, key, timeout)
 
-    @contextmanager
-    def lock_of[L](self, key: str, new: Callable[[], L]) -> Iterator[L]:
+    def lock_of[L](self, key: str, new: Callable[[], L]) -> AbstractContextManager[L]:
         """The lock every user of `key` shares (made by `new` for the first), kept while any
         user is inside this block; the caller acquires it."""
+        return _Shared(self, key, new)
+
+    def _join[L](self, key: str, new: Callable[[], L]) -> L:
+        """Count one more user of `key`'s lock (made by `new` for the first) and return it."""
         with self._lock:
             lock, users = self._locks.get(key, (None, 0))
             if lock is None:
                 lock = new()
             self._locks[key] = (lock, users + 1)
-        try:
-            yield cast(L, lock)
-        finally:
-            with self._lock:
-                lock, users = self._locks[key]
-                if users <= 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
+        return cast(L, lock)
+
+    def _leave(self, key: str) -> None:
+        """One user of `key`'s lock left: forget the lock with its last user."""
+        with self._lock:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     def __len__(self) -> int:
         """Number of keys with a delivery inside or waiting."""
         with self._lock:
             return len(self._locks)
+
+
+class _Shared[L]:
+    """`KeyTurns.lock_of`'s block (a plain context manager: it runs at every delivery)."""
+
+    __slots__ = ("_key", "_new", "_turns")
+
+    def __init__(self, turns: KeyTurns, key: str, new: Callable[[], L]) -> None:
+        self._turns, self._key, self._new = turns, key, new
+
+    def __enter__(self) -> L:
+        return self._turns._join(self._key, self._new)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._turns._leave(self._key)
+
+
+class _Turn:
+    """`KeyTurns.turn`'s block (a plain context manager: it runs at every delivery)."""
+
+    __slots__ = ("_key", "_lock", "_timeout", "_turns")
+
+    def __init__(self, turns: KeyTurns, key: str, timeout: float | None) -> None:
+        self._turns, self._key, self._timeout = turns, key, timeout
+
+    def __enter__(self) -> None:
+        turns, key, timeout = self._turns, self._key, self._timeout
+        lock = self._lock = turns._join(key, threading.Lock)
+        try:
+            wait = -1.0 if timeout is None else max(0.001, timeout)
+            if not lock.acquire(timeout=wait):
+                raise TurnTimeout(f"no turn on {key} within {timeout:.1f} s")
+        except BaseException:
+            turns._leave(key)
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            self._lock.release()
+        finally:
+            self._turns._leave(self._key)
