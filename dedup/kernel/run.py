@@ -11,9 +11,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
-from types import TracebackType
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from dedup.errors import BudgetSpent, ConfigError, KeyCollision, LeaseHeld, PayloadMismatch
@@ -30,7 +30,7 @@ from dedup.kernel.delivery import (
 )
 from dedup.kernel.record import GIVEN_UP, GIVING_UP, Mode, Record
 from dedup.kernel.turns import TurnTimeout
-from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery
+from dedup.telemetry import EXPLAINED, SEVERITY, log_delivery, logs_at
 
 if TYPE_CHECKING:
     from dedup.config import DedupConfig
@@ -235,9 +235,17 @@ class Run:
         self.outcome = kind
         ms = int(self.budget.elapsed() * 1000)
         level = SEVERITY[kind]
-        message = f"{kind.value}: {self.path} (attempt {self.attempt})"
         if self.mismatch:
             level = max(level, logging.ERROR)
+        if logs_at(level):  # else `log_delivery` would drop the line: it is not even made
+            self._log(kind, level, ms, error)
+        gave_up = kind in GIVING_UP or (self.found is not None and self.found.state in GIVEN_UP)
+        return Outcome(kind, self.key, self.attempt, ms, result, gave_up)
+
+    def _log(self, kind: OutcomeKind, level: int, ms: int, error: str | None) -> None:
+        """The delivery's single line (`finish`), at `level`."""
+        message = f"{kind.value}: {self.path} (attempt {self.attempt})"
+        if self.mismatch:
             message += "; payload fingerprint differs from the recorded event's"
         if kind is OutcomeKind.DEAD:
             message += f"; gave up after {self.attempt} attempts, inspect the record"
@@ -257,8 +265,6 @@ class Run:
             subject=self.subject,
             budget_source=self.budget.length.source if self.budget.length else None,
         )
-        gave_up = kind in GIVING_UP or (self.found is not None and self.found.state in GIVEN_UP)
-        return Outcome(kind, self.key, self.attempt, ms, result, gave_up)
 
 
 class _RunTurn:
