@@ -62,19 +62,24 @@ SUFFIX_PATTERN = r"[A-Za-z0-9_]{1,100}"
 """What a suffix may be: it names one function and ends its keys, after their last "-" (a
 pattern for `re.fullmatch`, compiled on first use)."""
 
-_RESERVED_ID = r"(?s)__.*__"
 _UNREADABLE = r"[^A-Za-z0-9_.-]"
-_PRINTABLE_ASCII = r"[\x21-\x7e]+"
+_VALID_SUFFIXES: set[str] = set()
+"""Suffixes `validate_suffix` passed (a process has a few: one per function), most kept."""
+_MAX_VALID_SUFFIXES = 1024
 
 
 def validate_suffix(suffix: str) -> str:
     """`suffix` unchanged if it is 1-100 characters of `[A-Za-z0-9_]`, else `InvalidSuffix`."""
+    if type(suffix) is str and suffix in _VALID_SUFFIXES:
+        return suffix
     if not isinstance(suffix, str) or not re.fullmatch(SUFFIX_PATTERN, suffix):
         raise InvalidSuffix(
             f"suffix {suffix!r} is invalid: use 1 to 100 characters of letters, digits and "
             "'_' (no '-': keys are <event id>-<suffix>), unique per function, e.g. "
             "trigger_once('send_welcome_email')"
         )
+    if type(suffix) is str and len(_VALID_SUFFIXES) < _MAX_VALID_SUFFIXES:
+        _VALID_SUFFIXES.add(suffix)
     return suffix
 
 
@@ -133,14 +138,24 @@ def _needs_mapping(event_id: str, suffix: str, reserved_bytes: int = 0) -> bool:
     key = f"{event_id}-{suffix}"
     key_bytes = len(key.encode("utf-8", "surrogatepass")) + reserved_bytes
     return (
-        not re.fullmatch(_PRINTABLE_ASCII, event_id)
+        not _printable_ascii(event_id)
         or "/" in event_id
         or event_id in (".", "..")
         or event_id.startswith(MAPPED_PREFIX)
-        or re.fullmatch(_RESERVED_ID, event_id) is not None
-        or re.fullmatch(_RESERVED_ID, key) is not None
+        or _reserved(event_id)
+        or _reserved(key)
         or key_bytes > MAX_KEY_BYTES
     )
+
+
+def _printable_ascii(text: str) -> bool:
+    """One or more characters, each from "!" to "~" (ASCII, printable, no space)."""
+    return text != "" and text.isascii() and text.isprintable() and " " not in text
+
+
+def _reserved(text: str) -> bool:
+    """A name Firestore reserves, `__.*__`: "__", anything (newlines too), "__"."""
+    return len(text) >= 4 and text.startswith("__") and text.endswith("__")
 
 
 def _mapped(event_id: str) -> str:

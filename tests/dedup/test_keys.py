@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from google.cloud import firestore
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dedup import InvalidSuffix, MissingEventId, dedup_key
 from dedup.kernel.transitions import MAX_KEY_BYTES
@@ -78,3 +82,48 @@ def test_invalid_suffix_raises(suffix: str) -> None:
     """A suffix outside [A-Za-z0-9_-]{1,100} is rejected with the rule in the message."""
     with pytest.raises(InvalidSuffix, match=r"1 to 100 characters"):
         dedup_key("e", suffix)
+
+
+def _unmapped_by_the_rule(event_id: str, suffix: str) -> bool:
+    """The module docstring's rule, in regular expressions: the id is kept as it is."""
+    key = f"{event_id}-{suffix}"
+    return (
+        re.fullmatch(r"[\x21-\x7e]+", event_id) is not None
+        and "/" not in event_id
+        and event_id not in (".", "..")
+        and not event_id.startswith("~")
+        and re.fullmatch(r"(?s)__.*__", event_id) is None
+        and re.fullmatch(r"(?s)__.*__", key) is None
+        and len(key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES
+    )
+
+
+@given(
+    st.text(alphabet="_~./ \t\n\x7fa\u00e9", min_size=1, max_size=8)
+    | st.text(min_size=1, max_size=6),
+    st.sampled_from(["s", "_", "__", "x__"]),
+)
+def test_an_id_is_kept_exactly_when_the_rule_keeps_it(event_id: str, suffix: str) -> None:
+    """An id is used as it is exactly when the rule of `dedup.kernel.transitions` (printable
+    ASCII without space, none of "/", ".", "..", a leading "~", Firestore's reserved `__.*__`
+    for the id or the key, at most 1,500 bytes) keeps it; else it is mapped."""
+    key = dedup_key(event_id, suffix)
+    assert (key == f"{event_id}-{suffix}") is _unmapped_by_the_rule(event_id, suffix)
+    assert key.startswith("~") is not _unmapped_by_the_rule(event_id, suffix)
+
+
+def test_a_suffix_is_judged_the_same_every_time() -> None:
+    """A valid suffix passes again (its check remembered), an invalid one is refused every time,
+    a `str` subclass too."""
+
+    class Text(str):
+        pass
+
+    for _ in range(2):
+        assert dedup_key("e", "ok_1") == "e-ok_1"
+        assert dedup_key("e", Text("ok_1")) == "e-ok_1"
+        for suffix in ["a-b", "", Text("a b")]:
+            with pytest.raises(InvalidSuffix):
+                dedup_key("e", suffix)
+    with pytest.raises(InvalidSuffix):
+        dedup_key("e", ["s"])  # type: ignore[arg-type]
