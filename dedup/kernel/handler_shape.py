@@ -76,6 +76,10 @@ def check_handler(
 def is_async_handler(handler: object) -> bool:
     """True when calling `handler` returns a coroutine: an `async def` function (or a partial
     of one), or an object whose `__call__` is one."""
+    if type(handler) is FunctionType and not handler.__dict__:
+        # `inspect.iscoroutinefunction` of a plain function without attributes (so without
+        # `inspect.markcoroutinefunction`'s mark): its code's flag, read at every `run`.
+        return bool(handler.__code__.co_flags & inspect.CO_COROUTINE)
     if inspect.iscoroutinefunction(handler):
         return True
     if type(handler) is FunctionType:  # a plain `def`: its type's `__call__` is not async

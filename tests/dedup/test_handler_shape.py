@@ -6,7 +6,9 @@ of its module."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +19,7 @@ from firebase_functions import firestore_fn, https_fn, tasks_fn
 
 from dedup import ConfigError, DedupConfig, DuplicateSuffix, SuffixRegistry, trigger_once
 from dedup.http import idempotent_callable, idempotent_http
+from dedup.kernel.handler_shape import is_async_handler
 from dedup.tasks import task_once
 
 Factory = Callable[..., Any]
@@ -211,3 +214,50 @@ def test_one_definition_decorated_twice_is_refused_naming_it_once() -> None:
     with pytest.raises(DuplicateSuffix) as refused:
         trigger_once("twice", config=CONFIG, registry=registry)(handler)
     assert str(refused.value).count("<locals>.handler") == 1
+
+
+def test_a_handler_is_async_exactly_when_inspect_says_its_call_is() -> None:
+    """`is_async_handler` agrees with `inspect.iscoroutinefunction` (of the object, else of its
+    type's `__call__`) for every shape of handler: plain functions with and without attributes
+    (`inspect.markcoroutinefunction`'s mark among them), lambdas, partials, bound methods and
+    callable objects."""
+
+    def plain(delivery: Any) -> None: ...
+
+    async def awaited(delivery: Any) -> None: ...
+
+    def marked(delivery: Any) -> Any: ...
+
+    def tagged(delivery: Any) -> None: ...
+
+    class Call:
+        def __call__(self, delivery: Any) -> None: ...
+
+        async def method(self, delivery: Any) -> None: ...
+
+    class AsyncCall:
+        async def __call__(self, delivery: Any) -> None: ...
+
+    inspect.markcoroutinefunction(marked)
+    tagged.note = "an attribute"  # type: ignore[attr-defined]
+    handlers: list[Any] = [
+        plain,
+        awaited,
+        marked,
+        tagged,
+        lambda delivery: None,
+        functools.partial(awaited),
+        functools.partial(plain),
+        Call(),
+        Call().method,
+        AsyncCall(),
+    ]
+    expected = [_inspected(h) for h in handlers]
+    assert [is_async_handler(h) for h in handlers] == expected
+    assert expected == [False, True, True, False, False, True, False, False, True, True]
+
+
+def _inspected(handler: Any) -> bool:
+    if inspect.iscoroutinefunction(handler):
+        return True
+    return callable(handler) and inspect.iscoroutinefunction(type(handler).__call__)
