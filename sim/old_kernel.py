@@ -18,7 +18,6 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from dedup.errors import (
@@ -43,7 +42,7 @@ from dedup.kernel import (
     transitions,
 )
 from dedup.kernel.ambiguity import settle_ambiguity
-from dedup.kernel.budget import Budget, TimeBudget
+from dedup.kernel.budget import FLOOR, Budget, TimeBudget
 from dedup.kernel.claims import (
     AfterConflict,
     AfterFailure,
@@ -67,7 +66,7 @@ from dedup.kernel.record import (
     scrub_urls,
 )
 from dedup.kernel.steps import DONE, MAX_STEP_BYTES, MAX_STEPS, MAX_STEPS_BYTES, REFUSED
-from dedup.kernel.store import backoff
+from dedup.kernel.store import read_back
 from dedup.kernel.transitions import (
     MAX_RESULT_BYTES,
     attempt_finished,
@@ -173,41 +172,30 @@ def same_call(*_: Any) -> None:
 async def lease_write(
     self: Any, fields: Any, state: State, action: str, *, notes: bool = False
 ) -> None:
-    """`dedup.kernel.lease.Lease.write` while the read after a conflict reused the bound taken
+    """`dedup.kernel.lease.Lease.write` while the read after a conflict reused the seconds left
     before the update."""
-    run, store = self.run, self.run.io
+    run = self.run
     budget = run.budget.after_handler()
-    fence, round_, refreshes = self.fence, 0, 0
-    while True:
-        try:
-            left = budget.call()
-            written = await fenced_write(
-                store, run.key, fields, fence, action, partial(float, left), read_back=True
-            )
-        except StoreUnavailable:
-            pause = backoff(round_)
-            round_ += 1
-            if not budget.affords(pause):
-                raise
-            await store.sleep(pause)
-            continue
+    fence = self.fence
+    for _ in range(1 + lease.CLAIM_ROUNDS):
+        left = max(FLOOR, budget.left())
+        written = await fenced_write(
+            run.io, run.key, fields, fence, action, budget, keep_trying=True
+        )
         if isinstance(written, datetime):
             self.fence = written
             return
-        assert isinstance(written, Snapshot)
-        snapshot = written
+        stale = Budget.of_call(budget.rpc_timeout, left, budget.clock)
+        snapshot = await read_back(run.io, run.key, stale, action=action, until_end=True)
         after = after_fenced_conflict(snapshot.record, self.owner, state)
-        if after is AfterConflict.RECORDED and notes:
-            after = AfterConflict.REFRESH
-        if after is AfterConflict.RECORDED:
+        if after is AfterConflict.LANDED and not notes:
             self.fence = fence_of(snapshot)
             return
-        if after is AfterConflict.REFRESH and refreshes < lease.CLAIM_ROUNDS:
-            fence = fence_of(snapshot)
-            refreshes += 1
-            continue
-        run.finish(OutcomeKind.LEASE_LOST)
-        raise LeaseLost(f"could not {action} {run.path}: the lease was taken over")
+        if after is AfterConflict.LOST:
+            break
+        fence = fence_of(snapshot)
+    run.finish(OutcomeKind.LEASE_LOST)
+    raise LeaseLost(f"could not {action} {run.path}: the lease was taken over")
 
 
 async def transaction_once(lease_: Any, name: str, call: Any) -> Any:
@@ -222,10 +210,14 @@ async def transaction_once(lease_: Any, name: str, call: Any) -> Any:
         entries = lease_.steps.with_entry(name, DONE, value, room=lease_.steps_room())
         return (value, entries), steps_recorded(name, entries[name])
 
-    sent, left = run.budget.now(), run.budget.call()
+    sent = run.budget.now()
     try:
         value, entries = await run.io.run_transaction(
-            run.key, fill, lease_.fence, attempts=step_writes.TRANSACTION_ATTEMPTS, budget=left
+            run.key,
+            fill,
+            lease_.fence,
+            attempts=step_writes.TRANSACTION_ATTEMPTS,
+            budget=run.budget,
         )
     except Exception:
         snapshot = await run.io.read(run.key, action=f"check step {name} of")
@@ -253,8 +245,10 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
     for round_ in range(atomic.RECORD_ROUNDS):
         if round_ and after_handler.left() <= 0:
             break
-        budget = after_handler.call()
-        snapshot = await store.read(run.key, action="record a failed attempt on", budget=budget)
+        budget = Budget.of_call(
+            after_handler.rpc_timeout, after_handler.left(), after_handler.clock
+        )
+        snapshot = await read_back(store, run.key, budget, action="record a failed attempt on")
         record = snapshot.record
         if record is not None and written_by(record, token):
             run.counted(record.attempts)
@@ -278,9 +272,7 @@ async def record_failed_attempt(run: Any, exc: Exception, token: str) -> Outcome
             fields = attempt_finished(
                 after.state, owner=token, attempts=attempts, expire_at=run.expire_at(), error=error
             )
-            written = await fenced_write(
-                store, run.key, fields, fence_of(snapshot), action, partial(float, budget)
-            )
+            written = await fenced_write(store, run.key, fields, fence_of(snapshot), action, budget)
         if isinstance(written, datetime):
             run.counted(attempts)
             return run.failed(after, error, exc)
@@ -298,7 +290,7 @@ async def record_failed_attempt_unchecked(run: Any, exc: Exception, owner: str) 
     for round_ in range(atomic.RECORD_ROUNDS):
         if round_ and budget.left() <= 0:
             break
-        snapshot = await store.read(run.key, action=action, budget=budget.call())
+        snapshot = await read_back(store, run.key, budget, action=action)
         record = snapshot.record
         if record is not None and written_by(record, owner):
             run.counted(record.attempts)
@@ -312,18 +304,15 @@ async def record_failed_attempt_unchecked(run: Any, exc: Exception, owner: str) 
         attempts = (record.attempts if record is not None else 0) + 1
         age = retry_age(record, snapshot.read_time)
         after = after_failure(exc, attempts, run.config.attempt_limit, age)
-        left = budget.call()
         written: datetime | object
         if record is None:
             fields = first_write(run, after.state, owner, attempts=attempts, last_error=error)
-            written = await store.create(run.key, fields, action=action, budget=left)
+            written = await store.create(run.key, fields, action=action, budget=budget)
         else:
             fields = attempt_finished(
                 after.state, owner=owner, attempts=attempts, expire_at=run.expire_at(), error=error
             )
-            written = await fenced_write(
-                store, run.key, fields, fence_of(snapshot), action, budget.call
-            )
+            written = await fenced_write(store, run.key, fields, fence_of(snapshot), action, budget)
         if isinstance(written, datetime):
             run.counted(attempts)
             return run.failed(after, error, exc)
@@ -337,7 +326,7 @@ async def mark_dead_unmarked(
     snapshot: Snapshot,
     owner: str,
     expire_at: datetime,
-    budget: Callable[[], float],
+    budget: Budget,
 ) -> bool:
     """`dedup.kernel.transitions.mark_dead` without its fix: the record buried after its last
     allowed attempt's lease expired is not marked `ambiguous`, so `dedup revive` hands it back

@@ -5,7 +5,7 @@ handler gets (documents, a batch, a transaction).
 What is the client library's and what is the kernel's, kept apart as in production:
 
 * the kernel's: `ConditionalTries` (a conditional write's retries of transient errors, and
-  `Conflict.maybe_applied`), the time bounds (each call's `StoreBase.budget`) and
+  `Conflict.unanswered`), the time bounds (each call's `StoreBase.budget`) and
   the error wrapping (`StoreBase.unavailable`) are imported from `dedup.kernel.store` and run
   as they are;
 * the client library's, modelled here: a read retries transient errors with backoff within
@@ -25,11 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from google.api_core import exceptions as api
 from google.cloud import firestore
 
+from dedup.kernel.budget import Budget
 from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Snapshot
 from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
@@ -236,7 +238,7 @@ class SimRecords(StoreBase[SimClient]):
 
     # --- the record operations -----------------------------------------------------------
 
-    def read(self, key: str, *, action: str = "claim", budget: float | None = None) -> Snapshot:
+    def read(self, key: str, *, action: str = "claim", budget: Budget | None = None) -> Snapshot:
         with self.wrapped(action, key):
             return snapshot_of(
                 self.get(self.path(key), timeout=self.budget(budget).rpc(), action=action)
@@ -259,7 +261,7 @@ class SimRecords(StoreBase[SimClient]):
         return encoded
 
     def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+        self, key: str, fields: Fields, *, action: str = "claim", budget: Budget | None = None
     ) -> datetime | Conflict:
         return self._conditional(action, key, "create", fields, None, budget)
 
@@ -270,9 +272,11 @@ class SimRecords(StoreBase[SimClient]):
         update_time: datetime,
         *,
         action: str,
-        budget: float | None = None,
+        budget: Budget | None = None,
+        keep_trying: bool = False,
     ) -> datetime | Conflict:
-        return self._conditional(action, key, "update", fields, us_of(update_time), budget)
+        guard = us_of(update_time)
+        return self._conditional(action, key, "update", fields, guard, budget, keep_trying)
 
     def _conditional(
         self,
@@ -281,11 +285,12 @@ class SimRecords(StoreBase[SimClient]):
         op: str,
         fields: Fields,
         guard: int | None,
-        budget: float | None,
+        budget: Budget | None,
+        keep_trying: bool = False,
     ) -> datetime | Conflict:
         """One conditional write as `RecordStore` makes it: the client encodes `fields` inside
         each try (a `TypeError` goes to `ConditionalTries.after`, as from `ref.update`)."""
-        tries = ConditionalTries(self, action, key, budget)
+        tries = ConditionalTries(self, action, key, budget, keep_trying=keep_trying)
         path = self.path(key)
         while True:
             try:
@@ -310,7 +315,7 @@ class SimRecords(StoreBase[SimClient]):
         fill: Callable[[Any], tuple[Any, Fields]],
         guard: datetime | None,
         *,
-        budget: float | None = None,
+        budget: Budget | None = None,
     ) -> Any:
         call = self.budget(budget)
         batch = SimBatch()
@@ -326,10 +331,10 @@ class SimRecords(StoreBase[SimClient]):
         guard: datetime | None,
         *,
         attempts: int,
-        budget: float | None = None,
+        budget: Budget | None = None,
     ) -> Any:
         call = self.budget(budget)
-        each, rollback = call.rpc_bound(), call.rpc_bound(0.5)
+        each, rollback = call.rpc, partial(call.rpc, 0.5)
         last: Exception | None = None
         kind = AsyncSimTransaction if self.awaited else SimTransaction
         transaction: SimTransaction | None = None

@@ -41,6 +41,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.field_path import parse_field_path
 
+from dedup.kernel.budget import Budget
 from dedup.kernel.flow_io import Fill
 from dedup.kernel.record import Conflict, Fields, Snapshot
 from dedup.kernel.store import ConditionalTries, StoreBase, snapshot_of
@@ -332,13 +333,13 @@ class MemoryStore(StoreBase[MemoryClient]):
         return self.client.collection(self.collection).document(key)
 
     async def read(
-        self, key: str, *, action: str = "claim", budget: float | None = None
+        self, key: str, *, action: str = "claim", budget: Budget | None = None
     ) -> Snapshot:
         """Read the record (reads never fail here, as document reads pass the gRPC plan)."""
         return snapshot_of(self.document(self.path(key)))
 
     async def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+        self, key: str, fields: Fields, *, action: str = "claim", budget: Budget | None = None
     ) -> datetime | Conflict:
         """Create the record if absent (see `RecordStore.create`)."""
         write = _Write("create", self.path(key), fields)
@@ -351,11 +352,12 @@ class MemoryStore(StoreBase[MemoryClient]):
         update_time: datetime,
         *,
         action: str,
-        budget: float | None = None,
+        budget: Budget | None = None,
+        keep_trying: bool = False,
     ) -> datetime | Conflict:
         """Update the record if last written at `update_time` (see `RecordStore`)."""
         write = _Write("update", self.path(key), fields, update_time)
-        return await self._conditional(action, key, write, budget)
+        return await self._conditional(action, key, write, budget, keep_trying)
 
     async def commit_batch(
         self,
@@ -363,7 +365,7 @@ class MemoryStore(StoreBase[MemoryClient]):
         fill: Fill,
         fence: datetime | None,
         *,
-        budget: float | None = None,
+        budget: Budget | None = None,
         client: MemoryClient | None = None,
     ) -> Any:
         """Fill a batch (of `client`, default this store's), add the marker, commit it once."""
@@ -379,7 +381,7 @@ class MemoryStore(StoreBase[MemoryClient]):
         fence: datetime | None,
         *,
         attempts: int,
-        budget: float | None = None,
+        budget: Budget | None = None,
         client: MemoryClient | None = None,
     ) -> Any:
         """Fill a transaction (of `client`, default this store's), add the marker, commit it;
@@ -426,9 +428,9 @@ class MemoryStore(StoreBase[MemoryClient]):
         return _Write("update", self.path(key), fields, fence)
 
     async def _conditional(
-        self, action: str, key: str, write: _Write, budget: float | None
+        self, action: str, key: str, write: _Write, budget: Budget | None, keep_trying: bool = False
     ) -> datetime | Conflict:
-        tries = ConditionalTries(self, action, key, budget)
+        tries = ConditionalTries(self, action, key, budget, keep_trying=keep_trying)
         while True:
             try:
                 return self.commit([write])

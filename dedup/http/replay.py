@@ -256,8 +256,8 @@ def _recorded(
     within what is left of the request's budget (`spent`), its answer included."""
     key = record_key(runner, event_id, suffix)
     try:
-        seconds = spent.after_handler().call()
-        record = drive(runner.records.read(key, action="read", budget=seconds)).record
+        left = spent.after_handler()
+        record = drive(runner.records.read(key, action="read", budget=left)).record
     except StoreUnavailable:
         return Settlement(Settled.UNAVAILABLE)
     if record is not None and record.state is State.FAILED:

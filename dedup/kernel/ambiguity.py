@@ -144,7 +144,7 @@ async def reconcile_before_burial(
     if verdict is not True:
         return None
     fields = finished(State.SENT, owner=owner, expire_at=run.expire_at(), reconciled=True)
-    budget = run.budget.after_handler().call
+    budget = run.budget.after_handler()
     written = await fenced_write(run.io, run.key, fields, fence_of(snapshot), "mark sent", budget)
     if not isinstance(written, datetime):
         return None  # the record moved meanwhile: burying it re-reads and decides again

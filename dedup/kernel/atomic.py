@@ -43,6 +43,7 @@ from typing import Any
 from google.api_core import exceptions as api_exceptions
 
 from dedup.errors import BudgetSpent
+from dedup.kernel.budget import Budget
 from dedup.kernel.claims import (
     AfterCommit,
     Claim,
@@ -59,8 +60,8 @@ from dedup.kernel.record import Fields, Record, Snapshot, State, error_text
 from dedup.kernel.room import storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.step_writes import readable_result
-from dedup.kernel.store import backoff
-from dedup.kernel.store_errors import CommitFailed, commit_failure
+from dedup.kernel.store import backoff, read_back
+from dedup.kernel.store_errors import CommitFailed, chained, commit_failure
 from dedup.kernel.transitions import (
     attempt_finished,
     fence_of,
@@ -96,9 +97,9 @@ class _HandlerFailed(Exception):
         self.error = error
 
 
-Commit = Callable[[FlowIO, str, Fill, datetime | None, float], Coroutine[Any, Any, Any]]
-"""How an atomic flow commits: `await commit(io, key, fill, fence, budget)` (`budget`: each
-RPC's deadline, what is left of the delivery's time budget)."""
+Commit = Callable[[FlowIO, str, Fill, datetime | None, Budget], Coroutine[Any, Any, Any]]
+"""How an atomic flow commits: `await commit(io, key, fill, fence, budget)` (`budget`: the
+delivery's, which bounds each RPC when it is sent)."""
 
 
 async def run_transaction(run: Run, invoke: Invoke) -> Outcome:
@@ -106,7 +107,7 @@ async def run_transaction(run: Run, invoke: Invoke) -> Outcome:
     that commits with the sent marker. One commit per key at a time on this instance."""
     async with run.turn():
         run.require_time("read")
-        first = await run.io.read(run.key, budget=run.budget.rpc())
+        first = await run.io.read(run.key, budget=run.budget.for_call(one_rpc=True))
         return await _run_atomic(run, invoke, first, _in_transaction)
 
 
@@ -118,12 +119,14 @@ async def run_write_only(run: Run, invoke: Invoke) -> Outcome:
 
 
 async def _in_transaction(
-    io: FlowIO, key: str, fill: Fill, fence: datetime | None, budget: float
+    io: FlowIO, key: str, fill: Fill, fence: datetime | None, budget: Budget
 ) -> Any:
     return await io.run_transaction(key, fill, fence, attempts=TRANSACTION_ATTEMPTS, budget=budget)
 
 
-async def _in_batch(io: FlowIO, key: str, fill: Fill, fence: datetime | None, budget: float) -> Any:
+async def _in_batch(
+    io: FlowIO, key: str, fill: Fill, fence: datetime | None, budget: Budget
+) -> Any:
     return await io.commit_batch(key, fill, fence, budget=budget)
 
 
@@ -148,10 +151,10 @@ async def _run_atomic(
             if claim is Claim.WAIT:
                 run.raise_lease_held(record, snapshot.read_time)
             if claim is Claim.MARK_DEAD:
-                budget, burier = run.budget.after_handler().call, uuid.uuid4().hex
+                budget, burier = run.budget.after_handler(), uuid.uuid4().hex
                 if await mark_dead(run.io, run.key, snapshot, burier, run.expire_at(), budget):
                     return run.finish(OutcomeKind.DEAD, error=record.last_error)
-                snapshot = await store.read(run.key, budget=run.budget.rpc())
+                snapshot = await store.read(run.key, budget=run.budget.for_call(one_rpc=True))
                 continue
             fence = fence_of(snapshot)
         run.counted((record.attempts if record is not None else 0) + 1)
@@ -177,8 +180,8 @@ async def _run_atomic(
                 stale = True  # the snapshot this attempt read
             else:
                 last, stale = cause, False
-                if failed is not CommitFailed.OTHER:
-                    snapshot = await store.read(run.key, budget=run.budget.rpc())
+                if failed is not CommitFailed.OTHER:  # did it land unanswered?
+                    snapshot = await read_back(store, run.key, run.budget)
                     ours = written_by(snapshot.record, owner)
                     moved = _marker_moved(fence, snapshot)
             after = after_commit_failure(
@@ -194,7 +197,7 @@ async def _run_atomic(
             if after is AfterCommit.FRESH_TRY:
                 retried_invalid = True  # maybe the transaction expired: once more, fresh
                 if stale:
-                    snapshot = await store.read(run.key, budget=run.budget.rpc())
+                    snapshot = await store.read(run.key, budget=run.budget.for_call(one_rpc=True))
                 continue
             if after is AfterCommit.REFUSED:
                 return await _record_failed_attempt(run, cause, owner)  # the handler's writes
@@ -239,8 +242,8 @@ async def _commit(
         run.step(Step.AFTER_EFFECT)
         return result, _marker(run, record, owner, result)
 
-    # What is left, not `rpc`: the store cuts each RPC to the RPC timeout when it is sent.
-    result: HandlerResult = await commit(run.io, run.key, fill, fence, run.budget.call())
+    # The store cuts each RPC to the RPC timeout, and to what is left, when it is sent.
+    result: HandlerResult = await commit(run.io, run.key, fill, fence, run.budget)
     return result
 
 
@@ -278,23 +281,16 @@ def _marker(run: Run, record: Record | None, owner: str, result: HandlerResult) 
 
 
 def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | None:
-    """The first Google API error or `_HandlerFailed` among `exc`, its causes and contexts
-    (the client's retry wrapper and a failed rollback wrap what happened), classified."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, _HandlerFailed):
+    """What an attempt's error means: the handler's own (a `_HandlerFailed` anywhere in the
+    chain: nothing was committed), else the commit's (`commit_failure`), classified."""
+    for error in chained(exc):
+        if isinstance(error, _HandlerFailed):
             # Firestore refused the handler's data (final), or the transaction had expired
             # ("Transaction is invalid or expired" after a long pause: final only if a fresh
             # attempt is refused again): told apart by `after_commit_failure`.
-            invalid = isinstance(current.error, api_exceptions.InvalidArgument)
-            return (CommitFailed.INVALID if invalid else CommitFailed.REFUSED), current
-        kind = commit_failure(current)
-        if kind is not None and isinstance(current, Exception):
-            return kind, current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+            invalid = isinstance(error.error, api_exceptions.InvalidArgument)
+            return (CommitFailed.INVALID if invalid else CommitFailed.REFUSED), error
+    return commit_failure(exc)
 
 
 async def _record_failed_attempt(run: Run, exc: Exception, owner: str) -> Outcome:
@@ -308,8 +304,8 @@ async def _record_failed_attempt(run: Run, exc: Exception, owner: str) -> Outcom
     for round_ in range(RECORD_ROUNDS):
         if round_ and budget.left() <= 0:
             break  # out of time: the attempt goes uncounted, as when the process dies
-        # Each RPC ends within the function's timeout, its bound taken when it is sent.
-        snapshot = await store.read(run.key, action=action, budget=budget.call())
+        # Did an earlier try land unanswered? Each RPC ends within the function's timeout.
+        snapshot = await read_back(store, run.key, budget, action=action)
         record = snapshot.record
         if record is not None and written_by(record, owner):
             run.counted(record.attempts)  # our earlier try landed; its response was lost
@@ -327,18 +323,15 @@ async def _record_failed_attempt(run: Run, exc: Exception, owner: str) -> Outcom
         age = retry_age(record, snapshot.read_time)
         after = after_failure(exc, attempts, run.config.attempt_limit, age)
         state = after.state
-        left = budget.call()  # what the read left
         written: datetime | object
         if record is None:
             fields = first_write(run, state, owner, attempts=attempts, last_error=error)
-            written = await store.create(run.key, fields, action=action, budget=left)
+            written = await store.create(run.key, fields, action=action, budget=budget)
         else:
             fields = attempt_finished(
                 state, owner=owner, attempts=attempts, expire_at=run.expire_at(), error=error
             )
-            written = await fenced_write(
-                store, run.key, fields, fence_of(snapshot), action, budget.call
-            )
+            written = await fenced_write(store, run.key, fields, fence_of(snapshot), action, budget)
         if isinstance(written, datetime):
             run.counted(attempts)
             return run.failed(after, error, exc)

@@ -3,7 +3,9 @@
 It owns how long a delivery may take and which bound that is (`Budget.length_of`, logged as
 `budget_source`), when the delivery's work must end, until when the writes after its handler
 may be tried (`after_handler`), the end of the lease it holds as this instance sees it, each
-RPC's timeout and each pause between retries; the store's calls get a `Budget` of their own
+RPC's timeout and each pause between retries. Every function that spends a delivery's time
+takes its `Budget` (or one cut from it: `after_handler`, `for_call`), never a number of
+seconds; a store call made outside any delivery (the operator's commands) gets its own
 (`Budget.of_call`). All read one clock, injectable (`DedupConfig.budget_clock`). Nothing else in
 the kernel reads a clock to compute a deadline. docs/configuration.md, "The time budget of a
 delivery", says the rule for users.
@@ -14,7 +16,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Literal, NamedTuple, Protocol
 
 MARGIN = 0.1
@@ -62,8 +63,9 @@ class BudgetSettings(Protocol):
 
 class Budget:
     """An end on a clock, and what it gives each RPC and each pause: one delivery's
-    (`of_delivery`), the writes' after its handler (`after_handler`), or one store call's
-    (`of_call`). Not shared between deliveries."""
+    (`of_delivery`), the writes' after its handler (`after_handler`), one store call's within
+    either (`for_call`), or a call's outside any delivery (`of_call`). Not shared between
+    deliveries."""
 
     __slots__ = (
         "_lease_ends",
@@ -124,12 +126,22 @@ class Budget:
     def of_call(
         cls, rpc_timeout: float, seconds: float | None, clock: Callable[[], float] | None = None
     ) -> Budget:
-        """One store call's budget, started now: `seconds` (what its caller has left), or no
+        """The budget of a store call made outside any delivery, started now: `seconds`, or no
         end of its own when None (then each RPC gets `rpc_timeout`)."""
         call = cls(math.inf, rpc_timeout, clock)
         if seconds is not None:
             call.ends = call.started + seconds
         return call
+
+    def for_call(self, *, one_rpc: bool = False) -> Budget:
+        """The budget of one store call started now within this one, on its clock, its retries
+        included: what is left, `FLOOR` at least (a call started at or past the end still gets
+        its floor); `one_rpc`: at most the RPC timeout too (a claim's write, a read to decide
+        on). The store takes every budget it is given so."""
+        now = self.clock()
+        left = self.ends - now
+        ends = now + max(FLOOR, min(self.rpc_timeout, left) if one_rpc else left)
+        return Budget(ends, self.rpc_timeout, self.clock, started=now)
 
     def now(self) -> float:
         """The clock's reading (when a write is sent: the lease it renews runs from then)."""
@@ -147,15 +159,6 @@ class Budget:
         """The deadline of the next RPC, its retries included (ask right before it): the RPC
         timeout, cut to what is left, `floor` at least."""
         return max(floor, min(self.rpc_timeout, self.ends - self.clock()))
-
-    def rpc_bound(self, floor: float = FLOOR) -> Callable[[], float]:
-        """`rpc`, asked again before each RPC of a transaction (its bound shrinks with the end)."""
-        return partial(self.rpc, floor)
-
-    def call(self) -> float:
-        """What is left for a call of several RPCs (retries, a transaction, a batch), `FLOOR`
-        at least; the store cuts each of its RPCs to the RPC timeout when it is sent."""
-        return max(FLOOR, self.ends - self.clock())
 
     def pause(self, seconds: float) -> float:
         """A backoff pause of `seconds`, cut to what is left (never negative)."""

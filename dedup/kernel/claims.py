@@ -49,7 +49,7 @@ An owner's outcome write that found the record changed (`after_fenced_conflict`)
 
 | the record                                           | next     |
 |------------------------------------------------------|----------|
-| written by this owner, in the wanted state, no lease | RECORDED |
+| written by this owner, in the wanted state, no lease | LANDED   |
 | written by this owner, still in progress             | REFRESH  |
 | anything else (another delivery took it over)        | LOST     |
 """
@@ -196,7 +196,7 @@ def written_by(record: Record | None, owner: str) -> bool:
     """The record's last transition was written by the delivery holding `owner`.
 
     Owner tokens are fresh per attempt (uuid4), so a match proves the write is ours: a write
-    whose response was lost is recognised instead of being taken for someone else's.
+    that landed unanswered is recognised instead of being taken for someone else's.
     """
     return record is not None and record.owner == owner
 
@@ -270,7 +270,7 @@ class AfterCommit(Enum):
     """What an atomic attempt does after its commit raised, once it read the record."""
 
     LANDED = "landed"
-    """The marker carries this attempt's owner: the commit applied, its response was lost."""
+    """The marker carries this attempt's owner: the commit landed unanswered."""
     GIVE_UP = "give_up"
     """Firestore refused for a reason no retry here cures: `StoreUnavailable`."""
     FRESH_TRY = "fresh_try"
@@ -305,8 +305,8 @@ def after_commit_failure(
 class AfterConflict(Enum):
     """What an owner does when its fenced outcome write found the record changed."""
 
-    RECORDED = "recorded"
-    """Its own earlier try landed (the response was lost): done."""
+    LANDED = "landed"
+    """Its own earlier try landed unanswered: done."""
     REFRESH = "refresh"
     """Still its record (an operator released the lease or edited it): write over it."""
     LOST = "lost"
@@ -318,7 +318,7 @@ def after_fenced_conflict(record: Record | None, owner: str, state: State) -> Af
     if record is None or not written_by(record, owner):
         return AfterConflict.LOST
     if record.state is state and not record.has_lease:
-        return AfterConflict.RECORDED
+        return AfterConflict.LANDED
     if record.state is State.IN_PROGRESS:
         return AfterConflict.REFRESH
     return AfterConflict.LOST

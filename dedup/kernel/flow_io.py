@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from dedup.errors import StoreUnavailable
+    from dedup.kernel.budget import Budget
     from dedup.kernel.record import Conflict, Fields, Mode, Snapshot
 
 type Invoke = Callable[[Any], Coroutine[Any, Any, object]]
@@ -63,15 +64,15 @@ class RecordIO(Protocol):
         ...
 
     async def read(
-        self, key: str, *, action: str = "claim", budget: float | None = None
+        self, key: str, *, action: str = "claim", budget: Budget | None = None
     ) -> Snapshot:
         """The record (None if absent), its read time and update time. `budget`, here and
-        below: the call's deadline when shorter than the store's RPC timeout (what is left of
-        the delivery's time budget)."""
+        below: the delivery's `Budget` (or one cut from it) bounding the call, its retries and
+        each RPC (None: the store's RPC timeout)."""
         ...
 
     async def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+        self, key: str, fields: Fields, *, action: str = "claim", budget: Budget | None = None
     ) -> datetime | Conflict:
         """Create the record if absent: its update time, or `Conflict` if it exists."""
         ...
@@ -84,14 +85,16 @@ class RecordIO(Protocol):
         /,
         *,
         action: str,
-        budget: float | None = None,
+        budget: Budget | None = None,
+        keep_trying: bool = False,
     ) -> datetime | Conflict:
         """Update the record if last written at `fence`: the new update time, or
-        `Conflict` if it changed or vanished."""
+        `Conflict` if it changed or vanished. `keep_trying`: every Firestore error is retried
+        within `budget`, not only transient ones (an owner recording an effect)."""
         ...
 
     async def commit_batch(
-        self, key: str, fill: Fill, fence: datetime | None, /, *, budget: float | None = None
+        self, key: str, fill: Fill, fence: datetime | None, /, *, budget: Budget | None = None
     ) -> Any:
         """Open a batch, `fill` it, add the marker (a create if `fence` is None, else an update
         fenced by it), commit once (no retry: a lost response is resolved by reading).
@@ -106,7 +109,7 @@ class RecordIO(Protocol):
         /,
         *,
         attempts: int,
-        budget: float | None = None,
+        budget: Budget | None = None,
     ) -> Any:
         """As `commit_batch` in a transaction, which the client retries `attempts` times on
         contention (Aborted), calling `fill` again."""

@@ -1,16 +1,16 @@
 """Lease mode: claim a lease on the record, run the handler, record its outcome.
 
 Owns the claim (`_claim`: a create with exists=false, else a read, `dedup.kernel.claims.decide`
-and a take-over fenced by that read; a claim write that may have landed unanswered is read
-back), the `Lease` a claim makes (the record's only writer after the claim), and the handler's
-run with its outcome (sent, failed, dead, or the lease given back: `dedup.kernel.give_back`
-before the handler starts). An expired lease's next delivery is `dedup.kernel.ambiguity`'s;
-docs/guarantees.md says what each case answers. Written once, as coroutines over `Run.io`.
+and a take-over fenced by that read; a claim write that went unanswered is read back until the
+delivery learns whether it landed), the `Lease` a claim makes (the record's only writer after
+the claim), and the handler's run with its outcome (sent, failed, dead, or the lease given
+back: `dedup.kernel.give_back` before the handler starts). An expired lease's next delivery
+is `dedup.kernel.ambiguity`'s; docs/guarantees.md says what each case answers. Written once,
+as coroutines over `Run.io`.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -32,13 +32,13 @@ from dedup.kernel.claims import (
 )
 from dedup.kernel.delivery import NO_NOTES, Outcome, OutcomeKind, Step
 from dedup.kernel.give_back import give_back_unstarted as _give_back_unstarted
-from dedup.kernel.record import Conflict, Field, Fields, Snapshot, State, error_text
+from dedup.kernel.record import Conflict, Field, Fields, State, error_text
 from dedup.kernel.room import steps_room, storable_result
 from dedup.kernel.run import Run
 from dedup.kernel.step_writes import readable_result, run_step, unreadable_reference
 from dedup.kernel.steps import StepLog, at_most_once, step_call, warn_if_anonymous
-from dedup.kernel.store import backoff
-from dedup.kernel.store_errors import store_down
+from dedup.kernel.store import read_back
+from dedup.kernel.store_errors import unanswered
 from dedup.kernel.transitions import (
     fence_of,
     fenced_write,
@@ -137,52 +137,39 @@ class Lease:
     async def write(
         self, fields: Fields, state: State, action: str, *, notes: bool = False
     ) -> None:
-        """Write `fields` fenced by `fence` (which moves on; `fenced_write`), retrying transient
-        errors within the budget of the writes after the handler (`Budget.after_handler`: never
-        past the lease's end), each RPC bounded by what is left. Raises `LeaseLost` if another
-        delivery moved the record, `StoreUnavailable` if the store kept failing. `notes`: the
-        write keeps the lease (a record still ours is written over)."""
-        run, store = self.run, self.run.io
+        """Write `fields` fenced by `fence` (which moves on; `fenced_write`) within the budget
+        of the writes after the handler (`Budget.after_handler`: never past the lease's end),
+        the store retrying every error in that time (the effect may have happened). Raises
+        `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store kept
+        failing. `notes`: the write keeps the lease (a record still ours is written over)."""
+        run = self.run
         budget = run.budget.after_handler()
-        fence, round_, refreshes = self.fence, 0, 0
-        while True:
-            try:
-                # Each RPC asks what is left: the read back after a slow update gets less.
-                written = await fenced_write(
-                    store, run.key, fields, fence, action, budget.call, read_back=True
-                )
-            except StoreUnavailable:
-                pause = backoff(round_)
-                round_ += 1
-                if not budget.affords(pause):
-                    raise
-                await store.sleep(pause)
-                continue
+        fence = self.fence
+        for _ in range(1 + CLAIM_ROUNDS):
+            written = await fenced_write(
+                run.io, run.key, fields, fence, action, budget, keep_trying=True
+            )
             if isinstance(written, datetime):
                 self.fence = written
                 return
-            # The fence failed: our own earlier try may have landed (lost response), an
-            # operator may have released our lease, or another delivery took it over.
-            assert isinstance(written, Snapshot)
-            snapshot = written
+            # The fence failed: our own earlier try may have landed unanswered, an operator
+            # may have released our lease, or another delivery took it over.
+            snapshot = await read_back(run.io, run.key, budget, action=action, until_end=True)
             after = after_fenced_conflict(snapshot.record, self.owner, state)
-            if after is AfterConflict.RECORDED and notes:
-                after = AfterConflict.REFRESH
-            if after is AfterConflict.RECORDED:
+            if after is AfterConflict.LANDED and not notes:
                 self.fence = fence_of(snapshot)  # our write is there
                 return
-            if after is AfterConflict.REFRESH and refreshes < CLAIM_ROUNDS:
-                # Still ours (an operator released the lease, or edited the record by hand):
-                # record the outcome over what is there now.
-                fence = fence_of(snapshot)
-                refreshes += 1
-                continue
-            run.finish(OutcomeKind.LEASE_LOST)
-            raise LeaseLost(
-                f"could not {action} {run.path}: this delivery's lease expired and another "
-                "delivery took it over, so this outcome was not recorded; set lease_seconds "
-                "(DEDUP_LEASE_SECONDS) above the function timeout"
-            )
+            if after is AfterConflict.LOST:
+                break
+            # Still ours (an operator released the lease, or edited the record by hand; or
+            # a note, which keeps the lease): write over what is there now.
+            fence = fence_of(snapshot)
+        run.finish(OutcomeKind.LEASE_LOST)
+        raise LeaseLost(
+            f"could not {action} {run.path}: this delivery's lease expired and another "
+            "delivery took it over, so this outcome was not recorded; set lease_seconds "
+            "(DEDUP_LEASE_SECONDS) above the function timeout"
+        )
 
 
 async def run_lease(run: Run, invoke: Invoke) -> Outcome:
@@ -213,30 +200,34 @@ async def _claim(run: Run) -> Outcome | Lease:
     notes = NO_NOTES  # what the record it took over had noted
     steps: Mapping[str, Any] | None = None  # and the steps it had recorded
     sent_at = run.budget.now()  # when the latest claim write was sent: our lease starts later
-    unsure: Conflict | StoreUnavailable | None = None  # how the latest claim write failed
+    failed: Conflict | StoreUnavailable | None = None  # how the latest claim write failed
     for _ in range(CLAIM_ROUNDS):
-        if not _maybe_ours(unsure):  # else it learns whether it holds a lease, whatever the time
+        pending = _unanswered(failed)
+        if not pending:  # else it learns whether it holds a lease, whatever the time
             run.require_time("claim")
         if try_create:
             ambiguous, notes, steps = False, NO_NOTES, None
             sent_at = run.budget.now()
             fields = first_write(run, State.IN_PROGRESS, owner, lease_seconds=config.lease_seconds)
-            created = await _claimed(store.create(run.key, fields, budget=run.budget.rpc()))
+            created = await _claimed(
+                store.create(run.key, fields, budget=run.budget.for_call(one_rpc=True))
+            )
             if isinstance(created, datetime):
                 run.counted(1)
                 return _owned(Lease(run, owner, created), sent_at)
-            unsure = created
-        snapshot = await _read_back(run, _maybe_ours(unsure))
+            failed = created
+            pending = _unanswered(failed)
+        snapshot = await read_back(store, run.key, run.budget, until_end=pending, then=_UNSTARTED)
         record = snapshot.record
         if record is not None and written_by(record, owner):
-            # Our own claim or burial landed although its response was lost.
+            # Our own claim or burial landed unanswered.
             run.counted(record.attempts)
             if record.state is State.DEAD:
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             return _owned(Lease(run, owner, fence_of(snapshot), ambiguous, notes, steps), sent_at)
-        if isinstance(unsure, StoreUnavailable):
-            raise unsure  # it did not land: the store fails writes, the platform retries
-        unsure = None
+        if isinstance(failed, StoreUnavailable):
+            raise failed  # it did not land: the store fails writes, the platform retries
+        failed = None
         claim = decide(record, snapshot.read_time, config.attempt_limit)
         try_create = claim is Claim.CREATE
         if record is None:  # vanished (TTL) between the create and the read
@@ -253,7 +244,7 @@ async def _claim(run: Run) -> Outcome | Lease:
                 reconciled = await reconcile_before_burial(run, record, snapshot, owner)
                 if reconciled is not None:
                     return reconciled
-            budget = run.budget.after_handler().call
+            budget = run.budget.after_handler()
             if await mark_dead(run.io, run.key, snapshot, owner, run.expire_at(), budget):
                 return run.finish(OutcomeKind.DEAD, error=record.last_error)
             continue
@@ -266,14 +257,14 @@ async def _claim(run: Run) -> Outcome | Lease:
             attempts=record.attempts + 1,
             expire_at=run.expire_at(),
         )
-        action = "take over the lease of"
-        write = fenced_write(store, run.key, fields, fence_of(snapshot), action, run.budget.rpc)
-        taken = await _claimed(write)
+        action, budget = "take over the lease of", run.budget.for_call(one_rpc=True)
+        taken = await _claimed(
+            fenced_write(store, run.key, fields, fence_of(snapshot), action, budget)
+        )
         if isinstance(taken, datetime):
             run.counted(record.attempts + 1)
             return _owned(Lease(run, owner, taken, ambiguous, notes, steps), sent_at)
-        assert not isinstance(taken, Snapshot)  # read back by `_read_back`, not by the write
-        unsure = taken
+        failed = taken
     run.finish(OutcomeKind.LEASE_HELD, error="record kept changing")
     raise LeaseHeld(
         f"{run.path} changed {CLAIM_ROUNDS} times while this delivery tried to claim it; "
@@ -282,37 +273,22 @@ async def _claim(run: Run) -> Outcome | Lease:
 
 
 async def _claimed[W](write: Awaitable[W]) -> W | StoreUnavailable:
-    """A claim write's result, or its error if it failed `store_down` (it may have landed)."""
+    """A claim write's result, or its error if it went `unanswered` (it may have landed)."""
     try:
         return await write
     except StoreUnavailable as exc:
-        if not store_down(exc):
+        if not unanswered(exc):
             raise
         return exc
 
 
-def _maybe_ours(failed: Conflict | StoreUnavailable | None) -> bool:
-    """A claim write that failed so may have landed (its response lost)."""
-    return isinstance(failed, StoreUnavailable) or (failed is not None and failed.maybe_applied)
+_UNSTARTED = ": the handler never started, the next delivery is ambiguous"
 
 
-async def _read_back(run: Run, maybe_ours: bool) -> Snapshot:
-    """The record, to decide on; after a claim write that may have landed (`maybe_ours`), read
-    until the budget ends: the delivery learns whether it holds the lease (run, or give back)."""
-    for round_ in itertools.count():
-        try:
-            return await run.io.read(run.key, budget=run.budget.rpc())
-        except StoreUnavailable as exc:
-            pause = backoff(round_)
-            if not (maybe_ours and store_down(exc)):
-                raise
-            if not run.budget.affords(pause):
-                raise StoreUnavailable(
-                    f"{exc}; its claim may have landed unanswered, the store down until the budget"
-                    " ended: the handler never started, the next delivery is ambiguous"
-                ) from exc
-            await run.io.sleep(pause)
-    raise AssertionError("unreachable")  # pragma: no cover
+def _unanswered(failed: Conflict | StoreUnavailable | None) -> bool:
+    """A claim write that failed so may have landed unanswered: read back until the budget
+    ends, the delivery learns whether it holds the lease (run, or give back)."""
+    return isinstance(failed, StoreUnavailable) or (failed is not None and failed.unanswered)
 
 
 def _owned(lease: Lease, sent: float) -> Lease:

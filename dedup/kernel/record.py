@@ -395,6 +395,6 @@ class Snapshot(NamedTuple):
 class Conflict(NamedTuple):
     """A conditional write found the record not as expected; this try wrote nothing."""
 
-    maybe_applied: bool
-    """An earlier try of the same call failed in a way that may have applied it (its response
-    was lost): read the record and look for your own owner token before concluding."""
+    unanswered: bool
+    """An earlier try of the same call may have landed unanswered (a transient error): read
+    the record back (`kernel.store.read_back`) and look for your own owner token."""

@@ -178,7 +178,8 @@ async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
     try:
         return await _transaction_once(lease, name, call)
     except Exception as exc:
-        if commit_failure(exc) is not CommitFailed.INVALID:
+        failure = commit_failure(exc)
+        if failure is None or failure[0] is not CommitFailed.INVALID:
             raise
     return await _transaction_once(lease, name, call)
 
@@ -196,14 +197,14 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
         value = as_replayed(run, name, value)
         return (value, steps), steps_recorded(name, steps[name])
 
-    sent, left = run.budget.now(), run.budget.call()  # each RPC cut when it is sent
+    sent = run.budget.now()
     try:
         value, steps = await run.io.run_transaction(
-            run.key, fill, lease.fence, attempts=TRANSACTION_ATTEMPTS, budget=left
+            run.key, fill, lease.fence, attempts=TRANSACTION_ATTEMPTS, budget=run.budget
         )
     except Exception:
-        # Bounded by what is left of the budget now, after the transaction's time.
-        action, left = f"check step {name} of", run.budget.after_handler().call()
+        # Did it land unanswered? Bounded by what is left of the budget after the transaction.
+        action, left = f"check step {name} of", run.budget.after_handler()
         snapshot = await run.io.read(run.key, action=action, budget=left)
         record = snapshot.record
         if not written_by(record, lease.owner):

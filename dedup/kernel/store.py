@@ -9,20 +9,26 @@ lacks, a timeout on a transaction's own RPCs, is `dedup.platform.firestore_inter
 
 Every operation is bounded in time and either succeeds, reports the one expected conflict as a
 value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error (a write refused
-as invalid: `RecordRefused`, terminal). Conditional writes retry transient errors
-themselves, so they can tell the caller when an earlier try may have been applied although its
-response was lost (`Conflict.maybe_applied`): the caller then reads the record and recognises
-its own write by its owner token (`owner`).
+as invalid: `RecordRefused`, terminal). Each call is bounded by the `Budget` its caller gives
+(the delivery's, or one cut from it), on the delivery's clock.
+
+A write whose answer was lost may have landed: such a write is *unanswered*. Conditional writes
+retry transient errors themselves (`ConditionalTries`, the one place a write is retried), so
+they tell the caller when an earlier try may have landed unanswered (`Conflict.unanswered`, or a
+`StoreUnavailable` that `store_errors.unanswered` reads so); the caller then learns what
+happened one way: `read_back`, and its own owner token on the record (`claims.written_by`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api_exceptions
@@ -34,7 +40,7 @@ from dedup.errors import DatabaseMismatch, RecordRefused, StoreUnavailable
 from dedup.kernel.budget import Budget
 from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
-from dedup.kernel.store_errors import PRECONDITION_ERRORS, TRANSIENT_ERRORS
+from dedup.kernel.store_errors import PRECONDITION_ERRORS, TRANSIENT_ERRORS, unanswered
 from dedup.kernel.turns import KeyTurns, TurnTimeout
 from dedup.platform.firestore_internals import (
     BoundedAsyncTransaction,
@@ -45,7 +51,7 @@ from dedup.platform.firestore_internals import (
 )
 
 if TYPE_CHECKING:
-    from dedup.kernel.flow_io import Fill
+    from dedup.kernel.flow_io import Fill, FlowIO
 
 ROLLBACK_FLOOR_SECONDS = 0.5
 """The least a transaction's rollback is given, even past the delivery's budget: one cut
@@ -77,10 +83,13 @@ class StoreBase[C]:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""
         return f"{self.collection}/{key}"
 
-    def budget(self, seconds: float | None) -> Budget:
-        """The `Budget` of one call started now with `seconds` left of its caller's (None: no
-        end of its own, each RPC gets the RPC timeout)."""
-        return Budget.of_call(self.rpc_timeout_seconds, seconds)
+    def budget(self, given: Budget | None) -> Budget:
+        """The `Budget` of one call started now: within `given` (its caller's, `FLOOR` at least:
+        `Budget.for_call`), else with no end of its own, each RPC given the RPC timeout (a call
+        outside any delivery)."""
+        if given is None:
+            return Budget.of_call(self.rpc_timeout_seconds, None)
+        return given.for_call()
 
     def unavailable(self, action: str, key: str, exc: BaseException | None) -> StoreUnavailable:
         """The error for a failed `action` on the record (chain `exc` with `from`)."""
@@ -123,18 +132,18 @@ class RecordStore(StoreBase[Any]):
         """Reference to the record's document (of the client's kind)."""
         return self.client.collection(self.collection).document(key)
 
-    def transaction(self, *, max_attempts: int, budget: float | None = None) -> Any:
+    def transaction(self, *, max_attempts: int, budget: Budget | None = None) -> Any:
         """A new `BoundedTransaction` (`BoundedAsyncTransaction` over an `AsyncClient`) whose
-        RPCs are bounded like every other call of this store (`budget`: the time left of the
-        delivery's budget, which every RPC's bound then shrinks with)."""
+        RPCs are bounded like every other call of this store: each by `budget.rpc()`, asked
+        right before it (its bound shrinks as the budget is spent)."""
         kind: Any = BoundedAsyncTransaction if self.awaits else BoundedTransaction
         call = self.budget(budget)
         return kind(
             self.client,
             max_attempts=max_attempts,
-            timeout=call.rpc_bound(),
+            timeout=call.rpc,
             begin_retry=self.retry(call.rpc()),
-            rollback_timeout=call.rpc_bound(ROLLBACK_FLOOR_SECONDS),
+            rollback_timeout=partial(call.rpc, ROLLBACK_FLOOR_SECONDS),
         )
 
     def retry(self, timeout: float) -> Any:
@@ -144,9 +153,10 @@ class RecordStore(StoreBase[Any]):
         )
 
     async def read(
-        self, key: str, *, action: str = "claim", budget: float | None = None
+        self, key: str, *, action: str = "claim", budget: Budget | None = None
     ) -> Snapshot:
-        """Read the record, retrying transient errors within the RPC timeout (or `budget`)."""
+        """Read the record, retrying transient errors within `budget` (None: the RPC
+        timeout)."""
         timeout = self.budget(budget).rpc()
         with self.wrapped(action, key):
             document = self.ref(key).get(retry=self.retry(timeout), timeout=timeout)
@@ -155,13 +165,13 @@ class RecordStore(StoreBase[Any]):
         return snapshot_of(document)
 
     async def create(
-        self, key: str, fields: Fields, *, action: str = "claim", budget: float | None = None
+        self, key: str, fields: Fields, *, action: str = "claim", budget: Budget | None = None
     ) -> datetime | Conflict:
         """Create the record if absent (exists=false precondition).
 
         Returns the write's update time (the new owner's fence), or a `Conflict` if
-        the record exists. Transient errors are retried for `budget` seconds (default: the
-        RPC timeout), then `StoreUnavailable`.
+        the record exists. Transient errors are retried within `budget` (None: the RPC
+        timeout), then `StoreUnavailable`.
         """
         ref = self.ref(key)
         return await self._conditional(
@@ -175,12 +185,14 @@ class RecordStore(StoreBase[Any]):
         fence: datetime,
         *,
         action: str,
-        budget: float | None = None,
+        budget: Budget | None = None,
+        keep_trying: bool = False,
     ) -> datetime | Conflict:
         """Update the record only if it was last written at `fence` (its update time).
 
         Returns the new update time, or a `Conflict` if the record changed (or vanished) since.
-        Transient errors are retried for `budget` seconds (default: the RPC timeout).
+        Transient errors are retried within `budget` (None: the RPC timeout); with
+        `keep_trying`, every other Firestore error but a refused value too.
         """
         ref = self.ref(key)
         option = self.client.write_option(last_update_time=fence)
@@ -189,14 +201,15 @@ class RecordStore(StoreBase[Any]):
             key,
             lambda timeout: ref.update(fields, option=option, retry=None, timeout=timeout),
             budget,
+            keep_trying,
         )
 
     async def commit_batch(
-        self, key: str, fill: Fill, fence: datetime | None, *, budget: float | None = None
+        self, key: str, fill: Fill, fence: datetime | None, *, budget: Budget | None = None
     ) -> Any:
         """Fill a batch, add the marker (`add_marker`) and commit it once (no retry: a lost
-        response is resolved by reading), within the RPC timeout (or what is left of `budget`,
-        counted from this call: `fill` runs the handler); what `fill` returned first."""
+        response is resolved by reading), within the RPC timeout cut to what is left of
+        `budget` when it is sent (`fill` runs the handler); what `fill` returned first."""
         call = self.budget(budget)
         batch = self.client.batch()
         result, fields = await fill(batch)
@@ -213,7 +226,7 @@ class RecordStore(StoreBase[Any]):
         fence: datetime | None,
         *,
         attempts: int,
-        budget: float | None = None,
+        budget: Budget | None = None,
     ) -> Any:
         """Fill a bounded transaction (`transaction`), add the marker and commit it, run by
         the library's `transactional` or `async_transactional` (`fill` called again on each
@@ -256,9 +269,14 @@ class RecordStore(StoreBase[Any]):
                 lock.release()
 
     async def _conditional(
-        self, action: str, key: str, write: Callable[[float], Any], budget: float | None
+        self,
+        action: str,
+        key: str,
+        write: Callable[[float], Any],
+        budget: Budget | None,
+        keep_trying: bool = False,
     ) -> datetime | Conflict:
-        tries = ConditionalTries(self, action, key, budget)
+        tries = ConditionalTries(self, action, key, budget, keep_trying=keep_trying)
         while True:
             try:
                 written = write(tries.timeout())
@@ -314,18 +332,30 @@ def require_one_database(writer: Any, marker: Any, mode: str) -> None:
 
 
 class ConditionalTries:
-    """The retry rule of one conditional write (sync or async): transient errors are retried
-    with backoff within its `Budget`, the precondition failing is a `Conflict`, a refused write
-    `RecordRefused` (terminal), anything else from Firestore `StoreUnavailable`."""
+    """The retry rule of one conditional write (sync or async), the one place a record write is
+    retried: transient errors are retried with backoff within its `Budget` (and, with
+    `keep_trying`, any other error from Firestore), the precondition failing is a `Conflict`, a
+    refused write `RecordRefused` (terminal), anything else from Firestore `StoreUnavailable`."""
 
-    def __init__(self, store: StoreBase[Any], action: str, key: str, budget: float | None):
-        """Tries of `action` on `key` through `store` (anything with `budget`, `unavailable`
-        and `path`), for `budget` seconds (None: the store's RPC timeout)."""
+    def __init__(
+        self,
+        store: StoreBase[Any],
+        action: str,
+        key: str,
+        budget: Budget | None,
+        *,
+        keep_trying: bool = False,
+    ):
+        """Tries of `action` on `key` through `store` (anything with `unavailable`, `path` and
+        `rpc_timeout_seconds`), within `budget` (None: the store's RPC timeout from now)."""
+        self._keep_trying = keep_trying
         self._store = store
         self._action = action
         self._key = key
-        self._budget = store.budget(store.rpc_timeout_seconds if budget is None else budget)
-        self._maybe_applied = False
+        if budget is None:
+            budget = Budget.of_call(store.rpc_timeout_seconds, store.rpc_timeout_seconds)
+        self._budget = budget.for_call()
+        self._unanswered = False
         self._round = 0
 
     def timeout(self) -> float:
@@ -339,9 +369,10 @@ class ConditionalTries:
         outside its range), `StoreUnavailable` (chaining
         `exc`) when out of budget or not retryable, and `exc` itself for anything else."""
         if isinstance(exc, PRECONDITION_ERRORS):
-            return Conflict(maybe_applied=self._maybe_applied)
-        if isinstance(exc, TRANSIENT_ERRORS):
-            self._maybe_applied = True
+            return Conflict(unanswered=self._unanswered)
+        transient = isinstance(exc, TRANSIENT_ERRORS)
+        if transient or (self._keep_trying and isinstance(exc, _STORE_ERRORS)):
+            self._unanswered = self._unanswered or transient
             pause = backoff(self._round)
             self._round += 1
             if not self._budget.affords(pause):
@@ -352,9 +383,42 @@ class ConditionalTries:
                 f"could not {self._action} {self._store.path(self._key)}: Firestore refused the "
                 f"write ({type(exc).__name__}: {exc}); a retry would be refused the same way"
             ) from exc
-        if isinstance(exc, api_exceptions.GoogleAPICallError | api_exceptions.RetryError):
+        if isinstance(exc, _STORE_ERRORS):
             raise self._store.unavailable(self._action, self._key, exc) from exc
         raise exc
+
+
+_STORE_ERRORS = (api_exceptions.GoogleAPICallError, api_exceptions.RetryError)
+
+
+async def read_back(
+    io: FlowIO,
+    key: str,
+    budget: Budget,
+    *,
+    action: str = "claim",
+    until_end: bool = False,
+    then: str = "",
+) -> Snapshot:
+    """The record as it is now, to decide on, read within `budget`: the one way a delivery
+    learns whether a write of its own that went unanswered landed (its owner token on the
+    record, `claims.written_by`). `until_end`: the delivery must learn it, so a read that fails
+    transiently is tried again until `budget` ends; else, or past it, `StoreUnavailable` (its
+    message saying the write may have landed, and `then`, what follows)."""
+    for round_ in itertools.count():
+        try:
+            return await io.read(key, action=action, budget=budget.for_call(one_rpc=True))
+        except StoreUnavailable as exc:
+            if not (until_end and unanswered(exc)):
+                raise
+            pause = backoff(round_)
+            if not budget.affords(pause):
+                raise StoreUnavailable(
+                    f"{exc}; its {action} may have landed unanswered, the store down until the "
+                    f"budget ended{then}"
+                ) from exc
+            await io.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def snapshot_of(document: Any) -> Snapshot:

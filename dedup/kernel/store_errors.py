@@ -1,6 +1,6 @@
 """Firestore's errors, read: which ones a retry may cure (`TRANSIENT_ERRORS`), which ones a
-failed precondition raises (`PRECONDITION_ERRORS`), whether a failed call may have been
-applied (`store_down`), and how a failed commit failed (`commit_failure`, into `CommitFailed`,
+failed precondition raises (`PRECONDITION_ERRORS`), whether a failed write may have landed
+unanswered (`unanswered`), and how a failed commit failed (`commit_failure`, into `CommitFailed`,
 the one vocabulary of failed commits that `dedup.kernel.claims.after_commit_failure` decides
 on). Nothing here decides what to do about them; nothing here touches Firestore."""
 
@@ -30,9 +30,9 @@ PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
 """What a write raises when its precondition (exists=false, or an update time) fails."""
 
 
-def store_down(error: BaseException) -> bool:
+def unanswered(error: BaseException) -> bool:
     """`error` (a `StoreUnavailable`) chains transient errors until the call's deadline: a
-    write that failed so may have been applied, its response lost (a refusal was not)."""
+    write that failed so may have landed unanswered (a refusal did not land)."""
     return isinstance(error.__cause__, (*TRANSIENT_ERRORS, api_exceptions.RetryError))
 
 
@@ -52,9 +52,31 @@ class CommitFailed(Enum):
     """Anything else from Firestore (permission denied...): nothing applied."""
 
 
-def commit_failure(exc: BaseException) -> CommitFailed | None:
-    """Classify a Google API error raised by a commit (`CommitFailed`); None if `exc` is not
-    one."""
+def commit_failure(exc: BaseException) -> tuple[CommitFailed, Exception] | None:
+    """How a commit that raised `exc` failed, the one reading of a commit's failure: the
+    commit's own error, classified (`CommitFailed`), with that error; None if `exc` chains no
+    Google API error. The commit's own error is the first raised of the chain (`__cause__`,
+    `__context__`): a failed rollback raises its error with the commit's as `__context__`, and
+    the client's retry wrapper (`RetryError`) chains the transient error it gave up on."""
+    found: tuple[CommitFailed, Exception] | None = None
+    for error in chained(exc):
+        kind = _commit_error(error)
+        if kind is not None and isinstance(error, Exception):
+            found = (kind, error)  # the last found is the first raised
+    return found
+
+
+def chained(exc: BaseException) -> list[BaseException]:
+    """`exc` and the errors it chains (`__cause__`, else `__context__`), the last raised first."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _commit_error(exc: BaseException) -> CommitFailed | None:
     if isinstance(exc, api_exceptions.InvalidArgument):
         return CommitFailed.INVALID
     if isinstance(exc, PRECONDITION_ERRORS):
@@ -62,7 +84,7 @@ def commit_failure(exc: BaseException) -> CommitFailed | None:
     if isinstance(exc, api_exceptions.Aborted):
         return CommitFailed.CONTENTION
     if isinstance(exc, (*TRANSIENT_ERRORS, api_exceptions.RetryError)):
-        return CommitFailed.AMBIGUOUS  # a retry wrapper gives up on transient errors (`store_down`)
+        return CommitFailed.AMBIGUOUS  # a retry wrapper gives up on transient errors (`unanswered`)
     if isinstance(exc, api_exceptions.GoogleAPICallError):
         return CommitFailed.OTHER
     return None

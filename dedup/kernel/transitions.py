@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,6 +34,7 @@ from dedup.kernel.record import Field, Fields, Mode, State, storable_text
 from dedup.platform.propagation import current_trace_id
 
 if TYPE_CHECKING:
+    from dedup.kernel.budget import Budget
     from dedup.kernel.flow_io import EventFacts, RecordIO
     from dedup.kernel.record import Conflict, Snapshot
 
@@ -372,10 +373,10 @@ async def mark_dead(
     snapshot: Snapshot,
     owner: str,
     expire_at: datetime,
-    budget: Callable[[], float],
+    budget: Budget,
 ) -> bool:
     """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, fenced by
-    that read (`fenced_write`, its RPC bounded by `budget()`); False if it changed. The record
+    that read (`fenced_write`, within `budget`); False if it changed. The record
     says `ambiguous: true`: that attempt's lease expired, so it may have produced the effect,
     and `dedup revive` refuses it without `--force` (docs/operations.md, "A poison event")."""
     error = snapshot.record.last_error if snapshot.record is not None else None
@@ -398,17 +399,16 @@ async def fenced_write(
     fields: Fields,
     fence: datetime,
     action: str,
-    budget: Callable[[], float],
+    budget: Budget,
     *,
-    read_back: bool = False,
-) -> datetime | Conflict | Snapshot:
+    keep_trying: bool = False,
+) -> datetime | Conflict:
     """Every fenced write: update the record with `fields` only if its update time is still
-    `fence` (Firestore's `last_update_time` option, `kernel.store`). Returns the new fence when
-    it landed, else its `Conflict`, or with `read_back` the record read back (an earlier try may
-    have landed unanswered, an operator or another delivery moved it: `kernel.claims` decides).
-    `budget()` bounds each RPC, asked right before it. (Inside a transaction or batch the same
-    fence guards the marker: `kernel.store.add_marker`.)"""
-    written = await io.update_if_unchanged(key, fields, fence, action=action, budget=budget())
-    if isinstance(written, datetime) or not read_back:
-        return written
-    return await io.read(key, action=action, budget=budget())
+    `fence` (Firestore's `last_update_time` option, `kernel.store`), within `budget`. Returns
+    the new fence when it landed, else its `Conflict` (then `kernel.store.read_back` tells
+    whether an unanswered try of it landed, or who moved the record). (Inside a transaction or
+    batch the same fence guards the marker: `kernel.store.add_marker`.) `keep_trying`: the
+    store retries every error within `budget` (`RecordIO.update_if_unchanged`)."""
+    return await io.update_if_unchanged(
+        key, fields, fence, action=action, budget=budget, keep_trying=keep_trying
+    )

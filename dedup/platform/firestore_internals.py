@@ -94,7 +94,7 @@ class BoundedTransaction(_Bounded, Transaction):
         rollback_timeout: RpcTimeout | None = None,
     ) -> None:
         """A transaction of `client` retried `max_attempts` times on Aborted; each RPC is
-        bounded by `timeout` seconds (a callable, `dedup.kernel.budget.Budget.rpc_bound`: asked
+        bounded by `timeout` seconds (a callable, `dedup.kernel.budget.Budget.rpc`: asked
         before each RPC, so the bound shrinks with the budget), a rollback by
         `rollback_timeout` (default: `timeout`), its retries included, and a begin and a
         rollback retry transient errors by `begin_retry`.

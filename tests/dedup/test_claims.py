@@ -23,7 +23,7 @@ from dedup.kernel.claims import (
     retry_age,
 )
 from dedup.kernel.record import Mode, Record, State
-from dedup.kernel.store_errors import CommitFailed, commit_failure, store_down
+from dedup.kernel.store_errors import CommitFailed, commit_failure, unanswered
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = 60
@@ -178,11 +178,11 @@ def test_after_commit_failure(case: str) -> None:
 SENT_BY_US = replace(IN_PROGRESS, state=State.SENT, sent=True, lease_started_at=None)
 CONFLICTS: dict[str, tuple[Record | None, State, AfterConflict]] = {
     "vanished": (None, State.SENT, AfterConflict.LOST),
-    "our sent write landed": (SENT_BY_US, State.SENT, AfterConflict.RECORDED),
+    "our sent write landed": (SENT_BY_US, State.SENT, AfterConflict.LANDED),
     "our release landed": (
         RELEASED_BY_US := replace(RELEASED, owner="owner-1"),
         State.IN_PROGRESS,
-        AfterConflict.RECORDED,
+        AfterConflict.LANDED,
     ),
     "ours, lease released by an operator": (RELEASED_BY_US, State.SENT, AfterConflict.REFRESH),
     "ours, still leased (edited by hand)": (IN_PROGRESS, State.SENT, AfterConflict.REFRESH),
@@ -209,13 +209,25 @@ def test_after_fenced_conflict(case: str) -> None:
 
 def test_a_commit_whose_retries_gave_up_may_have_landed() -> None:
     """A `RetryError` (the client's retry wrapper gave up on transient errors, as a rollback's
-    may after a lost commit) is read as a commit that may have landed, as `store_down` reads
+    may after a lost commit) is read as a commit that may have landed, as `unanswered` reads
     it: the delivery reads the record, where it used to give up as if nothing had applied."""
     gave_up = api_exceptions.RetryError(
         "Timeout of 2.0s exceeded", api_exceptions.ServiceUnavailable("x")
     )
-    assert commit_failure(gave_up) is CommitFailed.AMBIGUOUS
+    assert commit_failure(gave_up) == (CommitFailed.AMBIGUOUS, gave_up)
     wrapped = ValueError("store unavailable")
     wrapped.__cause__ = gave_up
-    assert store_down(wrapped)
-    assert commit_failure(api_exceptions.PermissionDenied("no")) is CommitFailed.OTHER
+    assert unanswered(wrapped)
+    denied = api_exceptions.PermissionDenied("no")
+    assert commit_failure(denied) == (CommitFailed.OTHER, denied)
+
+
+def test_a_commits_own_error_is_read_over_its_rollbacks() -> None:
+    """A rollback that fails after a commit raises its own error, the commit's chained as
+    `__context__`: the commit's error is the one read (here: it may have landed, so the
+    delivery reads the record), not the rollback's (denied: nothing would be read)."""
+    lost = api_exceptions.DeadlineExceeded("the commit's answer was lost")
+    denied = api_exceptions.PermissionDenied("the rollback was denied")
+    denied.__context__ = lost
+    assert commit_failure(denied) == (CommitFailed.AMBIGUOUS, lost)
+    assert commit_failure(ValueError("not Firestore's")) is None

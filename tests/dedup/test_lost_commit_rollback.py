@@ -58,3 +58,33 @@ def test_a_lost_commit_is_read_back_whatever_its_rollback_raised(
     assert again.run(event, "count", handler, mode=Mode.TRANSACTION).kind is (
         OutcomeKind.DUPLICATE
     )
+
+
+def test_a_failed_handler_is_recorded_whatever_its_rollback_raised(
+    firestore_client: firestore.Client,
+) -> None:
+    """The handler read in its transaction, then raised; the client rolls the transaction back,
+    and the rollback is denied. The handler's error is what the attempt failed of (its attempt
+    recorded on the record, the error raised for the platform's retry), not a store outage
+    read from the rollback's error."""
+
+    def plan(method: str, n: int) -> Fault:
+        return Fault.DENY if method == "Rollback" else Fault.PASS
+
+    dedup = Deduplicator(
+        DedupConfig(rpc_timeout_seconds=2, lease_seconds=30, cache_size=0),
+        client=faulty_client(plan),
+    )
+    event = f"failed-{uuid.uuid4().hex[:8]}"
+
+    def handler(delivery: Any) -> None:
+        ref = firestore_client.collection("counters").document(event)
+        list(delivery.transaction.get(ref))  # the read begins the transaction
+        raise ValueError("the handler failed")
+
+    with pytest.raises(ValueError, match="the handler failed"):
+        dedup.run(event, "fails", handler, mode=Mode.TRANSACTION)
+    record = firestore_client.collection("triggerEvents").document(f"{event}-fails").get()
+    assert record.exists
+    assert record.get("attempts") == 1
+    assert "the handler failed" in record.get("lastError")
