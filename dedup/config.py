@@ -242,6 +242,16 @@ class DedupConfig:
         """How long one delivery may take, and which bound that is (`Budget.length_of`, with
         this config's settings; docs/configuration.md, "The time budget of a delivery").
         `declared_timeout`: the function's `timeout_sec`, when known."""
+        if declared_timeout is None:
+            return self._undeclared_time_budget
+        return self._time_budget(declared_timeout)
+
+    @cached_property
+    def _undeclared_time_budget(self) -> TimeBudget:
+        """`time_budget()`, worked out once: every explicit `run` asks it."""
+        return self._time_budget(None)
+
+    def _time_budget(self, declared_timeout: int | None) -> TimeBudget:
         return Budget.length_of(
             self.function_timeout_seconds,
             declared_timeout,

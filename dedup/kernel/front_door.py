@@ -68,13 +68,28 @@ async def run_flow(run: Run, invoke: Invoke) -> Outcome:
         raise
 
 
-def invoker(run: Run, client: Any, handler: Handler) -> Invoke:
-    """How the flows call a sync `handler`: with `Run.delivery` on `client`."""
+def invoker(
+    run: Run, client: Any, handler: Handler, observed: DeliveryTrace | None = None
+) -> Invoke:
+    """How the flows call a sync `handler`: with `Run.delivery` on `client`; its time counted
+    as the handler's by `observed` (`DeliveryTrace.timed`, inline: it runs at every delivery)."""
+    if observed is None:
 
-    async def invoke(writer: object) -> object:
-        return handler(run.delivery(client, writer))
+        async def invoke(writer: object) -> object:
+            return handler(run.delivery(client, writer))
 
-    return invoke
+        return invoke
+    clock = observed.clock
+
+    async def timed(writer: object) -> object:
+        delivery = run.delivery(client, writer)
+        started = clock()
+        try:
+            return handler(delivery)
+        finally:
+            observed.handler_seconds += clock() - started
+
+    return timed
 
 
 class DeduplicatorBase:
@@ -144,6 +159,10 @@ class DeduplicatorBase:
     def store_for(self, event_database: str | None = None) -> Any:
         """The record store for an event from `event_database`, in the config's database
         (DEDUP_DATABASE), else the event's, else the first client's; both front doors ask it."""
+        if event_database is None and not self.config.database:
+            first = self.store_table().get(None)  # once made, the answer needs no lock
+            if first is not None:
+                return first
         with self._lock:
             stores = self.store_table()
             first = self._first_store(stores)
@@ -210,6 +229,7 @@ class DeduplicatorBase:
         applies only then). `kinds`: the handler's side's delivery types (`reconcile` too)."""
         key = self.record_key(event_id, suffix)
         assert event_id is not None  # record_key rejects a missing id
+        config = self.config
         fingerprint = ambiguity = None
         payload, document_path = options.payload, options.document_path
         if payload is not None:
@@ -219,28 +239,32 @@ class DeduplicatorBase:
             from dedup.kernel.ambiguity import AmbiguityChoice
 
             ambiguity = AmbiguityChoice(options.on_ambiguous, options.reconcile, io.client, kinds)
+        subject = options.subject if options.subject is not None else document_path
+        step_hooks = self._step_hooks
         run = Run(
-            config=self.config,
+            config=config,
             io=io,
             sent_keys=self.sent_keys,
             live_leases=self.live_leases,
             mode=options.mode,
-            event_id=storable_event_id(event_id),
+            # ASCII holds no lone surrogate: as `storable_event_id` would keep it
+            event_id=event_id if event_id.isascii() else storable_event_id(event_id),
             suffix=suffix,
             key=key,
             payload_hash=fingerprint,
-            subject=_label(options.subject if options.subject is not None else document_path),
-            source=_label(options.source),
-            step_hooks=self._step_hooks,
+            subject=None if subject is None else _label(subject),
+            source=None if options.source is None else _label(options.source),
+            step_hooks=step_hooks,
             ambiguity=ambiguity,
-            budget=Budget.of_delivery(options.budget or self.config.time_budget(), self.config),
+            budget=Budget.of_delivery(options.budget or config.time_budget(), config),
         )
         if observed is not None:
             observed.watch(run)
-        run.step(Step.BEFORE_CLAIM)
+        if step_hooks:
+            run.step(Step.BEFORE_CLAIM)
         if document_path is not None and same_database and self._inside_collection(document_path):
             return run.finish(OutcomeKind.SELF_TRIGGER)
-        if self._too_old(options.event_time):
+        if options.event_time is not None and self._too_old(options.event_time):
             return run.finish(OutcomeKind.TOO_OLD)
         known, cached_hash = self.sent_keys.lookup(key)
         if known:
@@ -343,7 +367,7 @@ class Deduplicator(DeduplicatorBase):
         another database than the records' (`records_database`). Observed by `telemetry`: one
         span, one count, one overhead."""
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
-        options = EventOptions(Mode(mode), *fields, source)
+        options = EventOptions(mode if type(mode) is Mode else Mode(mode), *fields, source)
         return self.run_event(
             event_id, suffix, handler, self.checked(options, "Deduplicator.run", handler)
         )
@@ -361,7 +385,7 @@ class Deduplicator(DeduplicatorBase):
             )
             if isinstance(started, Outcome):
                 return started
-            invoke = invoker(started, io.client, observed.timed(handler))
+            invoke = invoker(started, io.client, handler, observed)
             return drive(run_flow(started, invoke))
 
 
