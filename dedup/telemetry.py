@@ -156,7 +156,7 @@ class DeliveryTrace:
     def outcome(self, error: BaseException | None) -> str:
         """The delivery's outcome: the run's last `OutcomeKind`, else one for `error`."""
         if self.run is not None and self.run.outcome is not None:
-            return self.run.outcome.value
+            return self.run.outcome._value_  # `.value`, without its descriptor's two calls
         if isinstance(error, MissingEventId | InvalidSuffix):
             return INVALID_KEY
         return ERROR
@@ -249,7 +249,9 @@ class Telemetry:
                 _duplicate_event(span, run.found if run is not None else None)
             if outcome in ERROR_OUTCOMES:
                 span.set_status(Status(StatusCode.ERROR, f"dedup outcome {outcome}"))
-        instruments = self._measured()
+        instruments = self._instruments
+        if instruments is None:
+            instruments = self._measured()
         if instruments is not None:
             deliveries, overhead = instruments
             labels = {"suffix": suffix, "outcome": outcome}
@@ -276,10 +278,10 @@ class _Observing:
     def __enter__(self) -> DeliveryTrace:
         telemetry, suffix = self._telemetry, self._suffix
         observed = self._observed = DeliveryTrace(clock=telemetry._clock)
-        mode = Mode(self._mode).value
+        mode = self._mode if type(self._mode) is Mode else Mode(self._mode)
         if not telemetry._starts_span():
             return observed
-        attributes = {"dedup.suffix": suffix, "dedup.mode": mode}
+        attributes = {"dedup.suffix": suffix, "dedup.mode": mode.value}
         started = telemetry._tracer.start_as_current_span(
             SPAN_PREFIX + suffix, kind=SpanKind.INTERNAL, attributes=attributes
         )

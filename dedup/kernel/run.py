@@ -130,7 +130,7 @@ class Run:
         writes into: the transaction (Mode.TRANSACTION), the batch (Mode.WRITE_ONLY), or in
         lease mode where its notes go (`RunNotes`: the delivery's `kernel.lease.Lease`)."""
         index, writer_field = _DELIVERY_OF[self.mode]
-        identity = (*self.identity(), client)
+        identity = (self.key, self.event_id, self.suffix, self.attempt, self.path, client)
         if writer_field is None:
             return kinds[0](*identity, run_notes=self if writer is None else writer)
         if writer is None:
@@ -320,6 +320,8 @@ class SentKeys:
 
     def lookup(self, key: str) -> tuple[bool, str | None]:
         """(True, payload hash) if `key` is known sent (refreshing it), else (False, None)."""
+        if key not in self._entries:  # a miss, the common case, needs no lock: one read
+            return False, None
         with self._lock:
             if key not in self._entries:
                 return False, None
@@ -365,6 +367,8 @@ class LiveLeases:
 
     def live(self, key: str) -> bool:
         """True while a lease of `key` is known live."""
+        if self._until.get(key) is None:  # unknown, the common case, needs no lock: one read
+            return False
         with self._lock:
             until = self._until.get(key)
             if until is None:
