@@ -92,7 +92,8 @@ def dedup_key(event_id: str | None, suffix: str, layout: KeyLayout = "plain") ->
     suffix and `ValueError` for an unknown layout."""
     if layout not in KEY_LAYOUTS:
         raise ValueError(f"key layout must be one of {KEY_LAYOUTS}; got {layout!r}")
-    validate_suffix(suffix)
+    if type(suffix) is not str or suffix not in _VALID_SUFFIXES:  # else checked already
+        validate_suffix(suffix)
     if event_id is None or event_id == "":
         raise MissingEventId(
             "the event has no id, so it cannot be deduplicated and the handler was not run: "
@@ -101,7 +102,8 @@ def dedup_key(event_id: str | None, suffix: str, layout: KeyLayout = "plain") ->
     if not isinstance(event_id, str):
         raise TypeError(f"event_id must be a str; got {type(event_id).__name__}")
     if layout == "plain":
-        return f"{safe_event_id(event_id, suffix)}-{suffix}"
+        safe = _mapped(event_id) if _needs_mapping(event_id, suffix) else event_id
+        return f"{safe}-{suffix}"
     prefix = spread_prefix(event_id)
     # The prefix takes room from the 1,500 bytes: an id that only just fits plain is mapped.
     safe = _mapped(event_id) if _needs_mapping(event_id, suffix, len(prefix)) else event_id
@@ -139,24 +141,18 @@ def _needs_mapping(event_id: str, suffix: str, reserved_bytes: int = 0) -> bool:
     key = f"{event_id}-{suffix}"
     key_bytes = len(key.encode("utf-8", "surrogatepass")) + reserved_bytes
     return (
-        not _printable_ascii(event_id)
+        # Not one or more of "!" to "~" (printable ASCII, no space), at C speed:
+        event_id == ""
+        or not (event_id.isascii() and event_id.isprintable())
+        or " " in event_id
         or "/" in event_id
         or event_id in (".", "..")
         or event_id.startswith(MAPPED_PREFIX)
-        or _reserved(event_id)
-        or _reserved(key)
+        # A name Firestore reserves, `__.*__` ("__", anything, newlines too, "__"):
+        or (len(event_id) >= 4 and event_id.startswith("__") and event_id.endswith("__"))
+        or (len(key) >= 4 and key.startswith("__") and key.endswith("__"))
         or key_bytes > MAX_KEY_BYTES
     )
-
-
-def _printable_ascii(text: str) -> bool:
-    """One or more characters, each from "!" to "~" (ASCII, printable, no space)."""
-    return text != "" and text.isascii() and text.isprintable() and " " not in text
-
-
-def _reserved(text: str) -> bool:
-    """A name Firestore reserves, `__.*__`: "__", anything (newlines too), "__"."""
-    return len(text) >= 4 and text.startswith("__") and text.endswith("__")
 
 
 def _mapped(event_id: str) -> str:
