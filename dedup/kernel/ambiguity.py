@@ -1,25 +1,6 @@
-"""What a delivery does when it may repeat an effect: `reconcile` and `on_ambiguous`.
-
-Lease mode has one window (docs/guarantees.md): an attempt produced the effect, then died or
-lost the store for the rest of its lease before "sent" was recorded. The next delivery takes
-over an expired lease; that take-over is ambiguous (`dedup.kernel.claims.takeover_ambiguous`). What
-it does then is each function's choice, given to its entrance (`trigger_once`, `task_once`,
-`idempotent_http`, `idempotent_callable`) or to `Deduplicator.run`:
-
-* `reconcile(delivery)`, asked first: True (the effect happened: "sent", `reconciled: true`,
-  the handler does not run), False (it did not: the handler runs) or None (cannot tell). It
-  may read `delivery.notes`, what the earlier attempt noted before its effect. For an
-  `async def` handler it may be an `async def` too. The handler starts after it only while the
-  lease is live and the budget not spent, by the delivery's clock (`dedup.kernel.lease`): a
-  `reconcile` that took that time gives the lease back, still ambiguous;
-* `on_ambiguous`, when nothing could tell: "rerun" (the default, the handler runs again with the
-  same `Delivery.key`) or "skip" (the record ends `unknown`, the delivery is acknowledged: at
-  most once; `dedup revive` runs it again on purpose).
-
-Nothing here runs on a delivery that is not ambiguous: a function that made a choice gives its
-`Run` an `AmbiguityChoice` when the run is made, which the lease flow asks only on an
-ambiguous take-over.
-"""
+"""An ambiguous take-over (`dedup.kernel.claims.takeover_ambiguous`): a function's choice
+(`AmbiguityChoice`: `reconcile`, then `on_ambiguous`) and how the lease flow settles it.
+docs/guarantees.md, "The ambiguous delivery", says what each answer does."""
 
 from __future__ import annotations
 
@@ -50,9 +31,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class AmbiguityChoice:
-    """A function's choice for an ambiguous take-over, given to a `Run` when it is made: what
-    `on_ambiguous` says, and `reconcile` with what it needs to build its delivery (the client
-    and the delivery types of the handler's side, sync or async)."""
+    """A function's choice for an ambiguous take-over (`on_ambiguous`, `reconcile`), with the
+    client and delivery types `reconcile`'s delivery is built from."""
 
     on_ambiguous: str = RERUN
     reconcile: Reconcile | None = None
@@ -77,8 +57,7 @@ class AmbiguityChoice:
 
 @dataclass(frozen=True)
 class PastNotes:
-    """What an earlier attempt noted, as `reconcile` reads it on a delivery that holds no lease
-    (before burying an event): readable, not writable."""
+    """An earlier attempt's notes, readable by `reconcile` without a lease; not writable."""
 
     run: Run
     notes: Mapping[str, Any]
@@ -96,13 +75,7 @@ class PastNotes:
         raise ConfigError(f"{self.run.path}: delivery.step is for a handler holding the lease")
 
 
-# The lease flow's two questions to `reconcile` (`dedup.kernel.lease`).
-
-
 async def _ask(run: Run, choice: Ambiguity, notes: Any) -> bool | None:
-    """`reconcile`'s answer (None without one), its delivery's notes read from `notes`. One
-    that raises is reported and re-raised: nothing is written, so the next delivery after this
-    lease asks again."""
     try:
         return await choice.ask(run, notes)
     except Exception as exc:
@@ -115,8 +88,8 @@ async def _ask(run: Run, choice: Ambiguity, notes: Any) -> bool | None:
 
 
 async def settle_ambiguity(run: Run, lease: FencedLease, choice: Ambiguity) -> Outcome | None:
-    """An ambiguous take-over (`dedup.kernel.claims.after_ambiguity`): ask `reconcile`, then record
-    "sent" (reconciled) or `unknown` and return the outcome; None: run the handler."""
+    """Ask `reconcile`, then record "sent" (reconciled) or `unknown` and return the outcome;
+    None: run the handler (`dedup.kernel.claims.after_ambiguity`)."""
     verdict = await _ask(run, choice, lease)
     after = after_ambiguity(verdict, choice.on_ambiguous)
     if after is AfterAmbiguity.RUN:
@@ -135,10 +108,8 @@ async def settle_ambiguity(run: Run, lease: FencedLease, choice: Ambiguity) -> O
 async def reconcile_before_burial(
     run: Run, record: Record, snapshot: Snapshot, owner: str
 ) -> Outcome | None:
-    """The last allowed attempt's lease expired: before burying the event, ask `reconcile`
-    whether that attempt produced the effect. True records "sent" (`reconciled: true`),
-    guarded by the record as read; anything else returns None (mark it dead). A reconcile that
-    raises writes nothing and is asked again by the next delivery."""
+    """Before burying an event whose last allowed lease expired, ask `reconcile`: True records
+    "sent" (`reconciled: true`) fenced by the read and returns the outcome; else None."""
     assert run.ambiguity is not None
     verdict = await _ask(run, run.ambiguity, PastNotes(run, record.notes or NO_NOTES))
     if verdict is not True:

@@ -1,36 +1,7 @@
-"""Transaction and write-only modes: the handler's writes and the sent marker commit together
-or not at all; no lease is taken.
-
-The marker is written blind, never read inside the transaction: a create with an exists=false
-precondition, or an update fenced by the update time of the record as last read. A read
-inside would take a lock on which concurrent deliveries of the event deadlock until the
-database aborts them. Transaction mode reads the record first, outside (a duplicate then costs
-that one read); write-only mode assumes the common case, no record, and settles a fresh event
-in its single commit.
-
-When a commit fails, a plain read tells what happened (the marker carries this attempt's owner
-token):
-
-* it carries this attempt's owner: the commit landed, its response was lost -> ran;
-* it changed since this attempt read it: another delivery wrote the marker -> decide again;
-* unchanged, and the commit was rejected (AlreadyExists, NotFound, FailedPrecondition,
-  InvalidArgument): the handler's own writes were refused -> a failed attempt, counted. An
-  InvalidArgument is tried once more with a fresh transaction first (an expired transaction
-  is refused with it too); refused again, it is final (failed): no retry can cure bad data;
-* unchanged, after Aborted or a transient error: contention or an outage -> back off, again.
-
-A record under another delivery's live lease (a lease-mode delivery of the same key, during a
-deploy that changes the function's mode) is waited for, never written over. Attempts are
-counted when they fail with an exception; an attempt whose process dies leaves nothing behind
-(its writes never commit), so it is not counted and `max_attempts` cannot stop an event that
-kills the process in these modes: set `max_event_age_seconds` for that.
-
-The two modes are two flows, `run_transaction` and `run_write_only`, that differ in two
-things: whether the record is read first, and whether the writes go into a transaction
-(`RecordIO.run_transaction`) or a batch (`RecordIO.commit_batch`). Every decision is
-`dedup.kernel.claims`': the claim (`decide`), what a failed commit means (`after_commit_failure`)
-and what a failed handler leaves behind (`after_failure`). Written once, as coroutines over
-`Run.io` (`dedup.kernel.flow_io`).
+"""Transaction and write-only modes (`run_transaction`, `run_write_only`): the handler's writes
+and the sent marker commit together or not at all, no lease taken; a failed commit is read back
+and decided by `claims.after_commit_failure`. docs/architecture.md, "The atomic modes", says why
+the marker is written blind and what counts as an attempt.
 """
 
 from __future__ import annotations
@@ -79,11 +50,7 @@ TRANSACTION_ATTEMPTS = 3
 
 CONTENDED = "/contended"
 """The instance-wide turn (`Run.turn`) a delivery takes for its next tries once a commit of
-its was aborted for contention (a lock another transaction held). Transactions that read one
-hot document deadlock on its lock and are aborted together (after the lock wait, about 2 s in
-the emulator), then retry together, and none gets through: 24 threads on one document made no
-progress in 5 minutes. In single file, one instance's contended tries stop aborting each
-other. `/` cannot occur in a record key, so no delivery's own turn is this one."""
+its was aborted for contention (why: docs/configuration.md). No record key holds `/`."""
 
 RECORD_ROUNDS = 8
 """Re-reads allowed while recording a failed attempt on a record others keep changing."""
@@ -98,8 +65,7 @@ class _HandlerFailed(Exception):
 
 
 Commit = Callable[[FlowIO, str, Fill, datetime | None, Budget], Coroutine[Any, Any, Any]]
-"""How an atomic flow commits: `await commit(io, key, fill, fence, budget)` (`budget`: the
-delivery's, which bounds each RPC when it is sent)."""
+"""How an atomic flow commits: `await commit(io, key, fill, fence, budget)`."""
 
 
 async def run_transaction(run: Run, invoke: Invoke) -> Outcome:
@@ -133,8 +99,6 @@ async def _in_batch(
 async def _run_atomic(
     run: Run, invoke: Invoke, snapshot: Snapshot | None, commit: Commit
 ) -> Outcome:
-    """Run the handler into a transaction or batch (`commit`) that commits with the marker;
-    `snapshot`: the record as read first (None: assumed absent)."""
     store = run.io
     last: BaseException | None = None
     retried_invalid = False  # an expired transaction is refused as InvalidArgument too
@@ -158,8 +122,6 @@ async def _run_atomic(
                 continue
             fence = fence_of(snapshot)
         run.counted((record.attempts if record is not None else 0) + 1)
-        # A record already read is decided on whatever the time (a duplicate costs nothing more);
-        # a new try of the handler and the commit only starts within the budget.
         run.require_time("commit the writes and the marker of", last)
         owner = uuid.uuid4().hex
         run.step(Step.AFTER_CLAIM)
@@ -188,7 +150,6 @@ async def _run_atomic(
                 failed, ours=ours, marker_moved=moved, retried_invalid=retried_invalid
             )
             if after is AfterCommit.LANDED:
-                # The commit landed; its response was lost. The handler's result is stored.
                 assert snapshot is not None
                 return _committed(run, snapshot.record.result if snapshot.record else None)
             if after is AfterCommit.GIVE_UP:
@@ -217,7 +178,6 @@ def _committed(run: Run, result: HandlerResult) -> Outcome:
 
 
 def _marker_moved(fence: datetime | None, snapshot: Snapshot) -> bool:
-    """The record changed since the attempt read it (or appeared, when it assumed none)."""
     if fence is None:
         return snapshot.record is not None
     return snapshot.update_time != fence
@@ -231,9 +191,6 @@ async def _commit(
     fence: datetime | None,
     owner: str,
 ) -> HandlerResult:
-    """Run the handler into a batch or transaction with the marker and commit it; returns
-    what the handler returned. Raises `_HandlerFailed` for the handler's error, the Google
-    API error of a failed commit."""
 
     async def fill(writer: Any) -> tuple[HandlerResult, Fields]:
         if not run.budget.affords_try():  # BudgetSpent: nothing is committed
@@ -242,15 +199,13 @@ async def _commit(
         run.step(Step.AFTER_EFFECT)
         return result, _marker(run, record, owner, result)
 
-    # The store cuts each RPC to the RPC timeout, and to what is left, when it is sent.
     result: HandlerResult = await commit(run.io, run.key, fill, fence, run.budget)
     return result
 
 
 async def _call_handler(invoke: Invoke, writer: Any) -> HandlerResult:
-    """Call the handler and return its result; its exceptions are marked apart from
-    Firestore's, except contention on its own transactional reads (Aborted), which is retried
-    and never counted."""
+    """The handler's result; its errors wrapped in `_HandlerFailed`, except Aborted (contention
+    on its transactional reads: retried, never counted)."""
     try:
         result = await invoke(writer)
     except api_exceptions.Aborted:
@@ -261,8 +216,6 @@ async def _call_handler(invoke: Invoke, writer: Any) -> HandlerResult:
 
 
 def _marker(run: Run, record: Record | None, owner: str, result: HandlerResult) -> Fields:
-    """The sent marker's fields (with the handler's result): a new record, or the update of
-    `record`."""
     if record is None:
         return first_write(
             run,
@@ -281,39 +234,29 @@ def _marker(run: Run, record: Record | None, owner: str, result: HandlerResult) 
 
 
 def _failure_in_chain(exc: BaseException) -> tuple[CommitFailed, Exception] | None:
-    """What an attempt's error means: the handler's own (a `_HandlerFailed` anywhere in the
-    chain: nothing was committed), else the commit's (`commit_failure`), classified."""
+    """The handler's own error (a `_HandlerFailed` in the chain), else the commit's."""
     for error in chained(exc):
         if isinstance(error, _HandlerFailed):
-            # Firestore refused the handler's data (final), or the transaction had expired
-            # ("Transaction is invalid or expired" after a long pause: final only if a fresh
-            # attempt is refused again): told apart by `after_commit_failure`.
             invalid = isinstance(error.error, api_exceptions.InvalidArgument)
             return (CommitFailed.INVALID if invalid else CommitFailed.REFUSED), error
     return commit_failure(exc)
 
 
 async def _record_failed_attempt(run: Run, exc: Exception, owner: str) -> Outcome:
-    """Count an attempt whose writes were discarded; re-raise `exc` unless it was final. A
-    record another delivery wrote meanwhile is checked as every read record is
-    (`Run.check_record`: its event, its payload fingerprint) before it is answered or
-    written."""
+    """Count an attempt whose writes were discarded; re-raise `exc` unless it was final."""
     error = error_text(exc)
     store, action = run.io, "record a failed attempt on"
     budget = run.budget.after_handler()
     for round_ in range(RECORD_ROUNDS):
         if round_ and budget.left() <= 0:
             break  # out of time: the attempt goes uncounted, as when the process dies
-        # Did an earlier try land unanswered? Each RPC ends within the function's timeout.
         snapshot = await read_back(store, run.key, budget, action=action)
         record = snapshot.record
         if record is not None and written_by(record, owner):
             run.counted(record.attempts)  # our earlier try landed; its response was lost
             return run.failed(after_state(record.state), error, exc)
         if record is not None:
-            # Another delivery's record, maybe for another payload under the same key (an HTTP
-            # request reusing its key with another body): compared before it is answered.
-            run.check_record(record)
+            run.check_record(record)  # maybe another payload under the same key
             claim = decide(record, snapshot.read_time, run.config.attempt_limit)
             if claim is Claim.SKIP:
                 return run.skip(record)  # another delivery finished the event meanwhile

@@ -1,14 +1,7 @@
-"""A delivery's time, in one place: `Budget`.
-
-It owns how long a delivery may take and which bound that is (`Budget.length_of`, logged as
-`budget_source`), when the delivery's work must end, until when the writes after its handler
-may be tried (`after_handler`), the end of the lease it holds as this instance sees it, each
-RPC's timeout and each pause between retries. Every function that spends a delivery's time
-takes its `Budget` (or one cut from it: `after_handler`, `for_call`), never a number of
-seconds; a store call made outside any delivery (the operator's commands) gets its own
-(`Budget.of_call`). All read one clock, injectable (`DedupConfig.budget_clock`). Nothing else in
-the kernel reads a clock to compute a deadline. docs/configuration.md, "The time budget of a
-delivery", says the rule for users.
+"""A delivery's time, in one place (`Budget`, on one injectable clock): its length and which
+bound that is, its end, the end of the writes after its handler, its lease's end as this
+instance sees it, each RPC's timeout and each pause. Nothing else in the kernel computes a
+deadline from a clock. For users: docs/configuration.md, "The time budget of a delivery".
 """
 
 from __future__ import annotations
@@ -31,13 +24,10 @@ FLOOR = 0.1
 
 LEASE_MARGIN = 0.1
 """The share of `lease_seconds` (at most 1 s) by which a delivery counts its lease ended early
-before it starts a step's function or the handler (`Budget.lease_late`): its measure is on the
-instance's clock, from when the write that last renewed the lease was sent."""
+before it starts a step's function or the handler (`Budget.lease_late`)."""
 
 BudgetSource = Literal["function_timeout", "declared_timeout", "lease"]
-"""Which bound a delivery's time budget is (`Budget.length_of`), as its log line says
-(`budget_source`): the config's `function_timeout_seconds` (DEDUP_FUNCTION_TIMEOUT_SECONDS), the
-timeout the function declares to firebase-functions, or the longest timeout the lease covers."""
+"""Which bound a delivery's time budget is (`Budget.length_of`), logged as `budget_source`."""
 
 
 class TimeBudget(NamedTuple):
@@ -62,10 +52,9 @@ class BudgetSettings(Protocol):
 
 
 class Budget:
-    """An end on a clock, and what it gives each RPC and each pause: one delivery's
-    (`of_delivery`), the writes' after its handler (`after_handler`), one store call's within
-    either (`for_call`), or a call's outside any delivery (`of_call`). Not shared between
-    deliveries."""
+    """An end on a clock, and what it gives each RPC and each pause: a delivery's
+    (`of_delivery`), its writes' after the handler (`after_handler`), one store call's
+    (`for_call`), or a call's outside any delivery (`of_call`)."""
 
     __slots__ = (
         "_lease_ends",
@@ -102,10 +91,9 @@ class Budget:
     def length_of(
         function_timeout: int | None, declared_timeout: int | None, lease: int, rpc_timeout: int
     ) -> TimeBudget:
-        """How long one delivery may take, and which bound that is (docs/configuration.md,
-        "The time budget of a delivery"): `function_timeout` (DEDUP_FUNCTION_TIMEOUT_SECONDS)
-        when set; else `declared_timeout` (the function's `timeout_sec`) when the lease covers
-        it; else the longest timeout the lease covers, `lease` - `rpc_timeout` (at least 1 s)."""
+        """How long one delivery may take, and which bound that is: `function_timeout` when
+        set; else `declared_timeout` when the lease covers it; else the longest timeout the
+        lease covers, `lease` - `rpc_timeout` (at least 1 s)."""
         if function_timeout is not None:
             return TimeBudget(float(function_timeout), "function_timeout")
         covered = max(1, lease - rpc_timeout)
@@ -115,8 +103,7 @@ class Budget:
 
     @classmethod
     def of_delivery(cls, length: TimeBudget, settings: BudgetSettings) -> Budget:
-        """A delivery's budget, started now: `length`, less `MARGIN` of it (at most 1 s), the
-        room the last tries' floors (`FLOOR` per RPC) and a rollback take."""
+        """A delivery's budget, started now: `length` less `MARGIN` of it (at most 1 s)."""
         clock = time.monotonic if settings.budget_clock is None else settings.budget_clock
         started, seconds = clock(), length.seconds
         ends = started + seconds - min(1.0, MARGIN * seconds)
@@ -134,10 +121,8 @@ class Budget:
         return call
 
     def for_call(self, *, one_rpc: bool = False) -> Budget:
-        """The budget of one store call started now within this one, on its clock, its retries
-        included: what is left, `FLOOR` at least (a call started at or past the end still gets
-        its floor); `one_rpc`: at most the RPC timeout too (a claim's write, a read to decide
-        on). The store takes every budget it is given so."""
+        """The budget of one store call started now, its retries included: what is left of
+        this one, `FLOOR` at least; `one_rpc`: at most the RPC timeout too."""
         now = self.clock()
         left = self.ends - now
         ends = now + max(FLOOR, min(self.rpc_timeout, left) if one_rpc else left)
@@ -170,7 +155,7 @@ class Budget:
 
     def affords_try(self) -> bool:
         """Before each try of a transaction or batch: whether what is left covers the longest
-        try so far (a try that waited on a locked document is not started with less to go)."""
+        try so far."""
         now = self.clock()
         if self._try_started is not None:
             self._longest_try = max(self._longest_try, now - self._try_started)
@@ -197,10 +182,8 @@ class Budget:
         return min(1.0, LEASE_MARGIN * lease_seconds) - self.lease_left()
 
     def after_handler(self) -> Budget:
-        """The budget of the writes after the handler (its outcome, a release, a failed
-        attempt): until the function's timeout less `AFTER_HANDLER_MARGIN`, so the last write,
-        its floor included, ends within the timeout; never before this budget's end, never past
-        the lease's (`lease_from`)."""
+        """The budget of the writes after the handler: until the function's timeout less
+        `AFTER_HANDLER_MARGIN`, never before this budget's end nor past the lease's."""
         assert self.length is not None, "after_handler: a delivery's budget only"
         ends = max(self.ends, self.started + self.length.seconds - AFTER_HANDLER_MARGIN)
         if self._lease_ends is not None:

@@ -1,9 +1,7 @@
-"""The claim decisions: what a delivery does after reading its record, after its handler raised,
-after its atomic commit raised, and after its fenced outcome write found the record changed, in
-every mode. Each condition is named and checked on its own; `decide` combines them in one order
-a reviewer can follow line by line. Leases are judged on the database's read time only (never an
-instance clock). Nothing here touches Firestore; its errors are read in
-`dedup.kernel.store_errors`. Why each rule holds, for users: docs/guarantees.md.
+"""Every claim decision, in every mode: after reading the record (`decide`, from named
+conditions), after an ambiguous take-over, a handler's error, a failed atomic commit and a fenced
+write that found the record changed. Leases are judged on the database's read time only. No I/O.
+Why each rule holds: docs/guarantees.md.
 
 | the record read (`decide`)                   | claim                                             |
 |----------------------------------------------|---------------------------------------------------|
@@ -13,11 +11,9 @@ instance clock). Nothing here touches Firestore; its errors are read in
 | a lease that expired (its owner crashed)     | MARK_DEAD if attempts are used up, else TAKE_OVER |
 | no lease (released, or an atomic try failed) | TAKE_OVER, even with attempts used up             |
 
-Attempts are used up after `max_attempts` attempts *and* `min_retry_seconds` since the first
-(docs/configuration.md says why both). A released record was handed back on purpose (every flow
-buries an exhausted record itself): its next run is an operator's. A take-over is ambiguous
-(`takeover_ambiguous`) when the lease expired or was given back `ambiguous` (docs/guarantees.md,
-"The ambiguous delivery"); what it does then:
+Attempts are used up after `max_attempts` *and* `min_retry_seconds` (`AttemptLimit`). A
+take-over is ambiguous (`takeover_ambiguous`) when the lease expired or was given back
+`ambiguous`; what it does then:
 
 | `reconcile(delivery)` returned | `on_ambiguous` | next (`after_ambiguity`)             |
 |--------------------------------|----------------|--------------------------------------|
@@ -32,9 +28,8 @@ buries an exhausted record itself): its next run is an operator's. A take-over i
 | any other, attempts used up (`AttemptLimit`)  | DEAD                             | stops        |
 | any other, attempts left                      | RELEASED (in progress, no lease) | retries      |
 
-What an atomic commit that raised means (`after_commit_failure`): how it failed (`CommitFailed`)
-read back from the record; a handler that raised inside the transaction or batch counts as a
-refusal of an unchanged record (nothing was committed).
+An atomic commit that raised (`after_commit_failure`; a handler that raised inside it counts
+as a refusal of an unchanged record):
 
 | the record read after the commit     | the commit failed with             | next      |
 |--------------------------------------|------------------------------------|-----------|
@@ -99,24 +94,20 @@ def lease_released(record: Record) -> bool:
 
 
 def release_ambiguous(record: Record) -> bool:
-    """A released lease that keeps an ambiguity (not a handler's release after it raised): given
-    back by a delivery that took over an expired lease and never started the handler (its
-    budget was spent), or by `dedup release` (its owner may have run the handler)."""
+    """No lease, given back `ambiguous` (an unstarted take-over's give-back, `dedup release`)."""
     return lease_released(record) and record.ambiguous
 
 
 def takeover_ambiguous(record: Record, read_time: datetime) -> bool:
-    """Taking this record over is ambiguous: its lease expired, so the attempt that held it
-    may have produced the effect without recording "sent" (it died, or the store failed until
-    its lease ran out after the handler returned), or it was given back `release_ambiguous`."""
+    """Taking this record over is ambiguous: its lease expired (its owner may have produced
+    the effect), or it was given back `release_ambiguous`."""
     return lease_expired(record, read_time) or release_ambiguous(record)
 
 
 @dataclass(frozen=True)
 class AttemptLimit:
     """When an event that keeps failing is given up as poison (`dead`): after `max_attempts`
-    attempts, and no sooner than `min_retry_seconds` after its first attempt (database clock),
-    so that attempts spent in a burst of fast redeliveries through an outage do not kill it."""
+    attempts and `min_retry_seconds` after its first (database clock)."""
 
     max_attempts: int
     """Attempts before the record may become dead (DEDUP_MAX_ATTEMPTS)."""
@@ -193,11 +184,8 @@ def after_ambiguity(verdict: bool | None, on_ambiguous: str) -> AfterAmbiguity:
 
 
 def written_by(record: Record | None, owner: str) -> bool:
-    """The record's last transition was written by the delivery holding `owner`.
-
-    Owner tokens are fresh per attempt (uuid4), so a match proves the write is ours: a write
-    that landed unanswered is recognised instead of being taken for someone else's.
-    """
+    """The record's last transition was written by the delivery holding `owner` (a fresh
+    uuid4 per attempt)."""
     return record is not None and record.owner == owner
 
 
@@ -221,8 +209,7 @@ def last_attempt(attempt: int, limit: AttemptLimit, age_seconds: float) -> bool:
 
 
 class AfterFailure(Enum):
-    """What a handler's exception leaves behind on the record (values: the `OutcomeKind`
-    reported)."""
+    """What a handler's exception leaves on the record (values: the `OutcomeKind` reported)."""
 
     FAILED = "failed"
     """Final: the error is terminal, no retry can cure it; the platform stops."""

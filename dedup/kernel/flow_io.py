@@ -1,10 +1,6 @@
-"""The seam between the flows and the outside world: the record operations a store offers, and
-the pauses and per-key turns of an instance, as protocols.
-
-The flows (`dedup.kernel.lease`, `dedup.kernel.atomic`) are written once, as coroutines that await
-every store call, pause and per-key turn through a `FlowIO`. A store offers five record operations,
-below, beside three helpers (the `client` a handler gets, a record's `path`, and the
-`unavailable` error it raises), and nothing else: it knows no `Run`, no mode and no handler.
+"""The protocols the flows see (`FlowIO`): five record operations, three helpers (`client`,
+`path`, `unavailable`), an instance's pauses and per-key turns; and the lease and ambiguity
+choice as lower layers name them. Protocols only: no code here runs on a delivery.
 
 | operation             | what it does                                                     |
 |-----------------------|------------------------------------------------------------------|
@@ -13,14 +9,6 @@ below, beside three helpers (the `client` a handler gets, a record's `path`, and
 | `update_if_unchanged` | write the record if last written at an update time               |
 | `commit_batch`        | a batch the caller fills, committed with a marker write, once    |
 | `run_transaction`     | a transaction the caller fills, committed with a marker write    |
-
-Firestore's records are one `FlowIO`, `dedup.kernel.store.RecordStore`, over either client: over a
-`firestore.Client` its coroutines block inside and never suspend, so `dedup.kernel.delivery.drive`
-runs a flow to its end in one `send`, on the caller's thread, without an event loop; over an
-`AsyncClient` they await it. The tests' in-memory stores are the same pair
-(`tests.memory_store.MemoryStore` never suspends, `AsyncMemoryStore` awaits), trusted as far as
-the conformance matrix (`tests/matrix/`) finds them agreeing with the emulator. This module
-holds the protocols only: no code of it runs on a delivery.
 """
 
 from __future__ import annotations
@@ -45,11 +33,9 @@ and the marker's fields (the store adds the marker write, fenced, then commits).
 
 
 class RecordIO(Protocol):
-    """The five record operations and their three helpers, each operation a coroutine: what
-    the flows call (`dedup.kernel.store.RecordStore`).
-
-    Every operation is bounded in time; a failed precondition is returned as `Conflict`,
-    other failures raise `StoreUnavailable` chaining the cause."""
+    """The five record operations (coroutines) and three helpers. Every operation is bounded
+    by its `budget`; a failed precondition is returned as `Conflict`, other failures raise
+    `StoreUnavailable` chaining the cause."""
 
     client: Any
     """The client a handler gets in its delivery (a `firestore.Client` or `AsyncClient` for
@@ -67,8 +53,7 @@ class RecordIO(Protocol):
         self, key: str, *, action: str = "claim", budget: Budget | None = None
     ) -> Snapshot:
         """The record (None if absent), its read time and update time. `budget`, here and
-        below: the delivery's `Budget` (or one cut from it) bounding the call, its retries and
-        each RPC (None: the store's RPC timeout)."""
+        below: bounds the call with its retries (None: the store's RPC timeout)."""
         ...
 
     async def create(
@@ -97,8 +82,8 @@ class RecordIO(Protocol):
         self, key: str, fill: Fill, fence: datetime | None, /, *, budget: Budget | None = None
     ) -> Any:
         """Open a batch, `fill` it, add the marker (a create if `fence` is None, else an update
-        fenced by it), commit once (no retry: a lost response is resolved by reading).
-        Returns what `fill` returned first; raises what `fill` or the commit raised."""
+        fenced by it), commit once. Returns what `fill` returned first; raises what `fill` or
+        the commit raised."""
         ...
 
     async def run_transaction(

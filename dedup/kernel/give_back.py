@@ -1,6 +1,4 @@
-"""Giving a lease back before its handler started: the claim, `reconcile` or a step hook spent
-the delivery's time budget, or the lease's time on this instance's clock
-(`dedup.kernel.lease`, which calls `give_back_unstarted` before the handler would start)."""
+"""Giving a lease back before its handler started, its time spent (`give_back_unstarted`)."""
 
 from __future__ import annotations
 
@@ -32,10 +30,8 @@ class HeldLease(Protocol):
 async def give_back_unstarted(
     run: Run, lease: HeldLease, spender: str = "claiming the lease"
 ) -> Outcome:
-    """The claim, or what ran before the handler (`spender`: `reconcile`, a step hook), took
-    the whole time budget or the lease's time on this instance's clock: give the lease back
-    without starting the handler (the attempt it counted is handed back too, an ambiguous
-    take-over's ambiguity kept), then raise `BudgetSpent`."""
+    """Give `lease` back unstarted, its time (budget or lease) spent by `spender`: the attempt
+    is handed back, an ambiguous take-over stays ambiguous; then raise `BudgetSpent`."""
     error = (
         f"the time budget was spent, or the lease's time on this instance's clock, by "
         f"{spender}; the handler did not start"

@@ -1,13 +1,6 @@
-"""Lease mode: claim a lease on the record, run the handler, record its outcome.
-
-Owns the claim (`_claim`: a create with exists=false, else a read, `dedup.kernel.claims.decide`
-and a take-over fenced by that read; a claim write that went unanswered is read back until the
-delivery learns whether it landed), the `Lease` a claim makes (the record's only writer after
-the claim), and the handler's run with its outcome (sent, failed, dead, or the lease given
-back: `dedup.kernel.give_back` before the handler starts). An expired lease's next delivery
-is `dedup.kernel.ambiguity`'s; docs/guarantees.md says what each case answers. Written once,
-as coroutines over `Run.io`.
-"""
+"""Lease mode (`run_lease`): the claim (a create, else a read, `claims.decide` and a take-over
+fenced by that read), the `Lease` it makes (the record's only writer after the claim), and the
+handler's run with its outcome. docs/guarantees.md says what each case answers."""
 
 from __future__ import annotations
 
@@ -62,8 +55,8 @@ CLAIM_ROUNDS = 8
 
 @dataclass
 class Lease:
-    """One delivery's lease, from its claim to its outcome: the record's only writer. Each write
-    is fenced by `fence` and moves it on; one that finds the record moved raises `LeaseLost`."""
+    """One delivery's lease, from its claim to its outcome: the record's only writer, each
+    write fenced by `fence`, which it moves on."""
 
     run: Run
     owner: str
@@ -94,9 +87,8 @@ class Lease:
         return steps_room(self.run, self.notes)
 
     def steps_landed(self, steps: Mapping[str, Any], sent: float, fence: datetime | None) -> None:
-        """A write of `steps`, sent at `sent` (`Budget.now`), committed: the lease runs
-        `lease_seconds` from `sent`; `fence`: the new fence of a step's transaction (None after
-        `write`)."""
+        """A write of `steps` sent at `sent` (`Budget.now`) committed, renewing the lease from
+        `sent`; `fence`: a step transaction's new fence (None after `write`)."""
         if fence is not None:
             self.fence = fence
         self.steps.landed(steps)
@@ -119,14 +111,13 @@ class Lease:
         return run_step(self, name, call, transactional=transactional, once=once)
 
     async def note(self, fields: dict[str, Any]) -> None:
-        """`delivery.note(**fields)`: merge `fields` into the record's notes, fenced like
-        "sent" (retried until the lease's end on store errors). Raises `LeaseLost` when another
-        delivery took the lease over, `StoreUnavailable` when the store kept failing."""
+        """`delivery.note(**fields)`: merge `fields` into the record's notes (`write`).
+        Raises `RecordRefused` for notes Firestore would refuse, else as `write`."""
         notes = {**self.notes, **fields}
         reason = refusal(notes, at=(Field.NOTES,), round_trip=False) or unreadable_reference(
             fields, self.run.io.client
         )
-        if reason is not None:  # checked as Firestore would, before the write: none is sent
+        if reason is not None:
             raise RecordRefused(
                 f"could not note on {self.run.path}: the notes hold {reason}; nothing was "
                 "written, and a retry would be refused the same way"
@@ -137,11 +128,9 @@ class Lease:
     async def write(
         self, fields: Fields, state: State, action: str, *, notes: bool = False
     ) -> None:
-        """Write `fields` fenced by `fence` (which moves on; `fenced_write`) within the budget
-        of the writes after the handler (`Budget.after_handler`: never past the lease's end),
-        the store retrying every error in that time (the effect may have happened). Raises
-        `LeaseLost` if another delivery moved the record, `StoreUnavailable` if the store kept
-        failing. `notes`: the write keeps the lease (a record still ours is written over)."""
+        """Write `fields` fenced by `fence` (which moves on), every error retried within
+        `Budget.after_handler`. Raises `LeaseLost` if another delivery moved the record,
+        `StoreUnavailable` if the store kept failing. `notes`: the write keeps the lease."""
         run = self.run
         budget = run.budget.after_handler()
         fence = self.fence
@@ -152,8 +141,6 @@ class Lease:
             if isinstance(written, datetime):
                 self.fence = written
                 return
-            # The fence failed: our own earlier try may have landed unanswered, an operator
-            # may have released our lease, or another delivery took it over.
             snapshot = await read_back(run.io, run.key, budget, action=action, until_end=True)
             after = after_fenced_conflict(snapshot.record, self.owner, state)
             if after is AfterConflict.LANDED and not notes:
@@ -161,8 +148,7 @@ class Lease:
                 return
             if after is AfterConflict.LOST:
                 break
-            # Still ours (an operator released the lease, or edited the record by hand; or
-            # a note, which keeps the lease): write over what is there now.
+            # Still ours (released or edited by an operator, or a note): write over it.
             fence = fence_of(snapshot)
         run.finish(OutcomeKind.LEASE_LOST)
         raise LeaseLost(
@@ -173,10 +159,9 @@ class Lease:
 
 
 async def run_lease(run: Run, invoke: Invoke) -> Outcome:
-    """Claim the lease of `run.key` and run the handler (`invoke`) under it. Copies of the key
-    on this instance claim one at a time (`FlowIO.turn`): the first writes, the others then
-    know the lease is live (or just saw someone else's) and answer `LeaseHeld` without a round
-    trip. The handler runs outside that turn."""
+    """Claim the lease of `run.key` (one claim per key at a time on the instance) and run the
+    handler (`invoke`) under it; the delivery's `Outcome`. Raises `LeaseHeld` when another
+    delivery holds the lease."""
     async with run.turn():
         claimed = await _claim(run)
     if isinstance(claimed, Outcome):
@@ -185,8 +170,6 @@ async def run_lease(run: Run, invoke: Invoke) -> Outcome:
 
 
 async def _claim(run: Run) -> Outcome | Lease:
-    """Take the lease, or return the outcome of a delivery that ends here (duplicate, dead).
-    Raises `LeaseHeld` when it is taken."""
     config, store = run.config, run.io
     if run.live_leases.live(run.key):
         run.finish(OutcomeKind.LEASE_HELD)
@@ -273,7 +256,6 @@ async def _claim(run: Run) -> Outcome | Lease:
 
 
 async def _claimed[W](write: Awaitable[W]) -> W | StoreUnavailable:
-    """A claim write's result, or its error if it went `unanswered` (it may have landed)."""
     try:
         return await write
     except StoreUnavailable as exc:
@@ -286,14 +268,10 @@ _UNSTARTED = ": the handler never started, the next delivery is ambiguous"
 
 
 def _unanswered(failed: Conflict | StoreUnavailable | None) -> bool:
-    """A claim write that failed so may have landed unanswered: read back until the budget
-    ends, the delivery learns whether it holds the lease (run, or give back)."""
     return isinstance(failed, StoreUnavailable) or (failed is not None and failed.unanswered)
 
 
 def _owned(lease: Lease, sent: float) -> Lease:
-    """The lease, taken by the claim write sent at `sent`, is ours: it runs `lease_seconds` from
-    then (`Budget.lease_from`); tell this instance's other copies, before our turn ends."""
     run = lease.run
     run.budget.lease_from(sent, run.config.lease_seconds)
     run.live_leases.own(run.key, run.config.lease_seconds)
@@ -301,7 +279,6 @@ def _owned(lease: Lease, sent: float) -> Lease:
 
 
 async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
-    """Run the handler under `lease`; record its outcome fenced by the lease's last write."""
     config, owner = run.config, lease.owner
     try:
         if run.budget.left() <= 0:
@@ -345,9 +322,7 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
 
 
 def _refuse_swallowed(run: Run) -> None:
-    """The handler returned normally: raise what refused one of its steps (`Run.refused`), or
-    `LeaseLost` if a note or step found the lease lost, had the handler caught it. "sent" is
-    never recorded over a step that never ran or a lease that may be another delivery's."""
+    """Raise a refusal the handler caught and swallowed: "sent" is not recorded over it."""
     if run.refused is not None:
         raise run.refused
     if run.outcome is OutcomeKind.LEASE_LOST:
@@ -359,8 +334,6 @@ def _refuse_swallowed(run: Run) -> None:
 
 
 async def _mark_sent(run: Run, lease: Lease, stored: dict[str, Any] | None) -> None:
-    """Record "sent" with the handler's `stored` result; refused with it (`RecordRefused`), again
-    without it, as a result too large is (WARNING): the effect happened, "sent" must fit."""
     fields = finished(State.SENT, owner=lease.owner, expire_at=run.expire_at(), result=stored)
     try:
         await lease.write(fields, State.SENT, "mark sent")

@@ -1,6 +1,5 @@
-"""How a durable step is run and recorded under a delivery's lease (`dedup.kernel.lease.Lease`): the
-flow of `delivery.step`, whose rules (names, order, limits) are `dedup.kernel.steps`'. docs/steps.md
-says what each kind of step guarantees."""
+"""The flow of `delivery.step` (`run_step`): a durable step run and recorded under the
+delivery's lease, by the rules of `dedup.kernel.steps` (docs/steps.md)."""
 
 from __future__ import annotations
 
@@ -29,19 +28,15 @@ TRANSACTION_ATTEMPTS = 5
 
 
 _ENTERING = threading.Lock()
-"""Held while a step checks that no other step of its delivery is running and marks itself
-running (`StepLog.begin`): two threads over one delivery cannot both enter."""
+"""Held around `StepLog.begin`: two threads over one delivery cannot both enter."""
 
 
 async def run_step(
     lease: FencedLease, name: str, call: StepCall, *, transactional: bool, once: bool
 ) -> Any:
-    """Run step `name` of the delivery holding `lease` (see the module docstring): its recorded
-    value, else `call`'s, recorded. `once`: at most once. Raises what `call` raises, `LeaseLost`
-    when the lease is no longer ours or may have ended (`require_live`), `StepMismatch` (a step
-    of this delivery is running already: nothing called, nothing written), `StepInterrupted`,
-    `StepTooLarge`, `RecordRefused` (a name or value Firestore refuses: checked before it is
-    written; an at-most-once step's end is recorded, without the value, before the error)."""
+    """Step `name`'s recorded value, else `call`'s, recorded under `lease`; `once`: at most
+    once. Raises what `call` raises, `LeaseLost` or `BudgetSpent` (`require_live`),
+    `StepMismatch`, `StepInterrupted`, `StepTooLarge`, `RecordRefused` (`StepLog`)."""
     with _ENTERING:
         steps = lease.steps
         steps.begin(name, lease.run.path)
@@ -63,7 +58,7 @@ async def _run_one(
     if once:
         started = lease.steps.with_entry(name, STARTED, room=lease.steps_room())
         await _record(lease, name, started, f"start step {name} of")
-        require_live(lease, name)  # the start renewed the lease, unless it took the lease's time
+        require_live(lease, name)
     if transactional:
         value = await _in_transaction(lease, name, call)
     else:
@@ -72,7 +67,7 @@ async def _run_one(
         try:
             steps = lease.steps.with_entry(name, DONE, value, room=lease.steps_room())
             value = as_replayed(run, name, value)
-        except TerminalError:  # refused, or too large: its end, then the error (once)
+        except TerminalError:
             if once:
                 ended = lease.steps.with_entry(name, DONE, refused=True, room=lease.steps_room())
                 await _record(lease, name, ended, f"record the end of step {name} of")
@@ -83,10 +78,8 @@ async def _run_one(
 
 
 def unreadable_reference(value: Any, client: Any) -> str | None:
-    """Why a read of the record through `client` could not give `value` back, or None: a
-    document reference in it to another project or database than `client`'s (the client's
-    decoder raises for it, so every later read of the record would fail). Checked before each
-    write of a user's value: a step's, a note's, a handler's result (`readable_result`)."""
+    """Why a read of the record through `client` could not give `value` back (a reference to
+    another project or database than `client`'s), or None."""
     for ref in references(value):
         if document_name(client.document(ref.path)) != document_name(ref):
             return (
@@ -97,9 +90,8 @@ def unreadable_reference(value: Any, client: Any) -> str | None:
 
 
 def readable_result(stored: dict[str, Any] | None, run: Run) -> dict[str, Any] | None:
-    """The result `stored` with "sent" (`dedup.kernel.room.storable_result`), or None when it
-    holds a reference no read of the record could decode (WARNING naming the record), as a
-    result Firestore refuses is: the effect happened, "sent" must be written and readable."""
+    """The result `stored` with "sent", or None (WARNING) when it holds a reference no read of
+    the record could decode."""
     if stored is None or (reason := unreadable_reference(stored, run.io.client)) is None:
         return stored
     logger.warning("%s: handler result not stored: it holds %s", run.path, reason)
@@ -107,12 +99,8 @@ def readable_result(stored: dict[str, Any] | None, run: Run) -> dict[str, Any] |
 
 
 def as_replayed(run: Run, name: str, value: Any) -> Any:
-    """Step `name`'s `value` (one the record takes) as a later delivery's replay gets it back
-    from the record (`as_stored`: a `GeoPoint(35, 139)` as `GeoPoint(35.0, 139.0)`, a
-    timestamp in UTC, a tuple as a list), so that the delivery that ran the step hands its
-    handler the same value, type for type, as every replay will. Raises `RecordRefused` for a
-    document reference no read of the record could decode (`unreadable_reference`: another
-    project or database), before anything is written."""
+    """Step `name`'s `value` as a replay gets it back from the record (`as_stored`), type for
+    type. Raises `RecordRefused` for a reference no read could decode, before any write."""
     client = run.io.client
     unreadable = unreadable_reference(value, client)
     if unreadable is not None:
@@ -124,15 +112,10 @@ def as_replayed(run: Run, name: str, value: Any) -> Any:
 
 
 def require_live(lease: FencedLease, name: str) -> None:
-    """Refuse (`LeaseLost`, the step's function not called) to start step `name` once the
-    lease may have ended: `Budget.lease_left` (from the send time of the write that last renewed
-    it, `lease_seconds`, on the budget's clock) less a margin (`Budget.lease_late`). No RPC: a
-    delivery that stalled past its lease (a pause, a slow call before the step) stops here
-    whether or not another delivery took the lease over meanwhile. Once the delivery's time
-    budget is spent (the function's timeout is near), `BudgetSpent`. Either refusal is kept as
-    `Run.refused`: a handler that catches it and returns is not recorded "sent"
-    (`dedup.kernel.lease`). A step started after its delivery ended (from a thread or task the
-    handler did not wait for) is refused too."""
+    """Refuse to start step `name`, without an RPC: `LeaseLost` once the lease may have ended
+    on the budget's clock (`Budget.lease_late`) or the delivery ended, `BudgetSpent` once its
+    budget is spent. The refusal is kept as `Run.refused` (docs/steps.md, "When the lease is
+    lost")."""
     run = lease.run
     if run.outcome is not None:
         raise LeaseLost(
@@ -149,7 +132,7 @@ def require_live(lease: FencedLease, name: str) -> None:
             "lease_seconds (DEDUP_LEASE_SECONDS)"
         )
         raise run.refused
-    if run.budget.left() <= 0:  # the function's timeout is near: no step starts now
+    if run.budget.left() <= 0:
         try:
             run.spent(f"start step {name!r} of")
         except BudgetSpent as spent:
@@ -158,9 +141,7 @@ def require_live(lease: FencedLease, name: str) -> None:
 
 
 async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: str) -> None:
-    """Write step `name`'s entry of `steps` (and no other), fenced by the lease, which the
-    write renews; unless the delivery ended while the step ran (a step the handler did not
-    wait for): its entry is recorded, and the lease the end gave back or closed stays so."""
+    """Write step `name`'s entry, renewing the lease unless the delivery has ended."""
     sent = lease.run.budget.now()
     fields = steps_recorded(name, steps[name])
     if lease.run.outcome is not None:
@@ -170,11 +151,8 @@ async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: 
 
 
 async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
-    """`call(transaction)` and the step's record in one transaction guarded by the lease's last
-    write: both commit or neither. A commit whose answer was lost is recognised by reading. A
-    transaction refused as invalid with nothing committed (one that expired: a long pause, a
-    database restart) runs once more in a fresh transaction, as the atomic modes' commits do
-    (`kernel.claims.after_commit_failure`); refused again, the error is the handler's."""
+    """One fresh transaction more after an InvalidArgument (maybe expired), as the atomic
+    modes do."""
     try:
         return await _transaction_once(lease, name, call)
     except Exception as exc:
@@ -185,8 +163,8 @@ async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
 
 
 async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> Any:
-    """One transaction of `_in_transaction`: the step's value, or what it raised once the
-    record showed nothing of it committed (`LeaseLost` when the lease is no longer ours)."""
+    """`call(transaction)` and the step's record, committed together; a failure is read back
+    (`LeaseLost` if the lease is no longer ours)."""
     run = lease.run
     writers: list[Any] = []
 
@@ -203,7 +181,6 @@ async def _transaction_once(lease: FencedLease, name: str, call: StepCall) -> An
             run.key, fill, lease.fence, attempts=TRANSACTION_ATTEMPTS, budget=run.budget
         )
     except Exception:
-        # Did it land unanswered? Bounded by what is left of the budget after the transaction.
         action, left = f"check step {name} of", run.budget.after_handler()
         snapshot = await run.io.read(run.key, action=action, budget=left)
         record = snapshot.record

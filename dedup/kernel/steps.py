@@ -1,33 +1,7 @@
-"""Durable steps: a lease-mode handler with several effects runs each of them once, recorded in
-the event's own record (docs/steps.md).
-
-`delivery.step(name, fn, ...)` calls `fn` and records its value under `name` in the record's
-`steps`, with one write fenced by the delivery's lease (`dedup.kernel.lease.Lease`) that also renews
-the lease. A later delivery of the same event (a take-over after a crash, a retry after a
-failure) finds the step recorded, in the record its claim already read, and returns the value
-without calling `fn`.
-
-* plain: `fn(*args)`, then its record (one write). At least once; once at a receiver that
-  honours the step's key (`step_key`), which is the same on every delivery.
-* `transactional=True`: `fn(transaction, *args)`, its record in that same transaction, fenced
-  by the lease. Exactly once.
-* `on_interrupted="skip"`: its start recorded, `fn(*args)`, its record (two writes). At most
-  once: a later delivery that finds a start without an end raises `StepInterrupted`.
-
-Names and values are checked before they are written, as Firestore would
-(`dedup.platform.firestore_values`): a name it reserves (`__.*__`) is refused before `fn` runs,
-and a value it cannot store or would store as another type (a `Decimal`, a `set`, a `tuple`,
-nested arrays), or one past the limits below or the record's 1 MiB, raises a terminal error
-after `fn` ran once (an at-most-once step's end recorded first, without the value): the event
-ends failed, since a retry would meet the same refusal.
-
-The mismatch rule: each step is recorded with its place among the handler's steps (0, 1, ...)
-and its call's fingerprint (`fingerprint`: the function's qualified name, a hash of its
-arguments). A delivery must call the recorded steps in the recorded order, each with the
-recorded function and arguments: the n-th step it calls has the n-th recorded name, and it
-calls each name once; otherwise `StepMismatch`. One step of a delivery runs at a time
-(`StepLog.running`): a step started while another runs raises `StepMismatch` before its
-function is called.
+"""The rules of durable steps (docs/steps.md): a step's name (`check_name`) and key
+(`step_key`), its call's fingerprint (`fingerprint`), its kind (`at_most_once`), the limits, and
+one delivery's steps (`StepLog`: replay, the mismatch rule, one step at a time). No I/O: the
+writes are `dedup.kernel.step_writes`'.
 """
 
 from __future__ import annotations
@@ -58,9 +32,7 @@ MAX_STEP_BYTES = 64 * 1024
 MAX_STEPS = 100
 """The most steps one event may record."""
 MAX_STEPS_BYTES = 512 * 1024
-"""The most all steps of one event may hold together, measured the same way: half of
-Firestore's 1 MiB document, leaving the rest of the record (notes, result) room. The record
-with its steps must also fit in the document (`StepLog.with_entry`'s `room`)."""
+"""The most all steps of one event may hold together, measured the same way."""
 DONE, STARTED = "done", "started"
 """A recorded step's `state`: its value is recorded, or (at most once) only its start."""
 REFUSED = "refused"
@@ -73,7 +45,7 @@ FN, ARGS = "fn", "args"
 
 def check_name(name: object) -> None:
     """Refuse (`ConfigError`) a step name that is not 1 to 100 of `[A-Za-z0-9_.-]`, or that
-    Firestore reserves as a field name (`__.*__`): it is a key of the record's `steps`."""
+    Firestore reserves as a field name (`__.*__`)."""
     if not isinstance(name, str) or not re.fullmatch(STEP_NAME, name):
         raise ConfigError(f"step name {name!r} must be 1 to 100 of [A-Za-z0-9_.-]")
     reason = field_name_refusal(name)
@@ -82,17 +54,16 @@ def check_name(name: object) -> None:
 
 
 def step_key(key: str, name: str) -> str:
-    """The idempotency key of step `name` of the record `key`, `<key>/<name>`: the same on
-    every delivery of the event, different for each step; `ConfigError` for a bad name."""
+    """The idempotency key of step `name` of the record `key`, `<key>/<name>`, the same on
+    every delivery; `ConfigError` for a bad name."""
     check_name(name)
     return f"{key}/{name}"
 
 
 @dataclass(frozen=True)
 class StepCall:
-    """`await call(writer)`: a step's `fn` with its arguments, given the transaction first when
-    `transactional` (`writer`; None otherwise), its result awaited when `awaited` (an
-    `AsyncDelivery`'s `fn`)."""
+    """`await call(writer)`: a step's `fn` with its arguments, the transaction (`writer`) first
+    when `transactional`, its result awaited when `awaited`."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
@@ -123,16 +94,11 @@ def step_call(
 
 
 _WARNED: set[str] = set()
-"""The qualified names `warn_if_anonymous` warned about (once each per process)."""
 
 
 def warn_if_anonymous(name: str, fn: Callable[..., Any]) -> None:
     """Warn (`UserWarning`, once per qualified name and process) when step `name`'s `fn` is a
-    lambda or a function defined inside another (a closure): a step is recorded by its
-    function's qualified name and a hash of its arguments only, so every lambda of one function
-    (`f.<locals>.<lambda>`) and every closure of one factory look the same, and what they
-    capture is not fingerprinted: `step("pay", lambda: refund(10))` on a later delivery replays
-    what `lambda: charge(10)` recorded, without calling it (docs/steps.md, the mismatch rule)."""
+    lambda or a closure, whose captures are not fingerprinted (docs/steps.md)."""
     while isinstance(fn, partial):
         fn = fn.func
     qualname = str(getattr(fn, "__qualname__", "") or "")
@@ -156,13 +122,9 @@ def warn_if_anonymous(name: str, fn: Callable[..., Any]) -> None:
 def fingerprint(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> dict[str, str]:
-    """`{FN: fn's qualified name, ARGS: a hash of args and kwargs}`. The name is `__qualname__`
-    without the module (a function imported as `__main__` or by its module's name is the
-    same), a `functools.partial` by its function, its arguments counted with the call's. An
-    argument is hashed by its value where Firestore could store it (None, booleans, numbers,
-    strings, bytes, timestamps, geopoints, references, vectors, lists and string-keyed maps of
-    them; a tuple as a list, a number by its value, a timestamp by its instant, as a replayed
-    value comes back), else by its type's name alone (a client, the delivery, an object)."""
+    """`{FN: fn's __qualname__, ARGS: a hash of args and kwargs}` (a `functools.partial` by its
+    function and all arguments). An argument Firestore could store is hashed by the value a
+    replay gives back, any other by its type's name alone."""
     while isinstance(fn, partial):
         args, kwargs = (*fn.args, *args), {**fn.keywords, **kwargs}
         fn = fn.func
@@ -173,7 +135,6 @@ def fingerprint(
 
 
 def _canonical(value: Any, depth: int) -> Any:
-    """`value` as tagged JSON: equal for values a Firestore round trip keeps equal."""
     if depth > 64:
         return ["?", type(value).__qualname__]
     if value is None or isinstance(value, bool):
@@ -214,9 +175,8 @@ def at_most_once(transactional: bool, on_interrupted: str | None) -> bool:
 
 
 class StepLog:
-    """The steps of one delivery: those its record held when the lease was claimed (then its
-    own, as it records them), the names it called so far with what it called them with, and
-    the step running now."""
+    """One delivery's steps: those recorded (at the claim, then its own), those it called with
+    their fingerprints, and the one running now."""
 
     def __init__(self, recorded: Mapping[str, Any] | None = None) -> None:
         """Start from the record's `steps` (None: none recorded)."""
@@ -227,15 +187,12 @@ class StepLog:
         self.running: str | None = None
         """The step whose function or writes are under way (None: none)."""
         self.scrambled = _scrambled(self.recorded)
-        """The record holds places only steps started concurrently by an earlier version of
-        this library leave (a place twice or a gap, an entry without a fingerprint): its steps
-        are replayed by name, whatever their place (docs/steps.md, the concurrency rule)."""
+        """The record's places are an earlier version's concurrent steps: replayed by name,
+        whatever their place (docs/steps.md)."""
 
     def begin(self, name: str, path: str) -> None:
-        """Step `name` starts, the only one of this delivery running (`end` when it is over):
-        `StepMismatch` when another step of it is running, so that the second of two steps
-        started concurrently calls nothing and writes nothing. Its caller holds a lock around
-        `begin`, so two threads cannot both begin."""
+        """Step `name` starts, until `end`; `StepMismatch` if another step of this delivery is
+        running (the caller holds a lock around `begin`)."""
         if self.running is not None:
             raise StepMismatch(
                 f"{path}: step {name!r} was started while step {self.running!r} of the same "
@@ -250,11 +207,9 @@ class StepLog:
 
     def replay(self, name: str, path: str, called: dict[str, str]) -> tuple[bool, Any]:
         """(True, value) for a step recorded done, (False, None) for one to call now with the
-        fingerprint `called`; its place is the number of steps this delivery called before it.
-        Raises `StepMismatch` against the mismatch rule, `StepInterrupted` for an at-most-once
-        step started and never ended, `RecordRefused` for a name the record cannot hold (before
-        anything is called: no retry would change the name) or a step whose value was refused
-        (`with_entry`)."""
+        fingerprint `called`. Raises `StepMismatch` against the mismatch rule,
+        `StepInterrupted` for an at-most-once step started and never ended, `RecordRefused` for
+        a name the record cannot hold or a step recorded done without its refused value."""
         try:
             check_name(name)
         except ConfigError as exc:
@@ -305,13 +260,10 @@ class StepLog:
         room: int | None = None,
         refused: bool = False,
     ) -> dict[str, Any]:
-        """The steps once `name` (called by this delivery) is recorded in `state`, at its own
-        place with its fingerprint, done with `value` (`refused`: done, its value left out
-        because it was refused). Raises `RecordRefused` for a value Firestore cannot store or
-        would store as another type (`dedup.platform.firestore_values.refusal`), `StepTooLarge`
-        past `MAX_STEP_BYTES`, `MAX_STEPS`, `MAX_STEPS_BYTES`, or `room`: the bytes the record
-        has for its `steps` (`dedup.kernel.room.steps_room`), so that the whole record stays
-        within Firestore's 1 MiB document. Sizes are measured as Firestore measures them."""
+        """The steps once `name` is recorded in `state` with its place and fingerprint, done
+        with `value` (`refused`: without it). Raises `RecordRefused` for a value Firestore
+        cannot store as it is, `StepTooLarge` past `MAX_STEP_BYTES`, `MAX_STEPS`,
+        `MAX_STEPS_BYTES` or `room` (the bytes the record has for its steps)."""
         entry: dict[str, Any] = {"index": self.called.index(name), "state": state}
         entry.update(self.calls[name])
         if refused:
@@ -346,9 +298,6 @@ class StepLog:
 
 
 def _same_call(name: str, path: str, entry: Mapping[str, Any], called: Mapping[str, str]) -> None:
-    """Refuse (`StepMismatch`) a replay of the recorded step `entry` called otherwise: another
-    function, or other arguments. An entry recorded without a fingerprint (by a version of
-    this library before fingerprints) is not checked."""
     if FN not in entry:
         return
     same_fn = entry.get(FN) == called[FN]
@@ -364,8 +313,6 @@ def _same_call(name: str, path: str, entry: Mapping[str, Any], called: Mapping[s
 
 
 def _scrambled(recorded: Mapping[str, Any]) -> bool:
-    """The places of `recorded` are not 0, 1, 2... once each, and an entry has no fingerprint:
-    only steps started concurrently under an earlier version of this library leave that."""
     places = sorted(entry.get("index", -1) for entry in recorded.values())
     legacy = any(FN not in entry for entry in recorded.values())
     return legacy and places != list(range(len(places)))

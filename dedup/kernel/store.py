@@ -1,23 +1,7 @@
-"""Firestore operations on dedup records, through either client; no decisions (those live in
-`dedup.kernel.claims` and the flows).
-
-One `RecordStore` serves both front doors: over a `firestore.Client` its coroutines block and
-never suspend (`dedup.kernel.delivery.drive` runs them on the caller's thread), over an
-`AsyncClient` they await it. Every call is google-cloud-firestore's public API (`get`, `create`
-and `update` with `option=`, `retry=` and `timeout=`, batches, transactions); the one thing it
-lacks, a timeout on a transaction's own RPCs, is `dedup.platform.firestore_internals`.
-
-Every operation is bounded in time and either succeeds, reports the one expected conflict as a
-value (`Conflict`), or raises `StoreUnavailable` chaining the Google API error (a write refused
-as invalid: `RecordRefused`, terminal). Each call is bounded by the `Budget` its caller gives
-(the delivery's, or one cut from it), on the delivery's clock.
-
-A write whose answer was lost may have landed: such a write is *unanswered*. Conditional writes
-retry transient errors themselves (`ConditionalTries`, the one place a write is retried), so
-they tell the caller when an earlier try may have landed unanswered (`Conflict.unanswered`, or a
-`StoreUnavailable` that `store_errors.unanswered` reads so); the caller then learns what
-happened one way: `read_back`, and its own owner token on the record (`claims.written_by`).
-"""
+"""Firestore operations on dedup records through either client (`RecordStore`, the flows'
+`FlowIO`, whose protocol says what each guarantees), no decisions; the one place a write is
+retried (`ConditionalTries`) and the one way to learn whether an unanswered write landed
+(`read_back`): docs/architecture.md, "A write whose answer was lost"."""
 
 from __future__ import annotations
 
@@ -54,9 +38,8 @@ if TYPE_CHECKING:
     from dedup.kernel.flow_io import Fill, FlowIO
 
 ROLLBACK_FLOOR_SECONDS = 0.5
-"""The least a transaction's rollback is given, even past the delivery's budget: one cut
-shorter leaves its locks held until Firestore expires it (60 s), and every other writer of its
-documents waits. A rollback waits on no lock, so this is room enough."""
+"""The least a transaction's rollback is given, even past the budget: a rollback cut short
+leaves its locks held until Firestore expires them (60 s)."""
 
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
@@ -68,8 +51,7 @@ def backoff(round_: int) -> float:
 
 
 class StoreBase[C]:
-    """The dedup collection of one client `C`: what `RecordStore` shares with the tests'
-    in-memory stores (paths, each call's `Budget`, the error of a failed call)."""
+    """The dedup collection of one client `C`, shared with the tests' in-memory stores."""
 
     def __init__(self, client: C, collection: str, *, rpc_timeout_seconds: float = 10) -> None:
         """Operate on `collection` (a collection path) through `client`; each call gives up
@@ -77,16 +59,15 @@ class StoreBase[C]:
         self.client = client
         self.collection = collection
         self.rpc_timeout_seconds = rpc_timeout_seconds
-        self.database = database_of(client)  # read once: the id of the database of `client`
+        self.database = database_of(client)
 
     def path(self, key: str) -> str:
         """The record's document path, `<collection>/<key>`, as used in logs and errors."""
         return f"{self.collection}/{key}"
 
     def budget(self, given: Budget | None) -> Budget:
-        """The `Budget` of one call started now: within `given` (its caller's, `FLOOR` at least:
-        `Budget.for_call`), else with no end of its own, each RPC given the RPC timeout (a call
-        outside any delivery)."""
+        """The `Budget` of one call started now: `given.for_call()`, else (outside any
+        delivery) no end of its own, each RPC given the RPC timeout."""
         if given is None:
             return Budget.of_call(self.rpc_timeout_seconds, None)
         return given.for_call()
@@ -108,10 +89,8 @@ class StoreBase[C]:
 
 
 class RecordStore(StoreBase[Any]):
-    """The dedup collection of one Firestore client, sync or async, and the pacing of the
-    deliveries using it: the flows' `FlowIO`. Over a `firestore.Client` its coroutines block
-    and never suspend (`dedup.kernel.delivery.drive`), from any thread; over an `AsyncClient` they
-    await it, on the event loop that made the client."""
+    """The flows' `FlowIO` over one Firestore client: over a `firestore.Client` its coroutines
+    block and never suspend (any thread); over an `AsyncClient` they await it (its loop)."""
 
     def __init__(
         self,
@@ -121,9 +100,7 @@ class RecordStore(StoreBase[Any]):
         turns: KeyTurns | None = None,
         rpc_timeout_seconds: float = 10,
     ) -> None:
-        """Operate on `collection` through `client`, deliveries of one key taking turns in
-        `turns` (default: a table of this store's own); each call gives up after
-        `rpc_timeout_seconds`, its retries of transient errors included."""
+        """As `StoreBase`, deliveries of one key taking turns in `turns` (default: its own)."""
         super().__init__(client, collection, rpc_timeout_seconds=rpc_timeout_seconds)
         self.turns = turns if turns is not None else KeyTurns()
         self.awaits = isinstance(client, AsyncClient)  # its calls return awaitables
@@ -133,9 +110,8 @@ class RecordStore(StoreBase[Any]):
         return self.client.collection(self.collection).document(key)
 
     def transaction(self, *, max_attempts: int, budget: Budget | None = None) -> Any:
-        """A new `BoundedTransaction` (`BoundedAsyncTransaction` over an `AsyncClient`) whose
-        RPCs are bounded like every other call of this store: each by `budget.rpc()`, asked
-        right before it (its bound shrinks as the budget is spent)."""
+        """A new `BoundedTransaction` (`BoundedAsyncTransaction` over an `AsyncClient`), each
+        RPC bounded by `budget.rpc()` asked right before it."""
         kind: Any = BoundedAsyncTransaction if self.awaits else BoundedTransaction
         call = self.budget(budget)
         return kind(
@@ -155,8 +131,7 @@ class RecordStore(StoreBase[Any]):
     async def read(
         self, key: str, *, action: str = "claim", budget: Budget | None = None
     ) -> Snapshot:
-        """Read the record, retrying transient errors within `budget` (None: the RPC
-        timeout)."""
+        """`RecordIO.read`, transient errors retried."""
         timeout = self.budget(budget).rpc()
         with self.wrapped(action, key):
             document = self.ref(key).get(retry=self.retry(timeout), timeout=timeout)
@@ -167,12 +142,7 @@ class RecordStore(StoreBase[Any]):
     async def create(
         self, key: str, fields: Fields, *, action: str = "claim", budget: Budget | None = None
     ) -> datetime | Conflict:
-        """Create the record if absent (exists=false precondition).
-
-        Returns the write's update time (the new owner's fence), or a `Conflict` if
-        the record exists. Transient errors are retried within `budget` (None: the RPC
-        timeout), then `StoreUnavailable`.
-        """
+        """`RecordIO.create`, transient errors retried (`ConditionalTries`)."""
         ref = self.ref(key)
         return await self._conditional(
             action, key, lambda timeout: ref.create(fields, retry=None, timeout=timeout), budget
@@ -188,12 +158,7 @@ class RecordStore(StoreBase[Any]):
         budget: Budget | None = None,
         keep_trying: bool = False,
     ) -> datetime | Conflict:
-        """Update the record only if it was last written at `fence` (its update time).
-
-        Returns the new update time, or a `Conflict` if the record changed (or vanished) since.
-        Transient errors are retried within `budget` (None: the RPC timeout); with
-        `keep_trying`, every other Firestore error but a refused value too.
-        """
+        """`RecordIO.update_if_unchanged`, retried by `ConditionalTries`."""
         ref = self.ref(key)
         option = self.client.write_option(last_update_time=fence)
         return await self._conditional(
@@ -207,9 +172,7 @@ class RecordStore(StoreBase[Any]):
     async def commit_batch(
         self, key: str, fill: Fill, fence: datetime | None, *, budget: Budget | None = None
     ) -> Any:
-        """Fill a batch, add the marker (`add_marker`) and commit it once (no retry: a lost
-        response is resolved by reading), within the RPC timeout cut to what is left of
-        `budget` when it is sent (`fill` runs the handler); what `fill` returned first."""
+        """`RecordIO.commit_batch`, the marker added by `add_marker`."""
         call = self.budget(budget)
         batch = self.client.batch()
         result, fields = await fill(batch)
@@ -228,9 +191,7 @@ class RecordStore(StoreBase[Any]):
         attempts: int,
         budget: Budget | None = None,
     ) -> Any:
-        """Fill a bounded transaction (`transaction`), add the marker and commit it, run by
-        the library's `transactional` or `async_transactional` (`fill` called again on each
-        of `attempts` on Aborted); each RPC within the RPC timeout (or `budget`)."""
+        """`RecordIO.run_transaction` in a bounded `transaction`."""
         ref = self.ref(key)
 
         async def body(transaction: Any) -> Any:
@@ -244,7 +205,7 @@ class RecordStore(StoreBase[Any]):
         return firestore.transactional(driven(body))(transaction)
 
     async def sleep(self, seconds: float) -> None:
-        """Pause this delivery: block this thread, or (async) let the event loop run."""
+        """`Pacing.sleep`: block this thread, or (async) let the event loop run."""
         if self.awaits:
             await asyncio.sleep(seconds)
         else:
@@ -252,8 +213,7 @@ class RecordStore(StoreBase[Any]):
 
     @asynccontextmanager
     async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
-        """This delivery's turn for `key` among the instance's threads (or tasks, on an
-        `asyncio.Lock` of the same table); `TurnTimeout` after `timeout` s (None: no limit)."""
+        """`Pacing.turn`, over this store's `KeyTurns`."""
         if not self.awaits:
             with self.turns.turn(key, timeout):
                 yield
@@ -291,21 +251,14 @@ class RecordStore(StoreBase[Any]):
 
 
 def add_marker(writer: Any, ref: Any, fields: Fields, fence: datetime | None, mode: str) -> None:
-    """Add the marker write to a transaction or batch of either client (their create and
-    update only buffer): a create if `fence` is None, else an update fenced by that update
-    time. Refuses (`DatabaseMismatch`) a writer holding writes outside the records' database."""
-    require_one_database(writer, ref, mode)  # the handler's writes, same database
+    """Add the marker write to a transaction or batch: a create if `fence` is None, else an
+    update fenced by it. `DatabaseMismatch` if `writer` holds writes outside the records'
+    database."""
+    require_one_database(writer, ref, mode)
     if fence is None:
         writer.create(ref, fields)
         return
     writer.update(ref, fields, option=firestore.Client.write_option(last_update_time=fence))
-
-
-# The one-database rule of the atomic modes: a Firestore transaction (or batch) commits in a
-# single database, so the handler's writes and the sent marker must share the records'
-# database. A write to another database is refused before anything is committed, instead of a
-# commit the server rejects or a partial effect. Lease mode has no such rule: its handler
-# writes where it likes, and the record lives in the records' database.
 
 
 def database_of_name(name: str) -> str:
@@ -332,10 +285,10 @@ def require_one_database(writer: Any, marker: Any, mode: str) -> None:
 
 
 class ConditionalTries:
-    """The retry rule of one conditional write (sync or async), the one place a record write is
-    retried: transient errors are retried with backoff within its `Budget` (and, with
-    `keep_trying`, any other error from Firestore), the precondition failing is a `Conflict`, a
-    refused write `RecordRefused` (terminal), anything else from Firestore `StoreUnavailable`."""
+    """The retry rule of one conditional write, the one place a record write is retried:
+    transient errors (with `keep_trying`, any Firestore error) are retried with backoff within
+    its `Budget`; a failed precondition is a `Conflict`, a refused write `RecordRefused`,
+    anything else from Firestore `StoreUnavailable`."""
 
     def __init__(
         self,
@@ -346,8 +299,8 @@ class ConditionalTries:
         *,
         keep_trying: bool = False,
     ):
-        """Tries of `action` on `key` through `store` (anything with `unavailable`, `path` and
-        `rpc_timeout_seconds`), within `budget` (None: the store's RPC timeout from now)."""
+        """Tries of `action` on `key` through `store` within `budget` (None: the store's RPC
+        timeout from now)."""
         self._keep_trying = keep_trying
         self._store = store
         self._action = action
@@ -364,10 +317,7 @@ class ConditionalTries:
 
     def after(self, exc: Exception) -> float | Conflict:
         """After a try raised `exc`: the `Conflict` to return, or the pause before the next
-        try. Raises `RecordRefused` for a write refused as invalid (`InvalidArgument`) or that
-        the client could not encode (`TypeError`, `ValueError`, `OverflowError`: a timestamp
-        outside its range), `StoreUnavailable` (chaining
-        `exc`) when out of budget or not retryable, and `exc` itself for anything else."""
+        try; raises `RecordRefused`, `StoreUnavailable` (chaining `exc`), or `exc` itself."""
         if isinstance(exc, PRECONDITION_ERRORS):
             return Conflict(unanswered=self._unanswered)
         transient = isinstance(exc, TRANSIENT_ERRORS)
@@ -400,11 +350,8 @@ async def read_back(
     until_end: bool = False,
     then: str = "",
 ) -> Snapshot:
-    """The record as it is now, to decide on, read within `budget`: the one way a delivery
-    learns whether a write of its own that went unanswered landed (its owner token on the
-    record, `claims.written_by`). `until_end`: the delivery must learn it, so a read that fails
-    transiently is tried again until `budget` ends; else, or past it, `StoreUnavailable` (its
-    message saying the write may have landed, and `then`, what follows)."""
+    """The record as it is now, read within `budget`. `until_end`: a read failing transiently
+    is tried until `budget` ends; else, or past it, `StoreUnavailable` (ending with `then`)."""
     for round_ in itertools.count():
         try:
             return await io.read(key, action=action, budget=budget.for_call(one_rpc=True))
@@ -436,8 +383,8 @@ def written_time(result: Any) -> datetime:
 
 
 def transient_retry[R: (Retry, AsyncRetry)](timeout: float, kind: type[R]) -> R:
-    """The client library's own retry of reads and begins (`Retry`, or `AsyncRetry` for the
-    async client): transient errors, within `timeout` seconds."""
+    """The client library's retry (`Retry` or `AsyncRetry`) of transient errors within
+    `timeout` seconds, for reads and begins."""
     return kind(
         predicate=if_exception_type(*TRANSIENT_ERRORS),
         initial=0.05,

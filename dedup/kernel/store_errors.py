@@ -1,8 +1,6 @@
-"""Firestore's errors, read: which ones a retry may cure (`TRANSIENT_ERRORS`), which ones a
-failed precondition raises (`PRECONDITION_ERRORS`), whether a failed write may have landed
-unanswered (`unanswered`), and how a failed commit failed (`commit_failure`, into `CommitFailed`,
-the one vocabulary of failed commits that `dedup.kernel.claims.after_commit_failure` decides
-on). Nothing here decides what to do about them; nothing here touches Firestore."""
+"""Firestore's errors, read: which a retry may cure (`TRANSIENT_ERRORS`), which a failed
+precondition raises (`PRECONDITION_ERRORS`), whether a failed write may have landed
+(`unanswered`), how a failed commit failed (`commit_failure`). No decisions, no I/O."""
 
 from __future__ import annotations
 
@@ -31,14 +29,13 @@ PRECONDITION_ERRORS: tuple[type[Exception], ...] = (
 
 
 def unanswered(error: BaseException) -> bool:
-    """`error` (a `StoreUnavailable`) chains transient errors until the call's deadline: a
-    write that failed so may have landed unanswered (a refusal did not land)."""
+    """`error` (a `StoreUnavailable`) chains a transient error: the failed write may have
+    landed."""
     return isinstance(error.__cause__, (*TRANSIENT_ERRORS, api_exceptions.RetryError))
 
 
 class CommitFailed(Enum):
-    """How an atomic commit that raised failed, as far as the commit itself tells: the one
-    vocabulary of failed commits (`commit_failure` classifies Firestore's errors into it)."""
+    """How a commit that raised failed, as far as its error tells (`commit_failure`)."""
 
     REFUSED = "refused"
     """A precondition or a value was refused: nothing applied."""
@@ -53,11 +50,8 @@ class CommitFailed(Enum):
 
 
 def commit_failure(exc: BaseException) -> tuple[CommitFailed, Exception] | None:
-    """How a commit that raised `exc` failed, the one reading of a commit's failure: the
-    commit's own error, classified (`CommitFailed`), with that error; None if `exc` chains no
-    Google API error. The commit's own error is the first raised of the chain (`__cause__`,
-    `__context__`): a failed rollback raises its error with the commit's as `__context__`, and
-    the client's retry wrapper (`RetryError`) chains the transient error it gave up on."""
+    """The commit's own error in `exc`'s chain (the first raised, under a failed rollback's),
+    classified, with that error; None if the chain holds no Google API error."""
     found: tuple[CommitFailed, Exception] | None = None
     for error in chained(exc):
         kind = _commit_error(error)
