@@ -1,15 +1,6 @@
 """The protocols the flows see (`FlowIO`): five record operations, three helpers (`client`,
 `path`, `unavailable`), an instance's pauses and per-key turns; and the lease and ambiguity
-choice as lower layers name them. Protocols only: no code here runs on a delivery.
-
-| operation             | what it does                                                     |
-|-----------------------|------------------------------------------------------------------|
-| `read`                | the record, with the database's read time and update time        |
-| `create`              | write the record if absent (exists=false)                        |
-| `update_if_unchanged` | write the record if last written at an update time               |
-| `commit_batch`        | a batch the caller fills, committed with a marker write, once    |
-| `run_transaction`     | a transaction the caller fills, committed with a marker write    |
-"""
+choice as lower layers name them. Protocols only: no code here runs on a delivery."""
 
 from __future__ import annotations
 
