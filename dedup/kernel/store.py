@@ -320,6 +320,11 @@ class ConditionalTries:
         try; raises `RecordRefused`, `StoreUnavailable` (chaining `exc`), or `exc` itself."""
         if isinstance(exc, PRECONDITION_ERRORS):
             return Conflict(unanswered=self._unanswered)
+        if isinstance(exc, api_exceptions.InvalidArgument | TypeError | ValueError | OverflowError):
+            raise RecordRefused(  # not an expired transaction: a conditional write is none
+                f"could not {self._action} {self._store.path(self._key)}: Firestore refused the "
+                f"write ({type(exc).__name__}: {exc}); a retry would be refused the same way"
+            ) from exc
         transient = isinstance(exc, TRANSIENT_ERRORS)
         if transient or (self._keep_trying and isinstance(exc, _STORE_ERRORS)):
             self._unanswered = self._unanswered or transient
@@ -328,11 +333,6 @@ class ConditionalTries:
             if not self._budget.affords(pause):
                 raise self._store.unavailable(self._action, self._key, exc) from exc
             return pause
-        if isinstance(exc, api_exceptions.InvalidArgument | TypeError | ValueError | OverflowError):
-            raise RecordRefused(  # not an expired transaction: a conditional write is none
-                f"could not {self._action} {self._store.path(self._key)}: Firestore refused the "
-                f"write ({type(exc).__name__}: {exc}); a retry would be refused the same way"
-            ) from exc
         if isinstance(exc, _STORE_ERRORS):
             raise self._store.unavailable(self._action, self._key, exc) from exc
         raise exc
