@@ -10,7 +10,7 @@ import itertools
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -38,8 +38,7 @@ if TYPE_CHECKING:
     from dedup.kernel.flow_io import Fill, FlowIO
 
 ROLLBACK_FLOOR_SECONDS = 0.5
-"""The least a transaction's rollback is given, even past the budget: a rollback cut short
-leaves its locks held until Firestore expires them (60 s)."""
+"""The least a rollback is given, even past the budget: one cut short holds its locks 60 s."""
 
 BACKOFF_BASE_SECONDS = 0.02
 BACKOFF_CAP_SECONDS = 1.0
@@ -54,8 +53,7 @@ class StoreBase[C]:
     """The dedup collection of one client `C`, shared with the tests' in-memory stores."""
 
     def __init__(self, client: C, collection: str, *, rpc_timeout_seconds: float = 10) -> None:
-        """Operate on `collection` (a collection path) through `client`; each call gives up
-        after `rpc_timeout_seconds`, its retries of transient errors included."""
+        """`collection` through `client`; a call given no budget ends in `rpc_timeout_seconds`."""
         self.client = client
         self.collection = collection
         self.rpc_timeout_seconds = rpc_timeout_seconds
@@ -104,10 +102,11 @@ class RecordStore(StoreBase[Any]):
         super().__init__(client, collection, rpc_timeout_seconds=rpc_timeout_seconds)
         self.turns = turns if turns is not None else KeyTurns()
         self.awaits = isinstance(client, AsyncClient)  # its calls return awaitables
+        self._records = client.collection(collection)
 
     def ref(self, key: str) -> Any:
         """Reference to the record's document (of the client's kind)."""
-        return self.client.collection(self.collection).document(key)
+        return self._records.document(key)
 
     def transaction(self, *, max_attempts: int, budget: Budget | None = None) -> Any:
         """A new `BoundedTransaction` (`BoundedAsyncTransaction` over an `AsyncClient`), each
@@ -211,13 +210,14 @@ class RecordStore(StoreBase[Any]):
         else:
             time.sleep(seconds)
 
-    @asynccontextmanager
-    async def turn(self, key: str, timeout: float | None = None) -> AsyncIterator[None]:
+    def turn(self, key: str, timeout: float | None = None) -> AbstractAsyncContextManager[None]:
         """`Pacing.turn`, over this store's `KeyTurns`."""
-        if not self.awaits:
-            with self.turns.turn(key, timeout):
-                yield
-            return
+        if self.awaits:
+            return self._async_turn(key, timeout)
+        return self.turns.turn(key, timeout)
+
+    @asynccontextmanager
+    async def _async_turn(self, key: str, timeout: float | None) -> AsyncIterator[None]:
         with self.turns.lock_of(key, asyncio.Lock) as lock:
             try:
                 await asyncio.wait_for(lock.acquire(), timeout)

@@ -24,9 +24,10 @@ class KeyTurns:
         self._lock = threading.Lock()
         self._locks: dict[str, tuple[Any, int]] = {}
 
-    def turn(self, key: str, timeout: float | None = None) -> AbstractContextManager[None]:
-        """Wait until no other thread of this process is inside `turn(key)`, then enter;
-        `TurnTimeout` after `timeout` seconds (None: wait as long as it takes)."""
+    def turn(self, key: str, timeout: float | None = None) -> _Turn:
+        """Wait until no other thread of this process is inside `turn(key)`, then enter (`with`,
+        or `async with` from a flow, blocking); `TurnTimeout` after `timeout` seconds (None:
+        wait as long as it takes)."""
         return _Turn(self, key, timeout)
 
     def lock_of[L](self, key: str, new: Callable[[], L]) -> AbstractContextManager[L]:
@@ -97,3 +98,9 @@ class _Turn:
             self._lock.release()
         finally:
             self._turns._leave(self._key)
+
+    async def __aenter__(self) -> None:  # a flow's `async with`, blocking: it never suspends
+        self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__()
