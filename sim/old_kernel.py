@@ -170,14 +170,14 @@ def same_call(*_: Any) -> None:
 
 
 async def lease_write(
-    self: Any, fields: Any, state: State, action: str, *, notes: bool = False
+    self: Any, fields: Any, state: State, action: str, *, keeps_lease: bool = False
 ) -> None:
     """`dedup.kernel.lease.Lease.write` while the read after a conflict reused the seconds left
     before the update."""
     run = self.run
     budget = run.budget.after_handler()
     fence = self.fence
-    for _ in range(1 + lease.CLAIM_ROUNDS):
+    for _ in range(1 + lease.REFRESH_ROUNDS):
         left = max(FLOOR, budget.left())
         written = await fenced_write(
             run.io, run.key, fields, fence, action, budget, keep_trying=True
@@ -188,7 +188,7 @@ async def lease_write(
         stale = Budget.of_call(budget.rpc_timeout, left, budget.clock)
         snapshot = await read_back(run.io, run.key, stale, action=action, until_end=True)
         after = after_fenced_conflict(snapshot.record, self.owner, state)
-        if after is AfterConflict.LANDED and not notes:
+        if after is AfterConflict.LANDED and not keeps_lease:
             self.fence = fence_of(snapshot)
             return
         if after is AfterConflict.LOST:

@@ -141,7 +141,9 @@ class FencedLease(Protocol):
         """The delivery's steps (`dedup.kernel.steps.StepLog`)."""
         ...
 
-    async def write(self, fields: Fields, state: Any, action: str, *, notes: bool = False) -> None:
+    async def write(
+        self, fields: Fields, state: Any, action: str, *, keeps_lease: bool = False
+    ) -> None:
         """A write fenced by `fence`, which it moves on (`dedup.kernel.lease.Lease.write`)."""
         ...
 

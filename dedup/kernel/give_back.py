@@ -21,7 +21,7 @@ class HeldLease(Protocol):
     """The claim took over an expired lease: the next delivery is ambiguous too."""
 
     async def write(
-        self, fields: Fields, state: State, action: str, *, notes: bool = False
+        self, fields: Fields, state: State, action: str, *, keeps_lease: bool = False
     ) -> None:
         """A write fenced by the lease's last one (`dedup.kernel.lease.Lease.write`)."""
         ...

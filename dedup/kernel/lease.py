@@ -52,6 +52,10 @@ logger = logging.getLogger("dedup")
 CLAIM_ROUNDS = 8
 """Re-reads allowed when other deliveries keep changing the record under a precondition."""
 
+REFRESH_ROUNDS = 8
+"""Times an owner writes over a record still its own but changed under it (an operator's
+release or edit) before it counts the lease lost."""
+
 
 @dataclass
 class Lease:
@@ -122,19 +126,20 @@ class Lease:
                 f"could not note on {self.run.path}: the notes hold {reason}; nothing was "
                 "written, and a retry would be refused the same way"
             )
-        await self.write(noted(notes), State.IN_PROGRESS, "note on", notes=True)
+        await self.write(noted(notes), State.IN_PROGRESS, "note on", keeps_lease=True)
         self.notes = notes
 
     async def write(
-        self, fields: Fields, state: State, action: str, *, notes: bool = False
+        self, fields: Fields, state: State, action: str, *, keeps_lease: bool = False
     ) -> None:
         """Write `fields` fenced by `fence` (which moves on), every error retried within
         `Budget.after_handler`. Raises `LeaseLost` if another delivery moved the record,
-        `StoreUnavailable` if the store kept failing. `notes`: the write keeps the lease."""
+        `StoreUnavailable` if the store kept failing. `keeps_lease`: a note or a step, not an
+        outcome (a record still ours is written over)."""
         run = self.run
         budget = run.budget.after_handler()
         fence = self.fence
-        for _ in range(1 + CLAIM_ROUNDS):
+        for _ in range(1 + REFRESH_ROUNDS):
             written = await fenced_write(
                 run.io, run.key, fields, fence, action, budget, keep_trying=True
             )
@@ -143,7 +148,7 @@ class Lease:
                 return
             snapshot = await read_back(run.io, run.key, budget, action=action, until_end=True)
             after = after_fenced_conflict(snapshot.record, self.owner, state)
-            if after is AfterConflict.LANDED and not notes:
+            if after is AfterConflict.LANDED and not keeps_lease:
                 self.fence = fence_of(snapshot)  # our write is there
                 return
             if after is AfterConflict.LOST:
@@ -192,7 +197,7 @@ async def _claim(run: Run) -> Outcome | Lease:
             ambiguous, notes, steps = False, NO_NOTES, None
             sent_at = run.budget.now()
             fields = first_write(run, State.IN_PROGRESS, owner, lease_seconds=config.lease_seconds)
-            created = await _claimed(
+            created = await _or_unanswered(
                 store.create(run.key, fields, budget=run.budget.for_call(one_rpc=True))
             )
             if isinstance(created, datetime):
@@ -241,7 +246,7 @@ async def _claim(run: Run) -> Outcome | Lease:
             expire_at=run.expire_at(),
         )
         action, budget = "take over the lease of", run.budget.for_call(one_rpc=True)
-        taken = await _claimed(
+        taken = await _or_unanswered(
             fenced_write(store, run.key, fields, fence_of(snapshot), action, budget)
         )
         if isinstance(taken, datetime):
@@ -255,7 +260,7 @@ async def _claim(run: Run) -> Outcome | Lease:
     )
 
 
-async def _claimed[W](write: Awaitable[W]) -> W | StoreUnavailable:
+async def _or_unanswered[W](write: Awaitable[W]) -> W | StoreUnavailable:
     try:
         return await write
     except StoreUnavailable as exc:

@@ -146,7 +146,7 @@ async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: 
     fields = steps_recorded(name, steps[name])
     if lease.run.outcome is not None:
         del fields[Field.LEASE_STARTED_AT]
-    await lease.write(fields, State.IN_PROGRESS, action, notes=True)
+    await lease.write(fields, State.IN_PROGRESS, action, keeps_lease=True)
     lease.steps_landed(steps, sent, None)
 
 
