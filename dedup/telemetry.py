@@ -380,7 +380,8 @@ def logs_at(level: int) -> bool:
     """Whether a delivery line at `level` would reach the "dedup" logger's handlers (its
     `isEnabledFor`), asked after the first-use set-up (`configure_logging`) as `log_delivery`
     would do it: a caller may skip making a line that would be dropped."""
-    _configure_on_first_use()
+    if not _first_use_done:
+        _configure_on_first_use()
     return logger.isEnabledFor(level)
 
 

@@ -190,6 +190,10 @@ class DeduplicatorBase:
         self-trigger guard only applies there). The one place both front doors choose."""
         if self._records is not None:
             return self._records, True
+        if event_database is None and not self.config.database:  # `store_for`'s first case
+            first = self.store_table().get(None)
+            if first is not None:
+                return first, True
         store = self.store_for(event_database)
         same = event_database is None or event_database == store.database
         return store, same

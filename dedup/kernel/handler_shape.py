@@ -133,7 +133,14 @@ def check_run(options: EventOptions, handler: object, where: str, *, awaited: bo
     door whose handlers are `awaited` or not: a handler of the other side
     (`check_handler_side`), an `on_ambiguous` that is not "rerun"/"skip", a `reconcile` that is
     not callable, or an `async def` one given to the sync side."""
-    check_handler_side(handler, awaited=awaited)
+    plain_def = (  # of the sync side as `is_async_handler` reads it, without its calls
+        not awaited
+        and type(handler) is FunctionType
+        and not handler.__dict__
+        and not handler.__code__.co_flags & inspect.CO_COROUTINE
+    )
+    if not plain_def:
+        check_handler_side(handler, awaited=awaited)
     if options.chooses_ambiguity:
         check_ambiguity(where, options.reconcile, options.on_ambiguous)
         if not awaited:

@@ -19,7 +19,8 @@ from firebase_functions import firestore_fn, https_fn, tasks_fn
 
 from dedup import ConfigError, DedupConfig, DuplicateSuffix, SuffixRegistry, trigger_once
 from dedup.http import idempotent_callable, idempotent_http
-from dedup.kernel.handler_shape import is_async_handler
+from dedup.kernel.delivery import EventOptions
+from dedup.kernel.handler_shape import check_run, is_async_handler
 from dedup.tasks import task_once
 
 Factory = Callable[..., Any]
@@ -220,7 +221,7 @@ def test_a_handler_is_async_exactly_when_inspect_says_its_call_is() -> None:
     """`is_async_handler` agrees with `inspect.iscoroutinefunction` (of the object, else of its
     type's `__call__`) for every shape of handler: plain functions with and without attributes
     (`inspect.markcoroutinefunction`'s mark among them), lambdas, partials, bound methods and
-    callable objects."""
+    callable objects; and an explicit `run` (`check_run`) refuses exactly the other side's."""
 
     def plain(delivery: Any) -> None: ...
 
@@ -255,6 +256,13 @@ def test_a_handler_is_async_exactly_when_inspect_says_its_call_is() -> None:
     expected = [_inspected(h) for h in handlers]
     assert [is_async_handler(h) for h in handlers] == expected
     assert expected == [False, True, True, False, False, True, False, False, True, True]
+    for handler, is_async in zip(handlers, expected, strict=True):
+        for side_awaits in (False, True):
+            if is_async == side_awaits:
+                check_run(EventOptions(), handler, "run", awaited=side_awaits)
+                continue
+            with pytest.raises(ConfigError, match="async function"):
+                check_run(EventOptions(), handler, "run", awaited=side_awaits)
 
 
 def _inspected(handler: Any) -> bool:
