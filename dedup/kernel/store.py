@@ -103,10 +103,14 @@ class RecordStore(StoreBase[Any]):
         self.turns = turns if turns is not None else KeyTurns()
         self.awaits = isinstance(client, AsyncClient)  # its calls return awaitables
         self._records = client.collection(collection)
+        self._last_ref: tuple[str, Any] = ("", None)
 
     def ref(self, key: str) -> Any:
-        """Reference to the record's document (of the client's kind)."""
-        return self._records.document(key)
+        """The record's document (of the client's kind; the last one kept: a delivery's)."""
+        key_ref = self._last_ref
+        if key_ref[0] != key:
+            key_ref = self._last_ref = (key, self._records.document(key))
+        return key_ref[1]
 
     def transaction(self, *, max_attempts: int, budget: Budget | None = None) -> Any:
         """A new `BoundedTransaction` (`BoundedAsyncTransaction` over an `AsyncClient`), each
@@ -123,9 +127,8 @@ class RecordStore(StoreBase[Any]):
 
     def retry(self, timeout: float) -> Any:
         """`transient_retry` of the client's kind (`AsyncRetry` or `Retry`), within `timeout`."""
-        return (
-            transient_retry(timeout, AsyncRetry) if self.awaits else transient_retry(timeout, Retry)
-        )
+        kind: Any = AsyncRetry if self.awaits else Retry
+        return transient_retry(timeout, kind)
 
     async def read(
         self, key: str, *, action: str = "claim", budget: Budget | None = None
@@ -143,9 +146,8 @@ class RecordStore(StoreBase[Any]):
     ) -> datetime | Conflict:
         """`RecordIO.create`, transient errors retried (`ConditionalTries`)."""
         ref = self.ref(key)
-        return await self._conditional(
-            action, key, lambda timeout: ref.create(fields, retry=None, timeout=timeout), budget
-        )
+        write = partial(ref.create, fields, retry=None)  # the timeout given at each try
+        return await self._conditional(action, key, lambda t: write(timeout=t), budget)
 
     async def update_if_unchanged(
         self,
@@ -160,13 +162,11 @@ class RecordStore(StoreBase[Any]):
         """`RecordIO.update_if_unchanged`, retried by `ConditionalTries`."""
         ref = self.ref(key)
         option = self.client.write_option(last_update_time=fence)
-        return await self._conditional(
-            action,
-            key,
-            lambda timeout: ref.update(fields, option=option, retry=None, timeout=timeout),
-            budget,
-            keep_trying,
-        )
+
+        def write(timeout: float) -> Any:
+            return ref.update(fields, option=option, retry=None, timeout=timeout)
+
+        return await self._conditional(action, key, write, budget, keep_trying)
 
     async def commit_batch(
         self, key: str, fill: Fill, fence: datetime | None, *, budget: Budget | None = None
