@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from google.cloud.firestore import AsyncClient
 
-from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncDelivery, AsyncHandler
+from dedup.aio.delivery import ASYNC_DELIVERIES, AsyncHandler
 from dedup.config import DedupConfig
-from dedup.kernel.delivery import EventOptions, HandlerResult, Outcome, Reconcile
+from dedup.kernel.delivery import EventOptions, Outcome, Reconcile
 from dedup.kernel.front_door import DeduplicatorBase, default_instance, run_flow
 from dedup.kernel.record import RERUN, Mode
 from dedup.kernel.store import RecordStore
@@ -108,7 +108,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         (awaited), and gets an `AsyncDelivery`.
         """
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
-        options = EventOptions(Mode(mode), *fields, source)
+        options = EventOptions(mode if type(mode) is Mode else Mode(mode), *fields, source)
         options = self.checked(options, "AsyncDeduplicator.run", handler)
         return await self.run_event(event_id, suffix, handler, options)
 
@@ -131,26 +131,24 @@ class AsyncDeduplicator(DeduplicatorBase):
             )
             if isinstance(started, Outcome):
                 return started
-            return await run_flow(started, _invoker(started, io.client, _timed(observed, handler)))
+            return await run_flow(started, _invoker(started, io.client, handler, observed))
 
 
-def _invoker(run: Run, client: Any, handler: AsyncHandler) -> Invoke:
-    """How the flows call an async `handler`: with an `AsyncDelivery` on `client`."""
+def _invoker(run: Run, client: Any, handler: AsyncHandler, observed: DeliveryTrace) -> Invoke:
+    """How the flows call an async `handler`: with an `AsyncDelivery` on `client`, its awaited
+    time counted as the handler's by `observed` (`DeliveryTrace.in_handler`, inline: it runs
+    at every delivery)."""
+    clock = observed.clock
 
     async def invoke(writer: object) -> object:
-        return await handler(run.delivery(client, writer, ASYNC_DELIVERIES))
+        delivery = run.delivery(client, writer, ASYNC_DELIVERIES)
+        started = clock()
+        try:
+            return await handler(delivery)
+        finally:
+            observed.handler_seconds += clock() - started
 
     return invoke
-
-
-def _timed(observed: DeliveryTrace, handler: AsyncHandler) -> AsyncHandler:
-    """`handler`, its awaited time counted as the handler's (`DeliveryTrace.in_handler`)."""
-
-    async def call(delivery: AsyncDelivery) -> HandlerResult:
-        with observed.in_handler():
-            return await handler(delivery)
-
-    return call
 
 
 def default_async_deduplicator(config: DedupConfig | None = None) -> AsyncDeduplicator:
