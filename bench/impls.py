@@ -118,13 +118,13 @@ class Project:
         self.dedup = Deduplicator(config, client=self.client)
 
     def deliver(self, event_id: str, hook: Hook = _noop) -> str:
-        """Run through `Deduplicator.run` in this mode."""
-        ref = self.client.collection(EFFECTS).document(event_id)
+        """Run through `Deduplicator.run` in this mode (a no-op handler builds nothing)."""
 
         def handler(delivery: Delivery) -> None:
             hook()
             if not self.effect:
                 return
+            ref = self.client.collection(EFFECTS).document(event_id)
             fields = effect_fields(event_id)
             if delivery.transaction is not None:
                 delivery.transaction.set(ref, fields, merge=True)

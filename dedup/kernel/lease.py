@@ -288,7 +288,8 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
     try:
         if run.budget.left() <= 0:
             return await _give_back_unstarted(run, lease)
-        run.step(Step.AFTER_CLAIM)
+        if run.step_hooks:
+            run.step(Step.AFTER_CLAIM)
         choice = run.ambiguity
         if lease.ambiguous and choice is not None:  # the function chose (`chooses_ambiguity`)
             settled = await settle_ambiguity(run, lease, choice)
@@ -312,7 +313,8 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
                 fields = finished(after.state, owner=owner, expire_at=run.expire_at(), error=error)
                 await lease.write(fields, after.state, f"mark {after.state.value}")
             return run.failed(after, error, exc)
-        run.step(Step.AFTER_EFFECT)
+        if run.step_hooks:
+            run.step(Step.AFTER_EFFECT)
         steps = lease.recorded_steps if lease._steps is None else lease._steps.recorded
         notes = lease.notes
         stored = None
@@ -320,7 +322,8 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
             stored = storable_result(result, run, notes=notes, steps=steps)
             stored = readable_result(stored, run)
         await _mark_sent(run, lease, stored)
-        run.step(Step.AFTER_MARK)
+        if run.step_hooks:
+            run.step(Step.AFTER_MARK)
         return run.ran(result if isinstance(result, Mapping) else None)
     finally:
         run.live_leases.drop(run.key)

@@ -21,7 +21,7 @@ from google.cloud import firestore
 from google.cloud.firestore import AsyncClient
 
 from dedup.errors import DatabaseMismatch, RecordRefused, StoreUnavailable
-from dedup.kernel.budget import Budget
+from dedup.kernel.budget import FLOOR, Budget
 from dedup.kernel.delivery import driven
 from dedup.kernel.record import Conflict, Fields, Record, Snapshot
 from dedup.kernel.store_errors import PRECONDITION_ERRORS, TRANSIENT_ERRORS, unanswered
@@ -242,7 +242,8 @@ class RecordStore(StoreBase[Any]):
                 written = write(tries.timeout())
                 if self.awaits:
                     written = await written
-                return written_time(written)
+                fence: datetime = written.update_time  # Firestore always returns it
+                return fence
             except Exception as exc:
                 pause = tries.after(exc)
             if isinstance(pause, Conflict):
@@ -307,13 +308,15 @@ class ConditionalTries:
         self._key = key
         if budget is None:
             budget = Budget.of_call(store.rpc_timeout_seconds, store.rpc_timeout_seconds)
-        self._budget = budget.for_call()
+        self._budget = budget  # and its end as `Budget.for_call` gives it, without a Budget:
+        self._ends = max(budget.ends, budget.clock() + FLOOR)
         self._unanswered = False
         self._round = 0
 
     def timeout(self) -> float:
         """The timeout of the next try: the RPC timeout, or what is left of the budget."""
-        return self._budget.rpc()
+        budget = self._budget
+        return max(FLOOR, min(budget.rpc_timeout, self._ends - budget.clock()))
 
     def after(self, exc: Exception) -> float | Conflict:
         """After a try raised `exc`: the `Conflict` to return, or the pause before the next
@@ -330,7 +333,7 @@ class ConditionalTries:
             self._unanswered = self._unanswered or transient
             pause = backoff(self._round)
             self._round += 1
-            if not self._budget.affords(pause):
+            if self._budget.clock() + pause >= self._ends:
                 raise self._store.unavailable(self._action, self._key, exc) from exc
             return pause
         if isinstance(exc, _STORE_ERRORS):
@@ -375,11 +378,6 @@ def snapshot_of(document: Any) -> Snapshot:
         read_time=_required_time(document.read_time),
         update_time=document.update_time,
     )
-
-
-def written_time(result: Any) -> datetime:
-    """The update time of a write's result (the new fence)."""
-    return _required_time(result.update_time)
 
 
 def transient_retry[R: (Retry, AsyncRetry)](timeout: float, kind: type[R]) -> R:
