@@ -179,7 +179,8 @@ class Budget:
         """How late it is to start a step or the handler under the lease (`lease_from`) of
         `lease_seconds`, in seconds on this clock: `LEASE_MARGIN` of it (at most 1 s) less
         `lease_left`; negative while there is time, 0 or more once the lease may have ended."""
-        return min(1.0, LEASE_MARGIN * lease_seconds) - self.lease_left()
+        assert self._lease_ends is not None, "no lease: lease_from was not called"
+        return min(1.0, LEASE_MARGIN * lease_seconds) - (self._lease_ends - self.clock())
 
     def after_handler(self) -> Budget:
         """The budget of the writes after the handler: until the function's timeout less

@@ -187,10 +187,10 @@ async def _claim(run: Run) -> Outcome | Lease:
     ambiguous = False  # the latest claim write took over an expired lease
     notes = NO_NOTES  # what the record it took over had noted
     steps: Mapping[str, Any] | None = None  # and the steps it had recorded
-    sent_at = run.budget.now()  # when the latest claim write was sent: our lease starts later
+    sent_at = 0.0  # when the latest claim write was sent (set before each): our lease starts later
     failed: Conflict | StoreUnavailable | None = None  # how the latest claim write failed
     for _ in range(CLAIM_ROUNDS):
-        pending = _unanswered(failed)
+        pending = failed is not None and _unanswered(failed)
         if not pending:  # else it learns whether it holds a lease, whatever the time
             run.require_time("claim")
         if try_create:
@@ -300,7 +300,8 @@ async def _run_owned(run: Run, invoke: Invoke, lease: Lease) -> Outcome:
             return await _give_back_unstarted(run, lease, "reconcile or a step hook")
         try:
             result = await invoke(lease)
-            _refuse_swallowed(run)
+            if run.refused is not None or run.outcome is OutcomeKind.LEASE_LOST:
+                _refuse_swallowed(run)
         except Exception as exc:
             if run.outcome is OutcomeKind.LEASE_LOST:  # a note found the lease taken over
                 raise

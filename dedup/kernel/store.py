@@ -145,9 +145,7 @@ class RecordStore(StoreBase[Any]):
         self, key: str, fields: Fields, *, action: str = "claim", budget: Budget | None = None
     ) -> datetime | Conflict:
         """`RecordIO.create`, transient errors retried (`ConditionalTries`)."""
-        ref = self.ref(key)
-        write = partial(ref.create, fields, retry=None)  # the timeout given at each try
-        return await self._conditional(action, key, lambda t: write(timeout=t), budget)
+        return await self._conditional(action, key, budget, False, self.ref(key).create, fields)
 
     async def update_if_unchanged(
         self,
@@ -160,13 +158,9 @@ class RecordStore(StoreBase[Any]):
         keep_trying: bool = False,
     ) -> datetime | Conflict:
         """`RecordIO.update_if_unchanged`, retried by `ConditionalTries`."""
-        ref = self.ref(key)
         option = self.client.write_option(last_update_time=fence)
-
-        def write(timeout: float) -> Any:
-            return ref.update(fields, option=option, retry=None, timeout=timeout)
-
-        return await self._conditional(action, key, write, budget, keep_trying)
+        update = self.ref(key).update
+        return await self._conditional(action, key, budget, keep_trying, update, fields, option)
 
     async def commit_batch(
         self, key: str, fill: Fill, fence: datetime | None, *, budget: Budget | None = None
@@ -232,14 +226,17 @@ class RecordStore(StoreBase[Any]):
         self,
         action: str,
         key: str,
-        write: Callable[[float], Any],
         budget: Budget | None,
-        keep_trying: bool = False,
+        keep_trying: bool,
+        write: Callable[..., Any],
+        *args: Any,
     ) -> datetime | Conflict:
+        """`write(*args, retry=None, timeout=...)` (a reference's `create` or `update`), its
+        tries ruled by `ConditionalTries`."""
         tries = ConditionalTries(self, action, key, budget, keep_trying=keep_trying)
         while True:
             try:
-                written = write(tries.timeout())
+                written = write(*args, retry=None, timeout=tries.timeout())
                 if self.awaits:
                     written = await written
                 fence: datetime = written.update_time  # Firestore always returns it
