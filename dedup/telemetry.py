@@ -1,9 +1,6 @@
-"""What a delivery leaves to observe: one log line (Cloud Logging's JSON shape, `log_delivery`,
-set up by `configure_logging`), and with OpenTelemetry one span, one count and one overhead
-measurement (`Telemetry.delivery`, the one place a delivery is observed); and the one table of
-how bad each outcome is (`SEVERITY`). The OpenTelemetry API only: without an SDK every call
-here is a no-op. The names, attributes and fields, exactly: docs/observability.md.
-"""
+"""What a delivery leaves to observe: one log line (`log_delivery`), and through the
+OpenTelemetry API one span, one count and one overhead measurement (`Telemetry.delivery`); and
+how bad each outcome is (`SEVERITY`). Names, attributes and fields: docs/observability.md."""
 
 from __future__ import annotations
 
@@ -35,7 +32,6 @@ if TYPE_CHECKING:
     from opentelemetry import metrics
 
 _METRICS_API = "opentelemetry.metrics"
-"""The module that holds the global meter provider (`set_meter_provider`)."""
 
 INSTRUMENTATION_NAME = "dedup"
 """The instrumentation scope of the tracer and the meter."""
@@ -51,8 +47,7 @@ OUTCOMES = (*(kind.value for kind in OutcomeKind), INVALID_KEY, ERROR)
 """Every value of `dedup.outcome` and of the metrics' `outcome` attribute."""
 _DUPLICATES = frozenset({OutcomeKind.DUPLICATE.value, OutcomeKind.DUPLICATE_CACHED.value})
 DUPLICATE_EVENT = "dedup.duplicate"
-"""Span event of a delivery that found its effect already done (outcomes `duplicate`,
-`duplicate_cached`)."""
+"""Span event of a delivery that found its effect done (`duplicate`, `duplicate_cached`)."""
 REPLAYED_EVENT = "dedup.replayed"
 """Span event of a duplicate whose record holds an HTTP or callable answer to replay."""
 ORIGINAL_TRACE_ID = "dedup.original_trace_id"
@@ -75,13 +70,11 @@ SEVERITY = {
     OutcomeKind.AMBIGUOUS: logging.WARNING,
     OutcomeKind.RECONCILED: logging.INFO,
 }
-"""How bad each outcome is, the one table of it: the level of the outcome's log line
-(`dedup.kernel.run.Run.finish`), and, from `logging.ERROR` up (`ERROR_OUTCOMES`), an ERROR
-status on its span and a log-based metric of `make monitoring` (`tools.deploy.monitoring`)."""
+"""How bad each outcome is: its log line's level, and from `logging.ERROR` up (`ERROR_OUTCOMES`)
+an ERROR status on its span and a log-based metric of `make monitoring`."""
 
 ERROR_OUTCOMES = tuple(kind for kind, level in SEVERITY.items() if level >= logging.ERROR)
-"""The outcomes `SEVERITY` ranks ERROR, in its order: their log line is an ERROR, their span's
-status is ERROR, and `make monitoring` counts each."""
+"""The outcomes `SEVERITY` ranks ERROR, in its order."""
 
 EXPLAINED = {
     OutcomeKind.AMBIGUOUS: (
@@ -136,11 +129,10 @@ class DeliveryTrace:
 
     def timed(self, handler: Callable[..., R]) -> Callable[..., R]:
         """`handler`, with its time counted as the handler's (see `in_handler`)."""
-
         clock = self.clock
 
         def call(*args: object, **kwargs: object) -> R:
-            started = clock()  # `in_handler`, inline: it runs at every delivery
+            started = clock()
             try:
                 return handler(*args, **kwargs)
             finally:
@@ -163,18 +155,9 @@ class DeliveryTrace:
 
 
 class Telemetry:
-    """The tracer and the two instruments of a `Deduplicator` (OpenTelemetry API only).
-
-    By default they come from the global providers: no-ops until an SDK is installed, and
-    bound to it once it is (whenever that happens). Tests and applications may pass their own
-    providers. Creating one touches no network.
-
-    The instruments are created at the first delivery that can be measured: with a given
-    `meter_provider`, or once anything in the process has imported the OpenTelemetry metrics
-    API. A process that never imported it cannot have set a meter provider, so its
-    measurements would go to the no-op meter: such an instance skips that import (a few
-    milliseconds of its first event) and records nothing, which is what the no-op meter does.
-    """
+    """The tracer and the two instruments of a `Deduplicator` (OpenTelemetry API only), by
+    default of the global providers: no-ops until an SDK is installed, bound to it once it is.
+    Made without network."""
 
     def __init__(
         self,
@@ -191,8 +174,6 @@ class Telemetry:
         self._instruments_lock = threading.Lock()
 
     def _measured(self) -> tuple[metrics.Counter, metrics.Histogram] | None:
-        """The counter and the histogram, created on first need; None while no meter provider
-        can exist (the metrics API was never imported and none was given)."""
         if self._instruments is not None:
             return self._instruments
         if self._meter_provider is None and _METRICS_API not in sys.modules:
@@ -218,17 +199,12 @@ class Telemetry:
         return self._instruments
 
     def delivery(self, suffix: str, mode: Mode) -> AbstractContextManager[DeliveryTrace]:
-        """Observe one delivery: its span is current inside the block; on the way out (return
-        or exception) the span gets its outcome and attempt, and the counter and the histogram
-        one measurement each. Exceptions pass through unchanged."""
+        """Observe one delivery: its span is current inside the block; on the way out it gets
+        its outcome and attempt, the instruments one measurement each; exceptions pass."""
         return _Observing(self, suffix, mode)
 
     def _starts_span(self) -> bool:
-        """Whether a delivery starting now starts a span: not when the tracer is the API's
-        no-op tracer (no SDK, no provider set or given) and the current span is a non-recording
-        one (the caller's context, or none), as the no-op tracer's span would be that very span,
-        made current again, every call on it a no-op. Asked at each delivery: a global provider
-        set later takes over the default tracer (`ProxyTracer`)."""
+        """Whether a delivery now starts a span (docs/architecture.md, "Spans without an SDK")."""
         tracer = self._tracer
         if type(tracer) is ProxyTracer:
             tracer = getattr(tracer, "_tracer", tracer)  # the provider's once one is set
@@ -260,11 +236,7 @@ class Telemetry:
 
 
 class _Observing:
-    """`Telemetry.delivery`'s block, a plain context manager (a delivery's hot path).
-
-    It starts no span where that span could not be told from none (`Telemetry._starts_span`);
-    anything else (an SDK, a given provider, a recording span current) goes through
-    `start_as_current_span` exactly as a `with` of it would."""
+    """`Telemetry.delivery`'s block."""
 
     __slots__ = ("_mode", "_observed", "_span", "_started", "_suffix", "_telemetry")
 
@@ -303,8 +275,6 @@ class _Observing:
 
 
 def _duplicate_event(span: trace.Span, found: Record | None) -> None:
-    """`dedup.replayed` (a stored HTTP or callable answer) or `dedup.duplicate`, naming the
-    original delivery's trace when the record knows it."""
     result = found.result if found is not None else None
     replayed = isinstance(result, dict) and result.get("kind") in _ANSWER_KINDS
     attributes = {}
@@ -330,7 +300,6 @@ _FIELDS = (
 )
 _setup_lock = threading.Lock()
 _first_use_done = False
-"""Set once the first delivery line has decided whether to attach the handler."""
 
 
 class CloudLoggingFormatter(logging.Formatter):
@@ -353,9 +322,8 @@ class CloudLoggingFormatter(logging.Formatter):
 
 def configure_logging() -> None:
     """Attach the stdout JSON handler to the "dedup" logger (level INFO if unset, `propagate`
-    off), once, and only if neither it nor the root logger has a handler. Safe to call at
-    start-up and again: never a second handler, never a doubled line. Without the call the
-    first delivery line does the same (see the module docstring)."""
+    off), once, and only if neither it nor the root logger has a handler: never a second
+    handler. Without the call the first delivery line does it."""
     with _setup_lock:
         if logger.handlers or logging.getLogger().handlers:
             return
@@ -368,7 +336,6 @@ def configure_logging() -> None:
 
 
 def _configure_on_first_use() -> None:
-    """`configure_logging()` once per process, at the first delivery line."""
     global _first_use_done
     if _first_use_done:
         return
@@ -377,9 +344,8 @@ def _configure_on_first_use() -> None:
 
 
 def logs_at(level: int) -> bool:
-    """Whether a delivery line at `level` would reach the "dedup" logger's handlers (its
-    `isEnabledFor`), asked after the first-use set-up (`configure_logging`) as `log_delivery`
-    would do it: a caller may skip making a line that would be dropped."""
+    """Whether a delivery line at `level` would reach the "dedup" logger's handlers, after the
+    first-use set-up (`configure_logging`) as `log_delivery` would do it."""
     if not _first_use_done:
         _configure_on_first_use()
     return logger.isEnabledFor(level)
@@ -400,10 +366,9 @@ def log_delivery(
     subject: str | None = None,
     budget_source: str | None = None,
 ) -> None:
-    """Emit the one line describing a delivery's outcome (no traceback, no payload); fields
-    left None are omitted from the line. `budget_source`: which bound the delivery's time
-    budget was (`dedup.config.BudgetSource`). The first one configures the "dedup" logger if the
-    application has not (`configure_logging`)."""
+    """Emit the one line of a delivery's outcome (no traceback, no payload; fields left None
+    omitted). `budget_source`: which bound the delivery's time was (`BudgetSource`). The first
+    line configures the "dedup" logger if the application has not (`configure_logging`)."""
     _configure_on_first_use()
     logger.log(
         level,

@@ -1,8 +1,6 @@
-"""The front door: `Deduplicator.run` checks the event, picks the flow of its mode and holds the
-per-instance state (Firestore client, record stores, the instance's memory of keys); and the
-process's shared instances (`default_instance`). `DeduplicatorBase` is what the async front
-door (`dedup.aio.AsyncDeduplicator`) shares with it: the checks before any claim (`begin`) and
-the flow of each mode, chosen once (`flows`, entered by `run_flow`)."""
+"""The front door `Deduplicator`, its per-instance state (clients, record stores, memory of
+keys), what it shares with `dedup.aio.AsyncDeduplicator` (`DeduplicatorBase`: the checks before
+any claim, the flow of each mode) and the process's shared instances (`default_instance`)."""
 
 from __future__ import annotations
 
@@ -46,8 +44,8 @@ type Flow = Callable[[Run, Invoke], Coroutine[Any, Any, Outcome]]
 
 @cache
 def flows() -> Mapping[Mode, Flow]:
-    """The flow of each mode, chosen once: nothing else branches on the mode (the delivery a
-    handler gets aside: `Run.delivery`). Imported by the first delivery, not with this module."""
+    """The flow of each mode, imported by the first delivery (only `Run.delivery` else
+    branches on the mode)."""
     from dedup.kernel.atomic import run_transaction, run_write_only
     from dedup.kernel.lease import run_lease
 
@@ -59,8 +57,7 @@ def flows() -> Mapping[Mode, Flow]:
 
 
 async def run_flow(run: Run, invoke: Invoke) -> Outcome:
-    """Run the flow of `run.mode` (the handler through `invoke`); a store failure is logged
-    as `unavailable` and re-raised."""
+    """Run the flow of `run.mode`; a store failure is logged as `unavailable` and re-raised."""
     try:
         return await flows()[run.mode](run, invoke)
     except StoreUnavailable as exc:
@@ -71,8 +68,7 @@ async def run_flow(run: Run, invoke: Invoke) -> Outcome:
 def invoker(
     run: Run, client: Any, handler: Handler, observed: DeliveryTrace | None = None
 ) -> Invoke:
-    """How the flows call a sync `handler`: with `Run.delivery` on `client`; its time counted
-    as the handler's by `observed` (`DeliveryTrace.timed`, inline: it runs at every delivery)."""
+    """How the flows call a sync `handler` (`Run.delivery` on `client`), timed in `observed`."""
     if observed is None:
 
         async def invoke(writer: object) -> object:
@@ -93,8 +89,7 @@ def invoker(
 
 
 class DeduplicatorBase:
-    """What the sync and async front doors share: the config, the instance's caches, and the
-    checks a delivery passes before any claim (`begin`)."""
+    """What both front doors share: the config, the instance's caches, the checks (`begin`)."""
 
     def __init__(
         self,
@@ -105,9 +100,8 @@ class DeduplicatorBase:
         client_factory: Callable[[], Any] | None = None,
         records: Any = None,
     ) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the global
-        OpenTelemetry providers); the first client is `client`, else `client_factory()`, else
-        the config's (`new_client`), made on first use; `records` replaces Firestore."""
+        """Defaults: `DedupConfig.from_env()`, the global providers; the first client, made on
+        first use: `client`, `client_factory()`, else `new_client`; `records` replaces Firestore."""
         self._records = records
         self._given_client = client
         self._client_factory = client_factory
@@ -123,25 +117,23 @@ class DeduplicatorBase:
         self._step_hooks: tuple[StepHook, ...] = ()
 
     def new_client(self, database: str, *, like: Any = None) -> Any:
-        """A Firestore client of this front door's side (sync or async) on `database`: with
-        the project and credentials of the client `like`, else of the config."""
+        """A client of this front door's side on `database`, with the project and credentials
+        of the client `like`, else of the config."""
         raise NotImplementedError
 
     def new_store(self, client: Any) -> RecordStore:
-        """The record store over `client` (of this front door's side), its deliveries taking
-        turns per key in this instance's table."""
+        """The record store over `client`, taking turns per key in this instance's table."""
         from dedup.kernel.store import RecordStore
 
         collection, timeout = self.config.collection, self.config.rpc_timeout_seconds
         return RecordStore(client, collection, turns=self._turns, rpc_timeout_seconds=timeout)
 
     def store_table(self) -> dict[str | None, Any]:
-        """The stores made so far, by database (None: the first client's), for this thread or
-        event loop."""
+        """The stores made so far by database (None: the first client's) of this thread/loop."""
         raise NotImplementedError
 
     def first_store(self) -> Any:
-        """The record store of the first client (made on first use, as `__init__` says)."""
+        """The record store of the first client, made on first use."""
         with self._lock:
             return self._first_store(self.store_table())
 
@@ -157,8 +149,8 @@ class DeduplicatorBase:
         return first
 
     def store_for(self, event_database: str | None = None) -> Any:
-        """The record store for an event from `event_database`, in the config's database
-        (DEDUP_DATABASE), else the event's, else the first client's; both front doors ask it."""
+        """The record store for an event from `event_database`: in the config's database
+        (DEDUP_DATABASE), else the event's, else the first client's."""
         if event_database is None and not self.config.database:
             first = self.store_table().get(None)  # once made, the answer needs no lock
             if first is not None:
@@ -178,16 +170,13 @@ class DeduplicatorBase:
     """The side of this front door: True for `AsyncDeduplicator` (its handlers are awaited)."""
 
     def checked(self, options: EventOptions, where: str, handler: object) -> EventOptions:
-        """`options` of an explicit `run` call, once checked with its `handler` (`check_run`:
-        `ConfigError` naming `where`). Entrances check theirs at import, so `run_event` takes
-        its arguments as checked."""
+        """`options` of an explicit `run` call, checked with its `handler` (`check_run`:
+        `ConfigError` naming `where`)."""
         check_run(options, handler, where, awaited=self.awaits_handlers)
         return options
 
     def records_for(self, event_database: str | None = None) -> tuple[Any, bool]:
-        """Where the records of an event from `event_database` are kept (the records given at
-        construction, else `store_for`), and whether that is the event's own database (the
-        self-trigger guard only applies there). The one place both front doors choose."""
+        """Where an event from `event_database` has its records, and whether in its own database."""
         if self._records is not None:
             return self._records, True
         if event_database is None and not self.config.database:  # `store_for`'s first case
@@ -199,13 +188,11 @@ class DeduplicatorBase:
         return store, same
 
     def record_key(self, event_id: str | None, suffix: str) -> str:
-        """The record's id of (event_id, suffix) in the config's key layout, for every mode and
-        kind; `MissingEventId`/`InvalidSuffix` for a bad key."""
+        """The record's id of (event_id, suffix) in the key layout, as `dedup_key`."""
         return dedup_key(event_id, suffix, self.config.key_layout)
 
     def on_step(self, hook: StepHook) -> Callable[[], None]:
-        """Call `hook(step, key)` at each `Step` the deliveries of this instance reach, from the
-        next delivery on (crash tests, tracing); returns the function that stops it."""
+        """Call `hook(step, key)` at each `Step` of the next deliveries; returns its remover."""
         with self._lock:
             self._step_hooks = (*self._step_hooks, hook)
 
@@ -227,10 +214,9 @@ class DeduplicatorBase:
         kinds: DeliveryKinds = SYNC_DELIVERIES,
     ) -> Run | Outcome:
         """The delivery's `Run` (watched by `observed`), or its outcome when it ends before
-        any claim (self-trigger, too old, a duplicate known from the cache); raises as
-        `record_key`, and `PayloadMismatch` for a cached key under that policy.
-        `same_database`: the event came from the records' database (the self-trigger guard
-        applies only then). `kinds`: the handler's side's delivery types (`reconcile` too)."""
+        any claim (self-trigger, only if `same_database`; too old; a duplicate in the cache).
+        Raises as `record_key`, `PayloadMismatch` for a cached key under that policy. `kinds`:
+        the delivery types of the handler's side."""
         key = self.record_key(event_id, suffix)
         assert event_id is not None  # record_key rejects a missing id
         config = self.config
@@ -294,10 +280,8 @@ class DeduplicatorBase:
 
 class Deduplicator(DeduplicatorBase):
     """Runs handlers at most once per (event id, suffix), effectively once with retries.
-
-    Thread-safe: one instance serves every request thread of a process. Given a `config`, it
-    touches no network and reads no environment when made: its Firestore client is made on the
-    first delivery (`first_store`). `async def` handlers: `dedup.aio`."""
+    Thread-safe. Given a `config`, made without network or environment (the client comes with
+    the first delivery). `async def` handlers: `dedup.aio`."""
 
     def __init__(
         self,
@@ -308,8 +292,7 @@ class Deduplicator(DeduplicatorBase):
         telemetry: Telemetry | None = None,
         records: FlowIO | None = None,
     ) -> None:
-        """As `DeduplicatorBase`; `records` is a `dedup.kernel.flow_io.FlowIO` whose coroutines
-        never suspend, as `RecordStore`'s over a sync client (the tests' in-memory store)."""
+        """As `DeduplicatorBase`; `records`: a `FlowIO` whose coroutines never suspend."""
         super().__init__(
             config, telemetry, client=client, client_factory=client_factory, records=records
         )
@@ -330,13 +313,12 @@ class Deduplicator(DeduplicatorBase):
 
     @property
     def store(self) -> RecordStore:
-        """The record store of the first client, creating it on first use."""
+        """`first_store`."""
         return cast("RecordStore", self.first_store())
 
     @property
     def records(self) -> FlowIO:
-        """Where this instance keeps its records (`records_for`; read one with
-        `drive(records.read(key))`, never through `store`)."""
+        """Where this instance keeps its records (`records_for`): read them here, not `store`."""
         return cast("FlowIO", self.records_for()[0])
 
     def records_database(self, event_database: str | None = None) -> str:
@@ -360,16 +342,11 @@ class Deduplicator(DeduplicatorBase):
         source: str | None = None,
     ) -> Outcome:
         """Run `handler` for this event unless its record says it already ran; each keyword
-        argument means what the `EventOptions` field of its name says.
-
-        Returns the outcome when the platform should stop retrying (ran, duplicate, failed,
-        dead, too_old, self_trigger, and in lease mode reconciled and ambiguous). Raises
-        `LeaseHeld`, `LeaseLost`, `StoreUnavailable` or the handler's own exception when it
-        should retry; `MissingEventId`/`InvalidSuffix` for a bad key, `KeyCollision` for a
-        record of another event at this key, `PayloadMismatch` under that policy, `ConfigError`
-        for an `async def` handler, `DatabaseMismatch` when an atomic mode's handler writes to
-        another database than the records' (`records_database`). Observed by `telemetry`: one
-        span, one count, one overhead."""
+        means what the `EventOptions` field of its name says. Returns the outcome when the
+        platform should stop retrying; raises `LeaseHeld`, `LeaseLost`, `StoreUnavailable` or the
+        handler's exception when it should retry; `MissingEventId`/`InvalidSuffix` for a bad key,
+        `KeyCollision`, `PayloadMismatch` under that policy, `ConfigError` for an `async def`
+        handler, `DatabaseMismatch` when an atomic handler writes outside `records_database`."""
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
         options = EventOptions(mode if type(mode) is Mode else Mode(mode), *fields, source)
         return self.run_event(
@@ -379,9 +356,8 @@ class Deduplicator(DeduplicatorBase):
     def run_event(
         self, event_id: str | None, suffix: str, handler: Handler, options: EventOptions
     ) -> Outcome:
-        """`run` with its options as one value, as the entrances call it: `options` and the
-        handler are taken as checked (`dedup.entrances.gate.gate` checks a function's at import,
-        `run` its own arguments). Returns and raises as `run`."""
+        """`run` with its options as one value, taken as checked (`checked`, or an entrance's
+        gate at import). Returns and raises as `run`."""
         with self.telemetry.delivery(suffix, options.mode) as observed:
             io, same = self.records_for(options.database)
             started = self.begin(
@@ -400,9 +376,8 @@ _defaults: dict[tuple[object, DedupConfig | None], object] = {}
 def default_instance[D](
     kind: Callable[[DedupConfig | None], D], config: DedupConfig | None = None
 ) -> D:
-    """The process's shared front door made by `kind` (a front door's class) for `config`
-    (None: from the environment): made on first request without touching the network; an equal
-    config later gets the same instance, so every function shares one Firestore client."""
+    """The process's shared front door of class `kind` for `config` (None: the environment),
+    made on first request without network; an equal config gets the same instance."""
     with _default_lock:
         found = _defaults.get((kind, config))
         if found is None:
@@ -416,13 +391,10 @@ def default_deduplicator(config: DedupConfig | None = None) -> Deduplicator:
 
 
 MAX_LABEL_BYTES = 6_144
-"""The most UTF-8 bytes a record keeps of an event's `subject` and `source` (Firestore's
-longest document path, 6 KiB): longer ones are cut (`storable_text`)."""
+"""The most UTF-8 bytes of an event's `subject` or `source` a record keeps; the rest is cut."""
 
 
 def _label(text: str | None) -> str | None:
-    """An event's `subject` or `source` as the record stores it: storable (`storable_text`:
-    lone surrogates escaped), at most `MAX_LABEL_BYTES`; None stays None."""
     if not isinstance(text, str) or (text.isascii() and len(text) <= MAX_LABEL_BYTES):
-        return text  # as it is: None, or the common case, checked at C speed
+        return text
     return storable_text(text, max_bytes=MAX_LABEL_BYTES)

@@ -1,14 +1,6 @@
-"""Every transition of a dedup record, as the set of fields it writes (schema: `kernel.record`).
-
-Defined once, used by the flows (`kernel.lease`, `kernel.atomic`) and by the operator command
-line (`dedup.cli`), so a record means the same thing whoever wrote it. Each function returns
-the fields of one write. A write that changes an existing record is fenced: it lands only if
-the record's update time is still its **fence** (`fence_of` a read, or the writer's last write);
-`fenced_write` makes every such write.
-
-`owner`, the writing attempt's owner token (uuid4 hex), outlives its lease: an attempt
-recognises its own write whose response was lost, and an owner released by an operator can
-still record.
+"""Every transition of a dedup record as the fields of one write (schema: `kernel.record`), for
+the flows and `dedup.cli` alike; a change of an existing record lands only if its update time is
+still its **fence** (`fence_of` a read, or the writer's last write): `fenced_write`.
 
 **Record ids** (`dedup_key`): `<event id>-<suffix>`. Suffixes hold no "-", so distinct
 (event id, suffix) pairs give distinct keys. An event id that Firestore would refuse as part of
@@ -85,11 +77,9 @@ def validate_suffix(suffix: str) -> str:
 
 
 def dedup_key(event_id: str | None, suffix: str, layout: KeyLayout = "plain") -> str:
-    """The record's document id for this event and function; deterministic and Firestore-safe.
-
-    Distinct `(event_id, suffix)` pairs give distinct keys in each `layout` (see the module
-    docstring). Raises `MissingEventId` for a missing or empty id, `InvalidSuffix` for a bad
-    suffix and `ValueError` for an unknown layout."""
+    """The record's document id for this event and function (the module docstring's rule).
+    Raises `MissingEventId` for a missing or empty id, `InvalidSuffix` for a bad suffix and
+    `ValueError` for an unknown layout."""
     if layout not in KEY_LAYOUTS:
         raise ValueError(f"key layout must be one of {KEY_LAYOUTS}; got {layout!r}")
     if type(suffix) is not str or suffix not in _VALID_SUFFIXES:  # else checked already
@@ -122,9 +112,8 @@ def safe_event_id(event_id: str, suffix: str) -> str:
 
 
 def storable_event_id(event_id: str) -> str:
-    """`event_id` as written into the record and the log line: itself, unless it holds lone
-    surrogates (a JSON `\\ud800` escape), which no UTF-8 field can carry; those are escaped
-    as `\\ud800` text. The key is unaffected (`dedup_key` hashes the id itself)."""
+    """`event_id` as the record and the log line hold it: its lone surrogates (which no UTF-8
+    field carries) escaped as `\\ud800` text."""
     try:
         event_id.encode("utf-8")  # the common case, at C speed
     except UnicodeEncodeError:
@@ -165,10 +154,8 @@ SERVER_TIMESTAMP = firestore.SERVER_TIMESTAMP
 """Sentinel: the database's commit time, written by the server."""
 
 MAX_RESULT_BYTES = 512 * 1024
-"""A handler result larger than this, as Firestore measures it
-(`dedup.platform.firestore_values.value_size`), is not stored; nor is one that would take the
-record past Firestore's 1 MiB document (`dedup.kernel.room.storable_result`): "sent" must
-always fit. The run still reports it; duplicates get None."""
+"""A handler result larger than this, as Firestore measures it, is not stored, nor one that would
+take the record past 1 MiB (`dedup.kernel.room.storable_result`); duplicates get None."""
 
 
 def new_record(
@@ -188,10 +175,8 @@ def new_record(
     result: dict[str, Any] | None = None,
     source: str | None = None,
 ) -> Fields:
-    """Every field of a record written for the first time (an attempt starting now).
-
-    `leased`: the attempt holds a lease from now (lease mode); atomic modes write no lease.
-    `traceId` is the trace of the current span (the delivery's), None outside a trace."""
+    """Every field of a record written for the first time (an attempt starting now); `leased`:
+    a lease from now; `traceId`: the current span's trace, None outside one."""
     sent = state is State.SENT
     return {
         Field.EVENT_ID: event_id,
@@ -276,10 +261,8 @@ def finished(
     result: dict[str, Any] | None = None,
     reconciled: bool = False,
 ) -> Fields:
-    """The record ends in a final state (sent, failed, dead or unknown); the lease is dropped.
-    A sent record keeps the handler's `result` (see `dedup.kernel.room.storable_result`);
-    `reconciled`: "sent" because `reconcile` found an earlier attempt's effect (the field is
-    written only then)."""
+    """The record ends in a final state (sent, failed, dead or unknown), its lease dropped; a
+    sent record keeps `result`; `reconciled` (written only then): `reconcile` found the effect."""
     sent = state is State.SENT
     fields: Fields = {
         Field.STATE: state.value,
@@ -371,10 +354,9 @@ async def mark_dead(
     expire_at: datetime,
     budget: Budget,
 ) -> bool:
-    """Mark the record `snapshot` showed, whose last allowed attempt crashed, as dead, fenced by
-    that read (`fenced_write`, within `budget`); False if it changed. The record
-    says `ambiguous: true`: that attempt's lease expired, so it may have produced the effect,
-    and `dedup revive` refuses it without `--force` (docs/operations.md, "A poison event")."""
+    """Mark the record `snapshot` showed, whose last allowed attempt crashed, dead and
+    `ambiguous` (docs/operations.md, "A poison event"), fenced by that read within `budget`;
+    False if it changed."""
     error = snapshot.record.last_error if snapshot.record is not None else None
     fields = finished(State.DEAD, owner=owner, expire_at=expire_at, error=error)
     fields[Field.AMBIGUOUS] = True
@@ -400,11 +382,8 @@ async def fenced_write(
     keep_trying: bool = False,
 ) -> datetime | Conflict:
     """Every fenced write: update the record with `fields` only if its update time is still
-    `fence` (Firestore's `last_update_time` option, `kernel.store`), within `budget`. Returns
-    the new fence when it landed, else its `Conflict` (then `kernel.store.read_back` tells
-    whether an unanswered try of it landed, or who moved the record). (Inside a transaction or
-    batch the same fence guards the marker: `kernel.store.add_marker`.) `keep_trying`: the
-    store retries every error within `budget` (`RecordIO.update_if_unchanged`)."""
+    `fence`, within `budget`. Returns the new fence when it landed, else its `Conflict`.
+    `keep_trying`: every error is retried within `budget` (`RecordIO.update_if_unchanged`)."""
     return await io.update_if_unchanged(
         key, fields, fence, action=action, budget=budget, keep_trying=keep_trying
     )
