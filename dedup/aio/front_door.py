@@ -1,12 +1,6 @@
-"""`AsyncDeduplicator`: the front door for `async def` handlers, on a `firestore.AsyncClient`.
-
-Everything but the I/O is the sync path's: the checks before any claim and the caches
-(`dedup.kernel.front_door.DeduplicatorBase`), the flows (`dedup.kernel.front_door.run_flow`,
-`dedup.kernel.lease`, `dedup.kernel.atomic`), the claim decision (`dedup.kernel.claims`), the
-record transitions (`dedup.kernel.transitions`) and the record store
-(`dedup.kernel.store.RecordStore`, which awaits an `AsyncClient`). Only the client, and where its
-stores are kept, differ.
-"""
+"""`AsyncDeduplicator`: the front door for `async def` handlers, on a `firestore.AsyncClient`;
+everything but the client and where its stores are kept is the sync path's
+(`dedup.kernel.front_door.DeduplicatorBase`, `run_flow`)."""
 
 from __future__ import annotations
 
@@ -34,13 +28,9 @@ if TYPE_CHECKING:
 
 class AsyncDeduplicator(DeduplicatorBase):
     """Runs async handlers at most once per (event id, suffix), effectively once with retries:
-    every mode and guarantee of `dedup.Deduplicator`, awaited.
-
-    One instance serves every task of a process. Its `AsyncClient` is created lazily on the
-    first delivery of each event loop (a gRPC asyncio channel belongs to the loop that made
-    it), from `client` (always that one: use it on one loop), else `client_factory()`, else
-    `AsyncClient(project, database)` of the config; the caches are shared by all loops.
-    """
+    every mode and guarantee of `dedup.Deduplicator`, awaited. One instance serves every task
+    of a process; its client is made on the first delivery of each event loop (`client` is
+    always that one: use it on one loop), its caches shared by all loops."""
 
     awaits_handlers = True
 
@@ -53,9 +43,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         telemetry: Telemetry | None = None,
         records: FlowIO | None = None,
     ) -> None:
-        """Use `config` (default: `DedupConfig.from_env()`) and `telemetry` (default: the
-        global OpenTelemetry providers). `records`: keep the records in this async store, on
-        every event loop, instead of Firestore (such as the tests' in-memory store)."""
+        """As `DeduplicatorBase`; `records`: an async store used on every event loop."""
         super().__init__(
             config, telemetry, client=client, client_factory=client_factory, records=records
         )
@@ -72,8 +60,7 @@ class AsyncDeduplicator(DeduplicatorBase):
         )
 
     def store_table(self) -> dict[str | None, RecordStore]:
-        """The running event loop's table: a gRPC asyncio channel belongs to the loop that made
-        it, so each loop gets clients of its own."""
+        """The running event loop's table (each loop has clients of its own)."""
         return self._stores.setdefault(asyncio.get_running_loop(), {})
 
     @property
@@ -98,15 +85,9 @@ class AsyncDeduplicator(DeduplicatorBase):
         on_ambiguous: str = RERUN,
         source: str | None = None,
     ) -> Outcome:
-        """Await `handler` for this event unless its record says it already ran.
-
-        Returns, raises and is observed exactly as `Deduplicator.run` (`database`: the
-        event's, see `store_for`); `ConfigError` for a handler that
-        is not an `async def` (use `Deduplicator` for those). The handler gets an
-        `AsyncDelivery` whose client is this instance's `AsyncClient`. `reconcile` and
-        `on_ambiguous` as for `Deduplicator.run`; `reconcile` may be `def` or `async def`
-        (awaited), and gets an `AsyncDelivery`.
-        """
+        """Await `handler` for this event unless its record says it already ran, with an
+        `AsyncDelivery`. Returns and raises as `Deduplicator.run`; `ConfigError` for a handler
+        that is not an `async def`. `reconcile` may be `def` or `async def` (awaited)."""
         fields = (payload, event_time, document_path, subject, database, reconcile, on_ambiguous)
         options = EventOptions(mode if type(mode) is Mode else Mode(mode), *fields, source)
         options = self.checked(options, "AsyncDeduplicator.run", handler)
@@ -115,8 +96,7 @@ class AsyncDeduplicator(DeduplicatorBase):
     async def run_event(
         self, event_id: str | None, suffix: str, handler: AsyncHandler, options: EventOptions
     ) -> Outcome:
-        """`run` with its options as one value, as the entrances call it
-        (`Deduplicator.run_event`): `options` and the handler are taken as checked."""
+        """`run` with its options as one value, taken as checked (`Deduplicator.run_event`)."""
         with self.telemetry.delivery(suffix, options.mode) as observed:
             io: FlowIO
             io, same_database = self.records_for(options.database)
@@ -135,9 +115,7 @@ class AsyncDeduplicator(DeduplicatorBase):
 
 
 def _invoker(run: Run, client: Any, handler: AsyncHandler, observed: DeliveryTrace) -> Invoke:
-    """How the flows call an async `handler`: with an `AsyncDelivery` on `client`, its awaited
-    time counted as the handler's by `observed` (`DeliveryTrace.in_handler`, inline: it runs
-    at every delivery)."""
+    """`kernel.front_door.invoker` for an async `handler`, with an `AsyncDelivery`."""
     clock = observed.clock
 
     async def invoke(writer: object) -> object:
@@ -152,6 +130,5 @@ def _invoker(run: Run, client: Any, handler: AsyncHandler, observed: DeliveryTra
 
 
 def default_async_deduplicator(config: DedupConfig | None = None) -> AsyncDeduplicator:
-    """The process's shared AsyncDeduplicator for `config`
-    (`dedup.kernel.front_door.default_instance`)."""
+    """The process's shared AsyncDeduplicator for `config` (`default_instance`)."""
     return default_instance(AsyncDeduplicator, config)

@@ -68,9 +68,8 @@ NO_NOTES: Mapping[str, Any] = MappingProxyType({})
 
 
 class RunNotes(Protocol):
-    """Where a delivery's notes live: in lease mode the delivery's lease
-    (`dedup.kernel.lease.Lease`),
-    which writes them fenced; otherwise its run (`dedup.kernel.run.Run`), which refuses to note."""
+    """Where a delivery's notes live: in lease mode its `Lease`, which writes them fenced;
+    otherwise its `Run`, which refuses to note."""
 
     @property
     def notes(self) -> Mapping[str, Any]:
@@ -86,15 +85,13 @@ class RunNotes(Protocol):
         ...
 
     def run_step(self, name: str, *how: Any) -> Coroutine[Any, Any, Any]:
-        """`delivery.step(name, ...)` (`dedup.kernel.lease.Lease.run_step`); `ConfigError` without a
-        lease."""
+        """`delivery.step(name, ...)` (`Lease.run_step`); `ConfigError` without a lease."""
         ...
 
 
 @dataclass(frozen=True)
 class DeliveryIdentity:
-    """Who a delivery is: the fields a sync `Delivery` and an async `dedup.aio.AsyncDelivery`
-    share."""
+    """Who a delivery is: what `Delivery` and `dedup.aio.AsyncDelivery` share."""
 
     key: str
     """The record's document id: stable across every delivery of this event to this function."""
@@ -111,10 +108,8 @@ class DeliveryIdentity:
 
     @property
     def notes(self) -> Mapping[str, Any]:
-        """What was noted for this event (`note`) before this delivery: on a delivery that
-        takes over from an earlier attempt, what that attempt noted before its effect, for
-        `reconcile` to look the effect up; empty on a fresh delivery. After this delivery's own
-        `note`, its fields too. Read-only."""
+        """What earlier attempts noted for this event (`note`), for `reconcile` to look their
+        effect up (empty on a fresh delivery), and this delivery's own notes. Read-only."""
         return self.run_notes.notes if self.run_notes is not None else NO_NOTES
 
     def time_left(self) -> float | None:
@@ -155,15 +150,10 @@ class Delivery(DeliveryIdentity):
     handler's parameter as `WriteOnlyDelivery` to have it typed as always present."""
 
     def note(self, **fields: Any) -> None:
-        """Record `fields` (Firestore values) in the record's `notes` before the effect, for a
-        later delivery's `reconcile` to find it (`notes`): a message id the handler chose, a
-        provider's reference. Lease mode only (`ConfigError` otherwise).
-
-        One write, fenced by this delivery's lease exactly like "sent": a delivery that lost
-        its lease gets `LeaseLost` and writes nothing. Fields merge with the notes already
-        there. Notes Firestore would refuse (a `Decimal`, a reserved key, nested arrays, a
-        reference to another database) raise `RecordRefused`, a `TerminalError`, before any
-        write. A handler that never calls it costs nothing more."""
+        """Merge `fields` (Firestore values) into the record's `notes` before the effect, for a
+        later delivery's `reconcile` to find it (`notes`), in one write fenced by the lease.
+        Lease mode only (`ConfigError` otherwise). Raises `LeaseLost` when the lease is lost,
+        `RecordRefused` (nothing written) for notes Firestore would refuse."""
         drive(self._notes_of_run().note(fields))
 
     def step[T](
@@ -220,18 +210,15 @@ ENTERED_FLAG = "dedup_entered"
 
 def mark_entered() -> None:
     """Note on the request Flask serves that it reached a dedup wrapper: its failures from here
-    on are the function's own (500), not a request that is no event (400,
-    `dedup.entrances.answers`)."""
+    on are the function's own (500), not a request that is no event (400)."""
     flask = sys.modules.get("flask")
     if flask is not None and flask.has_app_context():
         setattr(flask.g, ENTERED_FLAG, True)
 
 
 class EventOptions(NamedTuple):
-    """How one event is run, besides its id, suffix and handler: the one value every entrance
-    hands a front door (`Deduplicator.run_event`, `AsyncDeduplicator.run_event`), built once
-    per function by `dedup.entrances.gate.gate`, completed per event: `Deduplicator.run`'s
-    keyword arguments, and the time budget the entrance found (`budget`)."""
+    """How one event is run, besides its id, suffix and handler, as every entrance hands it to
+    a front door's `run_event`: `Deduplicator.run`'s keywords and the time `budget` found."""
 
     mode: Mode = Mode.LEASE
     payload: bytes | str | None = None

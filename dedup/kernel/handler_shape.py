@@ -1,15 +1,8 @@
-"""What a decorator of this package refuses to wrap, at import: a function that a
-firebase-functions decorator has already wrapped (the decorators are in the wrong order: the
-SDK would register the handler itself, and the function would deploy without dedup, or not at
-all), and a handler that cannot be called with the arguments its trigger kind passes (every
-delivery would fail with a `TypeError`, be retried, and end dead).
-
-`check_handler` raises a `ConfigError` naming the function and what to write instead;
-`check_handler_side` refuses, on every explicit `run`, a handler of the other side (sync or
-async) than its front door. The choice of what an ambiguous delivery does is checked here too
-(`check_ambiguity`, `check_sync_reconcile`; `dedup.kernel.ambiguity` runs it), at import by the
-entrances and on every explicit `run` (`check_run`), so that neither loads the lease flow.
-"""
+"""The checks of a handler and its options, each a `ConfigError` naming the function and what
+to write instead: at import, a function a firebase-functions decorator already wrapped or one
+its trigger kind cannot call (`check_handler`); at import and on every explicit `run`
+(`check_run`), a handler of the other side than its front door and the choice of what an
+ambiguous delivery does (docs/library.md, "the other mistakes of a first function")."""
 
 from __future__ import annotations
 
@@ -45,10 +38,8 @@ def check_handler(
     is_async: bool,
 ) -> None:
     """Refuse `handler` (named `owner`) under `@decorator(...)`: `ConfigError` when a
-    firebase-functions decorator already wrapped it (naming the right order: `platform` above
-    `decorator`), or when it cannot be called with `parameters` (naming the signature it
-    needs, `async def` for an async handler). A callable whose signature Python cannot read
-    is let through."""
+    firebase-functions decorator already wrapped it (naming the order: `platform` above), or
+    when it cannot be called with `parameters`. A signature Python cannot read passes."""
     name = getattr(handler, "__name__", "handler")
     if platform_wrapped(handler):
         raise ConfigError(
@@ -89,8 +80,7 @@ def is_async_handler(handler: object) -> bool:
 
 def check_handler_side(handler: object, *, awaited: bool) -> None:
     """Refuse (`ConfigError`) a handler of the other side than its front door: an `async def`
-    one where it is called (`Deduplicator`), a `def` one where it is awaited
-    (`AsyncDeduplicator`). The one check of both front doors."""
+    one where it is called (`Deduplicator`), a `def` one where it is awaited."""
     if is_async_handler(handler) == awaited:
         return
     name = repr(getattr(handler, "__qualname__", handler))
@@ -129,10 +119,9 @@ def check_sync_reconcile(where: str, reconcile: object) -> None:
 
 
 def check_run(options: EventOptions, handler: object, where: str, *, awaited: bool) -> None:
-    """Refuse (`ConfigError` naming `where`) the arguments of an explicit `run` call of a front
-    door whose handlers are `awaited` or not: a handler of the other side
-    (`check_handler_side`), an `on_ambiguous` that is not "rerun"/"skip", a `reconcile` that is
-    not callable, or an `async def` one given to the sync side."""
+    """Refuse (`ConfigError` naming `where`) the arguments of an explicit `run` of a front door
+    whose handlers are `awaited` or not: `check_handler_side`, `check_ambiguity`, and on the
+    sync side `check_sync_reconcile`."""
     plain_def = (  # of the sync side as `is_async_handler` reads it, without its calls
         not awaited
         and type(handler) is FunctionType

@@ -65,9 +65,6 @@ ambiguous           bool (absent)        Lease mode, read while the lease is rel
                                          attempt's lease expired): `dedup revive` refuses it
                                          without `--force`.
 ==================  ===================  ===================================================
-
-A lease ends at `leaseStartedAt + leaseSeconds` (`Record.lease_expires_at`), judged against a
-read time of the database (docs/architecture.md says why no field holds the end).
 """
 
 from __future__ import annotations
@@ -85,8 +82,7 @@ MAX_ERROR_CHARS = 1000
 """`lastError` is truncated to this many characters."""
 
 MAX_TEXT_BYTES = 1_048_487
-"""The longest string Firestore stores, in UTF-8 bytes (1 MiB - 89,
-`dedup.platform.firestore_refusals.MAX_FIELD_VALUE_BYTES`): `storable_text`'s default cut."""
+"""The longest string Firestore stores, in UTF-8 bytes (1 MiB - 89): `storable_text`'s cut."""
 
 
 class State(StrEnum):
@@ -101,9 +97,8 @@ class State(StrEnum):
     DEAD = "dead"
     """`max_attempts` was reached: a poison event, not retried."""
     UNKNOWN = "unknown"
-    """Lease mode, `on_ambiguous="skip"`: an earlier attempt may have produced the effect
-    (its lease expired before "sent" was recorded) and nothing could tell whether it did; the
-    event is not run again (at most once) until an operator revives it (`dedup revive`)."""
+    """Lease mode, `on_ambiguous="skip"`: an earlier attempt may have produced the effect and
+    nothing could tell; not run again (at most once) until `dedup revive`."""
 
 
 class Mode(StrEnum):
@@ -204,14 +199,9 @@ class Record:
     source: str | None = None
     """Where the event came from (its CloudEvent `source`), when known."""
     steps: dict[str, Any] | None = None
-    """Lease mode: the handler's durable steps by name (`delivery.step`, docs/steps.md), None
-    when it recorded none."""
+    """Lease mode: the handler's durable steps by name (docs/steps.md), None when none."""
     ambiguous: bool = False
-    """Lease mode: the lease was given back while an earlier attempt may have produced the
-    effect unrecorded (`dedup.kernel.claims.release_ambiguous`): the next delivery is an
-    ambiguous take-over, as after an expired lease. On a dead record: an attempt may have
-    produced the effect (`dedup.kernel.transitions.mark_dead`), so it is no poison event
-    `dedup revive` hands back without `--force`."""
+    """The `ambiguous` field (the schema table above)."""
 
     @classmethod
     def from_snapshot(cls, snapshot: SnapshotLike) -> Record | None:
@@ -291,12 +281,10 @@ def scrub_urls(text: str) -> str:
 def storable_text(
     text: str, *, max_bytes: int = MAX_TEXT_BYTES, max_chars: int | None = None
 ) -> str:
-    """`text` as a string Firestore stores as it is, for every string the library composes
-    from user data (an error message, an exception's type name, an event's subject): each
-    lone surrogate escaped as the text `\\ud800` (a JSON `"\\ud800"` decodes to one, and no
-    UTF-8 field can carry it), then cut to at most `max_chars` characters and `max_bytes` UTF-8
-    bytes, a cut marked by a final "…" within both limits. Never raises for a `str` (a
-    subclass is read as its plain text); the result is an exact `str` that `refusal` takes."""
+    """`text` as a string Firestore stores as it is: each lone surrogate escaped as the text
+    `\\ud800`, then cut to at most `max_chars` characters and `max_bytes` UTF-8 bytes, a cut
+    marked by a final "…" within both limits. Never raises for a `str` (a subclass is read as
+    its plain text); the result is an exact `str`."""
     plain = str.__str__(text)
     try:
         encoded = plain.encode("utf-8")
@@ -313,10 +301,8 @@ def storable_text(
 
 
 def error_text(error: BaseException) -> str:
-    """`lastError` for an exception, whatever it holds: type and message, URLs scrubbed
-    (`scrub_urls`), made storable and cut to 1000 characters by `storable_text` (a lone
-    surrogate escaped as `\\ud800`), so that the write carrying it is never refused for its
-    text. An exception whose `str()` raises is named by its type and that failure."""
+    """`lastError` for an exception, whatever it holds: type and message, URLs scrubbed, made
+    storable and cut to `MAX_ERROR_CHARS` (`storable_text`). Never raises."""
     try:
         message = str(error)
     except Exception as unreadable:
@@ -369,9 +355,8 @@ class OutcomeKind(StrEnum):
     PAYLOAD_MISMATCH = "payload_mismatch"
     """Recorded fingerprint differs and the policy is "raise": `PayloadMismatch` raised."""
     AMBIGUOUS = "ambiguous"
-    """Lease mode, `on_ambiguous="skip"`: an earlier attempt may have produced the effect and
-    nothing could tell whether it did; the handler did not run, the record is `unknown`,
-    returned normally (at most once)."""
+    """Lease mode, `on_ambiguous="skip"`: the handler did not run, the record is `unknown`
+    (`State.UNKNOWN`), returned normally."""
     RECONCILED = "reconciled"
     """Lease mode: `reconcile` found that an earlier attempt produced the effect; recorded as
     sent (`reconciled: true`) without running the handler, returned normally."""

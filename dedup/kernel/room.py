@@ -1,15 +1,7 @@
-"""What fits in a dedup record: the handler result stored with "sent" and the room a durable
-step's write has, measured as Firestore measures a document (`dedup.platform.firestore_values`,
-after https://firebase.google.com/docs/firestore/storage-size).
-
-A record is one Firestore document, at most 1 MiB (`MAX_DOCUMENT_BYTES`). Whatever a write adds
-(a step's value, the handler's result) is measured against the record at its largest
-(`record_size`: every field it may hold, `lastError` at its longest), so that every later
-write of the record still fits: "sent" with a result that would not fit is written with the
-result null (`storable_result`, a WARNING naming the record), and a step whose value would not
-fit is refused before its write (`steps_room`, which the lease hands to
-`dedup.kernel.steps.StepLog.with_entry`).
-"""
+"""What fits in a dedup record (one document, at most `MAX_DOCUMENT_BYTES`), measured as
+Firestore measures a document: what a write adds (the handler's result, a step's value) is
+measured against the record at its largest (`record_size`), so every later write still fits;
+a result that would not fit is not stored (`storable_result`), a step's room is `steps_room`."""
 
 from __future__ import annotations
 
@@ -34,9 +26,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("dedup")
 
 ERROR_ROOM_BYTES = 4 * MAX_ERROR_CHARS + 512
-"""The room a record keeps for `lastError` whatever it holds now: `error_text`'s 1,000
-characters at 4 bytes each (UTF-8) and the sentence around them, so that recording a failure
-always fits after the steps and notes that fitted."""
+"""The room a record keeps for `lastError` whatever it holds now: `error_text`'s longest at 4
+bytes a character, and the sentence around it."""
 
 
 def record_size(
@@ -45,10 +36,8 @@ def record_size(
     notes: Mapping[str, Any] | None = None,
     steps: Mapping[str, Any] | None = None,
 ) -> int:
-    """The most the record of `run` may hold with these `notes` and `steps` and a null result, as
-    Firestore measures a document (`dedup.platform.firestore_values.document_size`): every
-    other field at its largest (`lastError` at `ERROR_ROOM_BYTES`, every timestamp set, a
-    trace id, `reconciled`). Firestore stores at most `MAX_DOCUMENT_BYTES`."""
+    """The most the record of `run` may hold with these `notes` and `steps` and a null result,
+    in bytes: every other field at its largest (`lastError` at `ERROR_ROOM_BYTES`)."""
     facts = (run.path, run.event_id, run.suffix, run.mode, run.payload_hash, run.subject)
     key = (*facts, run.source)
     base = _BASE_SIZES.get(key)
@@ -74,8 +63,7 @@ def record_size(
 
 
 _BASE_SIZES: dict[tuple[Any, ...], int] = {}
-"""`record_size` of a record without notes nor steps, less its `expireAt`, by the facts of its
-run it depends on (the record's path, event, suffix, mode, payload hash, subject, source)."""
+"""`record_size` without notes, steps or `expireAt`, by the facts of the run it depends on."""
 
 
 def storable_result(
@@ -86,11 +74,9 @@ def storable_result(
     steps: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """What of a handler's return value is stored in the record: a mapping as a dict; None
-    when it returned None, something that is not a mapping, a mapping holding a value
-    Firestore refuses (`dedup.platform.firestore_values.refusal`; a tuple or a set is stored,
-    as a list), one over `MAX_RESULT_BYTES`, or one that would take the record of `run` (with
-    `notes` and `steps`) past Firestore's 1 MiB document. Each refusal is logged at WARNING,
-    naming the record. Never raises: the effect already happened, "sent" must be written."""
+    for None, a non-mapping, a mapping holding a value Firestore refuses, one over
+    `MAX_RESULT_BYTES`, or one that would take the record of `run` (with `notes` and `steps`)
+    past 1 MiB, each such refusal logged at WARNING naming the record. Never raises."""
     if result is None:
         return None
     where = f"{run.path}: " if run is not None else ""

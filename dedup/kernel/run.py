@@ -1,7 +1,6 @@
-"""One delivery's `Run` (identity, attempt, time budget (`run.budget`), its single log line,
-the checks before a claim), which the flows work and report through, sync or async alike; and the
-instance's memory of keys (`SentKeys`: only keys known sent; `LiveLeases`: only ever "retry
-later"), an optimization that cannot lose an effect."""
+"""One delivery's `Run` (identity, attempt, `run.budget`, the record checks, its single log
+line), which the flows work and report through; and the instance's memory of keys (`SentKeys`,
+only keys known sent; `LiveLeases`, only ever "retry later"), which cannot lose an effect."""
 
 from __future__ import annotations
 
@@ -75,9 +74,8 @@ class Run:
     ambiguity: Ambiguity | None = None
     """Lease mode: the function's choice for an ambiguous take-over (None: rerun)."""
     refused: Exception | None = None
-    """What refused a step of this delivery (`LeaseLost`, `BudgetSpent`:
-    `kernel.step_writes.require_live`): raised again if the handler caught it and returned, so
-    that "sent" is never recorded over a step that never ran."""
+    """What refused a step of this delivery (`LeaseLost`, `BudgetSpent`), raised again if the
+    handler caught it and returned."""
     retry_age: float = 0.0
     """Seconds from the record's first attempt to the read this delivery claimed on (database
     clock, `kernel.claims.retry_age`); 0 for a fresh event."""
@@ -92,8 +90,7 @@ class Run:
             self.spent(action, cause)
 
     def spent(self, action: str, cause: BaseException | None = None) -> NoReturn:
-        """Raise `BudgetSpent`, chaining `cause` (the last store error, if any): the budget ran
-        out before `action` could start (`kernel.front_door.run_flow` logs it, unavailable)."""
+        """Raise `BudgetSpent` before `action`, chaining `cause` (the last store error, if any)."""
         budget = self.budget.length.seconds if self.budget.length else 0.0
         error = (
             f"the delivery's time budget of {budget:g} s is spent before it could {action} "
@@ -125,10 +122,9 @@ class Run:
     def delivery(
         self, client: Any, writer: Any = None, kinds: DeliveryKinds = SYNC_DELIVERIES
     ) -> Any:
-        """What the handler is told about this run, at its current attempt: the delivery type
-        of its mode among `kinds` (default: the sync ones), with `client` and the `writer` it
-        writes into: the transaction (Mode.TRANSACTION), the batch (Mode.WRITE_ONLY), or in
-        lease mode where its notes go (`RunNotes`: the delivery's `kernel.lease.Lease`)."""
+        """What the handler is told at the current attempt: its mode's delivery type among
+        `kinds`, with `client` and the `writer` it writes into (the transaction, the batch, or in
+        lease mode the `Lease` its notes go to)."""
         index, writer_field = _DELIVERY_OF[self.mode]
         identity = (self.key, self.event_id, self.suffix, self.attempt, self.path, client)
         if writer_field is None:
@@ -196,8 +192,7 @@ class Run:
         self.mismatch = True
 
     def skip(self, record: Record) -> Outcome:
-        """A final record: report the duplicate, with the stored result (and cache the key
-        when it is sent)."""
+        """A final record: report the duplicate with its stored result (caching a sent key)."""
         self.attempt = record.attempts
         self.found = record
         if record_sent(record):
@@ -237,13 +232,12 @@ class Run:
         level = SEVERITY[kind]
         if self.mismatch:
             level = max(level, logging.ERROR)
-        if logs_at(level):  # else `log_delivery` would drop the line: it is not even made
+        if logs_at(level):
             self._log(kind, level, ms, error)
         gave_up = kind in GIVING_UP or (self.found is not None and self.found.state in GIVEN_UP)
         return Outcome(kind, self.key, self.attempt, ms, result, gave_up)
 
     def _log(self, kind: OutcomeKind, level: int, ms: int, error: str | None) -> None:
-        """The delivery's single line (`finish`), at `level`."""
         message = f"{kind.value}: {self.path} (attempt {self.attempt})"
         if self.mismatch:
             message += "; payload fingerprint differs from the recorded event's"
@@ -268,8 +262,7 @@ class Run:
 
 
 class _RunTurn:
-    """`Run.turn`'s block, a plain async context manager (it runs at every delivery): a
-    `TurnTimeout` from the turn, entering or leaving, is the budget spent (`Run.spent`)."""
+    """`Run.turn`'s block: a `TurnTimeout`, entering or leaving, is the budget spent."""
 
     __slots__ = ("_key", "_run", "_turn")
 

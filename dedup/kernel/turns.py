@@ -14,10 +14,8 @@ class TurnTimeout(TimeoutError):
 
 
 class KeyTurns:
-    """Mutual exclusion per key within one process; holds no memory for idle keys.
-
-    `turn` serves threads; `lock_of` gives the per-key lock of another kind to wait on (the
-    async path's `asyncio.Lock`, `dedup.kernel.store.RecordStore.turn`)."""
+    """Mutual exclusion per key within one process; holds no memory for idle keys. `turn`
+    serves threads; `lock_of` a per-key lock of another kind (the async path's)."""
 
     def __init__(self) -> None:
         """No key is busy."""
@@ -36,7 +34,6 @@ class KeyTurns:
         return _Shared(self, key, new)
 
     def _join[L](self, key: str, new: Callable[[], L]) -> L:
-        """Count one more user of `key`'s lock (made by `new` for the first) and return it."""
         with self._lock:
             lock, users = self._locks.get(key, (None, 0))
             if lock is None:
@@ -45,7 +42,6 @@ class KeyTurns:
         return cast(L, lock)
 
     def _leave(self, key: str) -> None:
-        """One user of `key`'s lock left: forget the lock with its last user."""
         with self._lock:
             lock, users = self._locks[key]
             if users <= 1:
@@ -60,7 +56,7 @@ class KeyTurns:
 
 
 class _Shared[L]:
-    """`KeyTurns.lock_of`'s block (a plain context manager: it runs at every delivery)."""
+    """`KeyTurns.lock_of`'s block."""
 
     __slots__ = ("_key", "_new", "_turns")
 
@@ -75,7 +71,7 @@ class _Shared[L]:
 
 
 class _Turn:
-    """`KeyTurns.turn`'s block (a plain context manager: it runs at every delivery)."""
+    """`KeyTurns.turn`'s block."""
 
     __slots__ = ("_key", "_lock", "_timeout", "_turns")
 
