@@ -132,9 +132,10 @@ class Lease:
     async def write(
         self, fields: Fields, state: State, action: str, *, keeps_lease: bool = False
     ) -> None:
-        """Write `fields` fenced by `fence` (which moves on), every error retried within
-        `Budget.after_handler`. Raises `LeaseLost` if another delivery moved the record,
-        `StoreUnavailable` if the store kept failing. `keeps_lease`: a note or a step, not an
+        """Write `fields` fenced by `fence` (which moves on), every Firestore error but a refused
+        value retried within `Budget.after_handler`. Raises `LeaseLost` if another delivery
+        moved the record, `RecordRefused` for a refused value, `StoreUnavailable` if the store
+        kept failing. `keeps_lease`: a note or a step, not an
         outcome (a record still ours is written over)."""
         run = self.run
         budget = run.budget.after_handler()
