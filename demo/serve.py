@@ -54,6 +54,18 @@ def free_port() -> int:
     raise RuntimeError(f"no free port in {FREE_PORTS.start}..{FREE_PORTS.stop - 1}")
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` different ports, each as `free_port` finds one: a server set up with several
+    (an emulator suite's hub, Eventarc, Cloud Tasks...) never gets one port twice, which
+    `free_port` called that many times may give."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 @dataclass
 class ServedFunction:
     """A running function server: its URL and process."""

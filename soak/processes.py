@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from demo.serve import free_port
+from demo.serve import free_ports
 from soak.emulator import ROOT
 from soak.settings import SoakSettings
 from soak.worker import WorkerSettings
@@ -54,7 +54,7 @@ class Processes:
         self.faults_file = faults_file
         self.rng = rng
         self.on_exit = on_exit
-        self.ports = [free_port() for _ in range(settings.workers)]
+        self.ports = free_ports(settings.workers)
         self._workers: dict[int, subprocess.Popen[bytes]] = {}
         self._stopping = False
         self._monitor: threading.Thread | None = None

@@ -81,7 +81,7 @@ from dedup import testing
 from demo.emulator_triggers import EmulatorTrigger
 from demo.events import HttpEvent
 from demo.platform import DeliveryLog, deliver_at_least_once
-from demo.serve import ROOT, free_port
+from demo.serve import ROOT, free_ports
 from tests.dedup.test_kinds import custom, database, matrix_event, remote_config
 from tests.waiting import eventually
 from tools.emulators import FIREBASE_BIN, PROJECT, REGION, descendants
@@ -225,7 +225,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FunctionsEmul
     folder = tmp_path_factory.mktemp("routes-project")
     # The Eventarc and Cloud Tasks emulators start beside every Functions emulator: on their
     # default ports (the session's, in the repo's firebase.json) unless given others.
-    ports = {name: free_port() for name in ("functions", "hub", "logging", "eventarc", "tasks")}
+    names = ("functions", "hub", "logging", "eventarc", "tasks")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))  # never one port twice
     write_project(folder, ports)
     env = {
         name: value

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import demo.own_firestore
+import demo.serve
 from demo.own_firestore import OwnFirestore, PortTaken, find_java, own_firestore
 from demo.serve import FREE_PORTS, free_port
 
@@ -24,6 +25,15 @@ def test_free_ports_lie_below_the_ephemeral_range() -> None:
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     assert FREE_PORTS.stop <= low
     assert all(free_port() in FREE_PORTS for _ in range(50))
+
+
+def test_ports_asked_for_together_are_all_different(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`free_ports` never hands out one port twice, even when the random draw repeats one
+    (it did: a test's emulator hub and Eventarc emulator were given one port, and the Eventarc
+    emulator moved to another, where no event reached it)."""
+    draws = iter([20_001, 20_001, 20_002, 20_001, 20_003])
+    monkeypatch.setattr(demo.serve.random, "choice", lambda _: next(draws))
+    assert demo.serve.free_ports(3) == [20_001, 20_002, 20_003]
 
 
 def test_a_taken_port_is_given_up_for_another(
