@@ -7,12 +7,13 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from google.api_core import exceptions as api_exceptions
+
 from dedup.errors import BudgetSpent, LeaseLost, RecordRefused, TerminalError
 from dedup.kernel.claims import written_by
 from dedup.kernel.delivery import Step
 from dedup.kernel.record import Field, OutcomeKind, State
 from dedup.kernel.steps import DONE, STARTED, StepCall
-from dedup.kernel.store_errors import CommitFailed, commit_failure
 from dedup.kernel.transitions import fence_of, steps_recorded
 from dedup.platform.firestore_internals import document_name
 from dedup.platform.firestore_values import as_stored, references
@@ -151,14 +152,13 @@ async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: 
 
 
 async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
-    """One fresh transaction more after an InvalidArgument (maybe expired), as the atomic
-    modes do."""
+    """One fresh transaction more when the transaction raised InvalidArgument itself (maybe
+    expired), as the atomic modes do; an InvalidArgument only chained under another error (a
+    failed rollback's) is released for the platform's retry, as before."""
     try:
         return await _transaction_once(lease, name, call)
-    except Exception as exc:
-        failure = commit_failure(exc)
-        if failure is None or failure[0] is not CommitFailed.INVALID:
-            raise
+    except api_exceptions.InvalidArgument:
+        pass
     return await _transaction_once(lease, name, call)
 
 
