@@ -20,6 +20,7 @@ from opentelemetry.trace import (
     NonRecordingSpan,
     NoOpTracer,
     ProxyTracer,
+    ProxyTracerProvider,
     SpanKind,
     Status,
     StatusCode,
@@ -205,10 +206,9 @@ class Telemetry:
 
     def _starts_span(self) -> bool:
         """Whether a delivery now starts a span (docs/architecture.md, "Spans without an SDK")."""
-        tracer = self._tracer
-        if type(tracer) is ProxyTracer:
-            tracer = getattr(tracer, "_tracer", tracer)  # the provider's once one is set
-        if type(tracer) is not NoOpTracer:
+        kind = type(self._tracer)  # ProxyTracer: the global provider's, no-op until one is set
+        unset = kind is ProxyTracer and type(trace.get_tracer_provider()) is ProxyTracerProvider
+        if kind is not NoOpTracer and not unset:
             return True
         return not isinstance(trace.get_current_span(), NonRecordingSpan)
 
