@@ -407,19 +407,25 @@ print(json.dumps({"imported_before": imported_before, "counted": counted}))
 """
 
 
-def test_no_metrics_api_import_until_a_meter_provider_can_exist() -> None:
-    """A process that never imported the metrics API records its deliveries nowhere and does
-    not import it (its first event stays lighter); once a global meter provider is set, even
-    after the Telemetry was created, the next delivery is counted by it."""
+def _last_json_line_of(source: str) -> Any:
+    """Run `source` in a fresh Python (from the repo's root) and read the JSON line it printed
+    last; fails with its stderr if it failed."""
     done = subprocess.run(
-        [sys.executable, "-c", _LATE_METER_PROVIDER],
+        [sys.executable, "-c", source],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_no_metrics_api_import_until_a_meter_provider_can_exist() -> None:
+    """A process that never imported the metrics API records its deliveries nowhere and does
+    not import it (its first event stays lighter); once a global meter provider is set, even
+    after the Telemetry was created, the next delivery is counted by it."""
+    found = _last_json_line_of(_LATE_METER_PROVIDER)
     assert found == {"imported_before": False, "counted": [1]}
 
 
@@ -484,15 +490,7 @@ def test_without_an_sdk_a_delivery_leaves_the_current_span_as_the_no_op_tracer_d
     a recording span of another provider, a non-recording span of that span's context. A global
     provider set after the `Telemetry` was made gets the next delivery's span, the caller's
     child, with its attributes and the exception's ERROR status."""
-    done = subprocess.run(
-        [sys.executable, "-c", _NO_SDK_SPANS],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = _last_json_line_of(_NO_SDK_SPANS)
     for name in ("global", "given"):
         assert found[f"{name} none"] is True
         assert found[f"{name} remote"] is True
