@@ -24,6 +24,7 @@ greenlets).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -357,13 +358,14 @@ class SimRecords(StoreBase[SimClient]):
             if transaction is not None and transaction.id is not None:
                 txn, server = transaction.id, self.world.server
                 bound_ = rollback() if callable(rollback) else rollback
-                self.retrying(
-                    "rollback",
-                    bound_,
-                    lambda t: self.world.send(
-                        f"rollback txn {txn}", lambda now: server.rollback(txn, now), t
-                    ),
-                )
+                with suppress(api.GoogleAPICallError, api.RetryError):  # as `BoundedTransaction`
+                    self.retrying(
+                        "rollback",
+                        bound_,
+                        lambda t: self.world.send(
+                            f"rollback txn {txn}", lambda now: server.rollback(txn, now), t
+                        ),
+                    )
             raise
 
 

@@ -152,9 +152,9 @@ async def _record(lease: FencedLease, name: str, steps: dict[str, Any], action: 
 
 
 async def _in_transaction(lease: FencedLease, name: str, call: StepCall) -> Any:
-    """One fresh transaction more when the transaction raised InvalidArgument itself (maybe
-    expired), as the atomic modes do; an InvalidArgument only chained under another error (a
-    failed rollback's) is released for the platform's retry, as before."""
+    """One fresh transaction more after an InvalidArgument (maybe expired), as the atomic
+    modes do. The error is the transaction's own: a failed rollback's never replaces it
+    (`dedup.platform.firestore_internals`)."""
     try:
         return await _transaction_once(lease, name, call)
     except api_exceptions.InvalidArgument:

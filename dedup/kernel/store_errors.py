@@ -50,8 +50,9 @@ class CommitFailed(Enum):
 
 
 def commit_failure(exc: BaseException) -> tuple[CommitFailed, Exception] | None:
-    """The commit's own error in `exc`'s chain (the first raised, under a failed rollback's),
-    classified, with that error; None if the chain holds no Google API error."""
+    """The commit's own error in `exc`'s chain (the first raised, as under the library's
+    ValueError after its last Aborted try), classified, with that error; None if the chain
+    holds no Google API error."""
     found: tuple[CommitFailed, Exception] | None = None
     for error in chained(exc):
         kind = _commit_error(error)

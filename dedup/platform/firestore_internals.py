@@ -12,6 +12,14 @@ offer are done here, sync and async side by side:
   `BoundedTransaction` and `BoundedAsyncTransaction` override the library's `_begin`,
   `_commit` and `_rollback` with the same calls plus a timeout; commit is never retried (a
   lost response is resolved by reading the record).
+* **A failed rollback never replaces the transaction's error.** The library rolls back on any
+  error and lets the rollback's own error propagate in place of the one being handled. After
+  a database restart a rollback is refused as INVALID_ARGUMENT ("Transaction is invalid or
+  expired"), which reads as bad data, a terminal error: a commit merely cut off would have
+  recorded its event `failed` (`tests/dedup/test_holes.py::
+  test_a_refused_rollback_never_stands_for_a_steps_failed_commit`). Both overrides log the
+  rollback's error (WARNING) and let the transaction's own error propagate; the database ends
+  the transaction when it expires.
 * **What a transaction or batch is about to write**, for the one-database rule of the atomic
   modes (`dedup.kernel.store.require_one_database`): the buffered writes and a reference's full
   name.
@@ -37,11 +45,28 @@ at the handler's first read), the transaction-mode tests and `tests/dedup/test_m
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from google.api_core.exceptions import GoogleAPICallError, RetryError
 from google.api_core.retry import AsyncRetry, Retry
 from google.cloud.firestore import AsyncClient, AsyncTransaction, Client, Transaction
+
+logger = logging.getLogger("dedup")
+
+_ROLLBACK_ERRORS = (GoogleAPICallError, RetryError)
+"""What a failed rollback raises; kept from replacing the transaction's own error."""
+
+
+def _rollback_failed(exc: Exception) -> None:
+    logger.warning(
+        "a transaction's rollback failed (%s: %s); the database ends the transaction when it "
+        "expires, and the transaction's own error is the one raised",
+        type(exc).__name__,
+        exc,
+    )
+
 
 type RpcTimeout = float | Callable[[], float]
 """The bound of each RPC of a bounded transaction: seconds, or a callable giving them."""
@@ -145,6 +170,8 @@ class BoundedTransaction(_Bounded, Transaction):
                 self._client._firestore_api.rollback(
                     **_rollback_call(self, bound), retry=self._begin_retry.with_timeout(bound)
                 )
+        except _ROLLBACK_ERRORS as exc:
+            _rollback_failed(exc)
         finally:
             self._clean_up()
 
@@ -194,6 +221,8 @@ class BoundedAsyncTransaction(_Bounded, AsyncTransaction):
             await self._client._firestore_api.rollback(
                 **_rollback_call(self, bound), retry=self._begin_retry.with_timeout(bound)
             )
+        except _ROLLBACK_ERRORS as exc:
+            _rollback_failed(exc)
         finally:
             self._clean_up()
 

@@ -106,3 +106,36 @@ def test_an_outage_is_store_unavailable_then_the_event_runs_once(
     )
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
     assert _counter(firestore_client) == {"n": 1}
+
+
+async def _write_in_step(transaction: object, delivery: AsyncDelivery) -> None:
+    """A transactional step that reads one document (beginning the transaction) and creates
+    another: a transaction left open by a refused rollback holds no lock the next needs."""
+    await delivery.client.collection("probes").document(delivery.key).get(transaction=transaction)
+    effect = delivery.client.collection("counters").document(delivery.key)
+    transaction.create(effect, {"key": delivery.key})  # type: ignore[attr-defined]
+
+
+async def _step_handler(delivery: AsyncDelivery) -> None:
+    await delivery.step("write", _write_in_step, delivery, transactional=True)
+
+
+def test_a_refused_rollback_never_stands_for_a_steps_failed_commit(
+    read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """The async twin of `tests/dedup/test_holes.py`'s test of that name: a step's commit cut
+    off unsent, its rollback refused as invalid, is released for the platform's retry (not
+    recorded `failed`), and the next delivery commits the step's write once."""
+
+    def plan(method: str, n: int) -> Fault:
+        if method == "Commit" and n in (2, 3):
+            return Fault.DEADLINE
+        return Fault.INVALID if method == "Rollback" else Fault.PASS
+
+    with pytest.raises(Exception, match="deadline exceeded"):
+        asyncio.run(faulty_async_dedup(plan, min_retry_seconds=0).run("e1", "s", _step_handler))
+    assert read_record("e1-s").state is State.IN_PROGRESS  # type: ignore[union-attr]
+    back = faulty_async_dedup(lambda method, n: Fault.PASS, min_retry_seconds=0)
+    assert asyncio.run(back.run("e1", "s", _step_handler)).kind is OutcomeKind.RAN
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+    assert firestore_client.collection("counters").document("e1-s").get().exists

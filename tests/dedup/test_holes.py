@@ -308,6 +308,42 @@ def test_an_expired_transaction_of_a_step_is_retried_not_a_terminal_failure(
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 
 
+def test_a_refused_rollback_never_stands_for_a_steps_failed_commit(
+    read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A transactional step's commit is cut off unsent (DEADLINE_EXCEEDED: nothing applied),
+    and its rollback is refused as invalid, as after a database restart (the soak saw this
+    chain). The attempt failed of its commit's error, which a retry cures: it is released, not
+    recorded `failed` on the rollback's INVALID_ARGUMENT, and the next delivery commits the
+    step's write once. (Commit 1 is the claim; 2 and 3 the step's, or the release.)"""
+
+    def plan(method: str, n: int) -> Fault:
+        if method == "Commit" and n in (2, 3):
+            return Fault.DEADLINE
+        return Fault.INVALID if method == "Rollback" else Fault.PASS
+
+    dedup = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=faulty_client(plan))
+
+    def write(transaction: firestore.Transaction, delivery: Delivery) -> None:
+        # The read begins the transaction, so a rollback is sent. It reads another document
+        # than it writes: a transaction whose rollback was refused is still open on the
+        # emulator, holding its read's lock until it expires (60 s).
+        delivery.client.collection("probes").document(delivery.key).get(transaction=transaction)
+        effect = delivery.client.collection(EFFECTS).document(delivery.key)
+        transaction.create(effect, {"key": delivery.key})
+
+    def handler(delivery: Delivery) -> None:
+        delivery.step("write", write, delivery, transactional=True)
+
+    with pytest.raises(api_exceptions.DeadlineExceeded):
+        dedup.run("e1", "s", handler)
+    assert read_record("e1-s").state is State.IN_PROGRESS  # type: ignore[union-attr]
+    again = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=firestore_client)
+    assert again.run("e1", "s", handler).kind is OutcomeKind.RAN
+    assert effects(firestore_client) == 1
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
 # --- 7. An operator's release -------------------------------------------------------------------
 
 

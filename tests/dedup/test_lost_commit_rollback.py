@@ -3,11 +3,10 @@ Firestore emulator: the commit may have landed, so the delivery reads the record
 its own marker, reports the run it made (one effect, the record `sent`), instead of giving up
 with `StoreUnavailable` on the rollback's error and leaving the truth to a redelivery.
 
-The client library rolls a transaction back on any error, its commit's included, and chains
-the commit's error to a failed rollback's (`__context__`); the kernel reads the whole chain
-(`dedup.kernel.atomic`), and a rollback whose retries gave up (`RetryError`) is read as
-`commit_failure` reads any transient error: the commit may have landed
-(`tests/dedup/test_claims.py::test_a_commit_whose_retries_gave_up_may_have_landed`).
+The client library rolls a transaction back on any error, its commit's included, and would
+raise a failed rollback's error in place of the commit's; dedup's bounded transactions log the
+rollback's error and raise the commit's (`dedup.platform.firestore_internals`), which
+`commit_failure` reads: a transient one means the commit may have landed.
 """
 
 from __future__ import annotations
@@ -55,9 +54,7 @@ def test_a_lost_commit_is_read_back_whatever_its_rollback_raised(
     counter = firestore_client.collection("counters").document(event).get().to_dict()
     assert counter == {"n": 1}
     again = Deduplicator(DedupConfig(cache_size=0), client=firestore_client)
-    assert again.run(event, "count", handler, mode=Mode.TRANSACTION).kind is (
-        OutcomeKind.DUPLICATE
-    )
+    assert again.run(event, "count", handler, mode=Mode.TRANSACTION).kind is (OutcomeKind.DUPLICATE)
 
 
 def test_a_failed_handler_is_recorded_whatever_its_rollback_raised(
