@@ -59,7 +59,7 @@ from google.api_core import exceptions as api_exceptions
 
 from dedup.errors import TerminalError
 from dedup.kernel.record import GIVEN_UP, RERUN, Record, State
-from dedup.kernel.store_errors import CommitFailed
+from dedup.kernel.store_errors import CommitFailed, commit_failure
 
 
 def record_absent(record: Record | None) -> bool:
@@ -198,8 +198,15 @@ def belongs_to(record: Record, event_id: str, suffix: str) -> bool:
 
 def error_terminal(error: BaseException) -> bool:
     """A handler error that no retry can cure: `TerminalError`, or Firestore refusing the
-    handler's data as invalid (`InvalidArgument`: a bad document id, a value too large)."""
-    return isinstance(error, TerminalError | api_exceptions.InvalidArgument)
+    handler's data as invalid (`InvalidArgument`: a bad document id, a value too large), unless
+    that InvalidArgument only stands for an earlier error it chains (`commit_failure`: a
+    library transaction's refused rollback raised over its commit's DEADLINE_EXCEEDED)."""
+    if isinstance(error, TerminalError):
+        return True
+    if not isinstance(error, api_exceptions.InvalidArgument):
+        return False
+    failure = commit_failure(error)
+    return failure is None or failure[0] is CommitFailed.INVALID
 
 
 def last_attempt(attempt: int, limit: AttemptLimit, age_seconds: float) -> bool:

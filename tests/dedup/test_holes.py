@@ -344,6 +344,41 @@ def test_a_refused_rollback_never_stands_for_a_steps_failed_commit(
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 
 
+def test_a_refused_rollback_never_stands_for_a_handlers_own_failed_commit(
+    read_record: ReadRecord, firestore_client: firestore.Client
+) -> None:
+    """A lease-mode handler runs its own transaction through the client library, which raises
+    a refused rollback's INVALID_ARGUMENT in place of the commit's DEADLINE_EXCEEDED (nothing
+    applied). The first error the handler's failure chains is what it failed of: a retry may
+    cure it, so the attempt is released, not recorded `failed`, and the next delivery commits
+    the write once. (Commit 1 is the claim, 2 the handler's; 3 the release.)"""
+
+    def plan(method: str, n: int) -> Fault:
+        if method == "Commit" and n == 2:
+            return Fault.DEADLINE
+        return Fault.INVALID if method == "Rollback" else Fault.PASS
+
+    def handler(delivery: Delivery) -> None:
+        client = delivery.client
+
+        @firestore.transactional
+        def write(transaction: firestore.Transaction) -> None:
+            client.collection("probes").document(delivery.key).get(transaction=transaction)
+            effect = client.collection(EFFECTS).document(delivery.key)
+            transaction.create(effect, {"key": delivery.key})
+
+        write(client.transaction())
+
+    dedup = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=faulty_client(plan))
+    with pytest.raises(api_exceptions.InvalidArgument):
+        dedup.run("e1", "s", handler)
+    assert read_record("e1-s").state is State.IN_PROGRESS  # type: ignore[union-attr]
+    again = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=firestore_client)
+    assert again.run("e1", "s", handler).kind is OutcomeKind.RAN
+    assert effects(firestore_client) == 1
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
 # --- 7. An operator's release -------------------------------------------------------------------
 
 
