@@ -78,7 +78,7 @@ class OperatorPlatform(Platform):
         path = f"{COLLECTION}/{event}-{SUFFIX}"
         try:
             snapshot = records.get(path)
-        except api.GoogleAPICallError as exc:
+        except (api.GoogleAPICallError, api.RetryError) as exc:
             self.again(event)
             return self.done("read", f"failed: {type(exc).__name__}")
         record = Record.from_snapshot(snapshot)
@@ -99,7 +99,7 @@ class OperatorPlatform(Platform):
             records.write([write], f"operator {command} {path}")
         except (api.FailedPrecondition, api.NotFound):
             return self.done(command, "skipped: the record changed since it was read")
-        except api.GoogleAPICallError as exc:  # the command failed (or its answer was lost)
+        except (api.GoogleAPICallError, api.RetryError) as exc:  # failed, or its answer lost
             self.writes.append((sent, self.world.now, command, record.state.value))
             self.again(event)  # the operator looks again (`dedup show`) a little later
             return self.done(command, f"failed: {type(exc).__name__}")

@@ -111,3 +111,16 @@ def test_a_seed_of_every_surface_replays_exactly(surface: str) -> None:
     assert first.surface == surface
     assert first.report() == second.report()
     assert len(first.world.trace.lines) > 5
+
+
+FOUND_SEEDS = (796663272527,)
+"""Seeds a `make simulate` found breaking an invariant, kept once fixed: 796663272527, an
+operator whose read ran out of retries (`RetryError`) stopped looking after a revive whose
+answer was lost (docs/simulation.md, the operators surface)."""
+
+
+@pytest.mark.parametrize("seed", FOUND_SEEDS)
+def test_a_seed_found_breaking_an_invariant_keeps_it_now(seed: int) -> None:
+    with quiet():
+        result = run_one(seed)
+    assert unexplained(seed, result) == []
