@@ -142,7 +142,8 @@ def revive(
     Revive delivers nothing: the platform stopped retrying when the record became final, and
     instances that saw it sent may skip it from their cache; see the README runbook. A KEY
     whose record is missing or not dead, failed or unknown (sent: its effect happened;
-    in_progress: a delivery owns it, use `release`) is refused: exit status 1.
+    in_progress: a delivery owns it, use `release`; or, with no lease, it waits for a
+    delivery) is refused: exit status 1.
     """
     if bool(keys) == (state is not None):
         raise click.UsageError("name the records by KEY or by --state, not both nor neither")
@@ -199,6 +200,11 @@ def _revive_problem(record: Record | None, *, force: bool = False) -> str | None
         return None
     if record.state is State.SENT:
         return "state is sent: its effect happened, there is nothing to run again"
+    if not record.has_lease:  # revived or released already (maybe by a revive gone unanswered)
+        return (
+            "state is in_progress with no lease: it was revived or released and waits for a "
+            "delivery: redeliver the event (revive delivers nothing)"
+        )
     return "state is in_progress, not dead, failed or unknown (a delivery owns it: see `release`)"
 
 

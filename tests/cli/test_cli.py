@@ -379,13 +379,18 @@ def test_list_finds_unknown_records_and_revive_runs_them_again(
 
 @pytest.mark.parametrize(
     ("state", "lease", "says"),
-    [(State.SENT, None, "its effect happened"), (State.IN_PROGRESS, "live", "see `release`")],
+    [
+        (State.SENT, None, "its effect happened"),
+        (State.IN_PROGRESS, "live", "see `release`"),
+        (State.IN_PROGRESS, None, "waits for a delivery: redeliver the event"),
+    ],
 )
 def test_revive_refuses_a_record_that_is_not_dead_failed_or_unknown(
     invoke: Invoke, firestore_client: firestore.Client, state: State, lease: str | None, says: str
 ) -> None:
     """A sent or in-progress record named by key is refused, unchanged, with exit status 1;
-    so is a missing one."""
+    so is a missing one. One in progress with no lease (revived or released already, as after
+    a revive whose answer was lost) is told to be redelivered, not released."""
     (key,) = records.write(firestore_client, [record_fields("e1", state=state, lease=lease)])
     before = records.raw(firestore_client, [key])
     result = invoke("revive", key, "no-such-key", "--yes")
