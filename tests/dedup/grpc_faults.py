@@ -156,3 +156,16 @@ def faulty_client(plan: Plan) -> FaultyClient:
 def nth(method: str, numbers: set[int], fault: Fault) -> Plan:
     """A plan that applies `fault` to the listed calls of `method` and passes the rest."""
     return lambda name, n: fault if name == method and n in numbers else Fault.PASS
+
+
+def commits_cut_rollbacks_refused(commits: set[int]) -> Plan:
+    """A plan of a database restart met mid-transaction: the listed `Commit` calls cut off
+    unsent (DEADLINE_EXCEEDED), every `Rollback` refused as invalid (INVALID_ARGUMENT, the
+    restarted database knowing no such transaction), the rest passed."""
+
+    def plan(method: str, n: int) -> Fault:
+        if method == "Commit" and n in commits:
+            return Fault.DEADLINE
+        return Fault.INVALID if method == "Rollback" else Fault.PASS
+
+    return plan

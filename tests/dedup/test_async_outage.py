@@ -12,7 +12,7 @@ from google.cloud import firestore
 
 from dedup import AsyncDelivery, Mode, OutcomeKind, Record, State, StoreUnavailable
 from tests.dedup.aio_faults import faulty_async_dedup
-from tests.dedup.grpc_faults import Fault, nth
+from tests.dedup.grpc_faults import Fault, commits_cut_rollbacks_refused, nth
 
 ReadRecord = Callable[[str], Record | None]
 ATOMIC = [Mode.TRANSACTION, Mode.WRITE_ONLY]
@@ -127,11 +127,7 @@ def test_a_refused_rollback_never_stands_for_a_steps_failed_commit(
     off unsent, its rollback refused as invalid, is released for the platform's retry (not
     recorded `failed`), and the next delivery commits the step's write once."""
 
-    def plan(method: str, n: int) -> Fault:
-        if method == "Commit" and n in (2, 3):
-            return Fault.DEADLINE
-        return Fault.INVALID if method == "Rollback" else Fault.PASS
-
+    plan = commits_cut_rollbacks_refused({2, 3})
     with pytest.raises(Exception, match="deadline exceeded"):
         asyncio.run(faulty_async_dedup(plan, min_retry_seconds=0).run("e1", "s", _step_handler))
     assert read_record("e1-s").state is State.IN_PROGRESS  # type: ignore[union-attr]

@@ -32,7 +32,7 @@ from dedup import (
     trigger_once,
 )
 from dedup.kernel.transitions import SERVER_TIMESTAMP, operator_released
-from tests.dedup.grpc_faults import Fault, faulty_client, nth
+from tests.dedup.grpc_faults import Fault, Plan, commits_cut_rollbacks_refused, faulty_client, nth
 from tests.dedup.support import write_foreign_lease
 
 MakeDedup = Callable[..., Deduplicator]
@@ -308,6 +308,26 @@ def test_an_expired_transaction_of_a_step_is_retried_not_a_terminal_failure(
     assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
 
 
+def released_then_sent(
+    plan: Plan,
+    handler: Callable[[Delivery], None],
+    raised: type[Exception],
+    read_record: ReadRecord,
+    firestore_client: firestore.Client,
+) -> None:
+    """Event e1 delivered through a client suffering `plan` raises `raised` and leaves its
+    record in progress (released for the platform's retry, not `failed`); the next delivery,
+    through a sound client, runs `handler`, commits its write once and records "sent"."""
+    config = DedupConfig(cache_size=0, min_retry_seconds=0)
+    with pytest.raises(raised):
+        Deduplicator(config, client=faulty_client(plan)).run("e1", "s", handler)
+    assert read_record("e1-s").state is State.IN_PROGRESS  # type: ignore[union-attr]
+    again = Deduplicator(config, client=firestore_client)
+    assert again.run("e1", "s", handler).kind is OutcomeKind.RAN
+    assert effects(firestore_client) == 1
+    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+
+
 def test_a_refused_rollback_never_stands_for_a_steps_failed_commit(
     read_record: ReadRecord, firestore_client: firestore.Client
 ) -> None:
@@ -316,13 +336,6 @@ def test_a_refused_rollback_never_stands_for_a_steps_failed_commit(
     chain). The attempt failed of its commit's error, which a retry cures: it is released, not
     recorded `failed` on the rollback's INVALID_ARGUMENT, and the next delivery commits the
     step's write once. (Commit 1 is the claim; 2 and 3 the step's, or the release.)"""
-
-    def plan(method: str, n: int) -> Fault:
-        if method == "Commit" and n in (2, 3):
-            return Fault.DEADLINE
-        return Fault.INVALID if method == "Rollback" else Fault.PASS
-
-    dedup = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=faulty_client(plan))
 
     def write(transaction: firestore.Transaction, delivery: Delivery) -> None:
         # The read begins the transaction, so a rollback is sent. It reads another document
@@ -335,13 +348,10 @@ def test_a_refused_rollback_never_stands_for_a_steps_failed_commit(
     def handler(delivery: Delivery) -> None:
         delivery.step("write", write, delivery, transactional=True)
 
-    with pytest.raises(api_exceptions.DeadlineExceeded):
-        dedup.run("e1", "s", handler)
-    assert read_record("e1-s").state is State.IN_PROGRESS  # type: ignore[union-attr]
-    again = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=firestore_client)
-    assert again.run("e1", "s", handler).kind is OutcomeKind.RAN
-    assert effects(firestore_client) == 1
-    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+    plan = commits_cut_rollbacks_refused({2, 3})
+    released_then_sent(
+        plan, handler, api_exceptions.DeadlineExceeded, read_record, firestore_client
+    )
 
 
 def test_a_refused_rollback_never_stands_for_a_handlers_own_failed_commit(
@@ -352,11 +362,6 @@ def test_a_refused_rollback_never_stands_for_a_handlers_own_failed_commit(
     applied). The first error the handler's failure chains is what it failed of: a retry may
     cure it, so the attempt is released, not recorded `failed`, and the next delivery commits
     the write once. (Commit 1 is the claim, 2 the handler's; 3 the release.)"""
-
-    def plan(method: str, n: int) -> Fault:
-        if method == "Commit" and n == 2:
-            return Fault.DEADLINE
-        return Fault.INVALID if method == "Rollback" else Fault.PASS
 
     def handler(delivery: Delivery) -> None:
         client = delivery.client
@@ -369,14 +374,8 @@ def test_a_refused_rollback_never_stands_for_a_handlers_own_failed_commit(
 
         write(client.transaction())
 
-    dedup = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=faulty_client(plan))
-    with pytest.raises(api_exceptions.InvalidArgument):
-        dedup.run("e1", "s", handler)
-    assert read_record("e1-s").state is State.IN_PROGRESS  # type: ignore[union-attr]
-    again = Deduplicator(DedupConfig(cache_size=0, min_retry_seconds=0), client=firestore_client)
-    assert again.run("e1", "s", handler).kind is OutcomeKind.RAN
-    assert effects(firestore_client) == 1
-    assert read_record("e1-s").state is State.SENT  # type: ignore[union-attr]
+    plan = commits_cut_rollbacks_refused({2})
+    released_then_sent(plan, handler, api_exceptions.InvalidArgument, read_record, firestore_client)
 
 
 # --- 7. An operator's release -------------------------------------------------------------------
