@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.api_core import exceptions as api_exceptions
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dedup.errors import TerminalError
 from dedup.kernel.claims import (
@@ -20,6 +22,7 @@ from dedup.kernel.claims import (
     after_fenced_conflict,
     after_state,
     decide,
+    error_terminal,
     retry_age,
 )
 from dedup.kernel.record import Mode, Record, State
@@ -231,3 +234,40 @@ def test_a_commits_own_error_is_read_over_its_rollbacks() -> None:
     denied.__context__ = lost
     assert commit_failure(denied) == (CommitFailed.AMBIGUOUS, lost)
     assert commit_failure(ValueError("not Firestore's")) is None
+
+
+_UNDER = st.sampled_from(
+    [
+        api_exceptions.DeadlineExceeded,
+        api_exceptions.ServiceUnavailable,
+        api_exceptions.Aborted,
+        api_exceptions.InternalServerError,
+        api_exceptions.PermissionDenied,
+        api_exceptions.FailedPrecondition,
+        api_exceptions.InvalidArgument,
+        KeyError,
+        ValueError,
+    ]
+)
+
+
+@given(chain=st.lists(_UNDER, max_size=4))
+def test_an_invalid_argument_is_terminal_only_as_the_first_error_its_failure_chains(
+    chain: list[type[Exception]],
+) -> None:
+    """A handler's InvalidArgument raised over any chain of earlier errors (a library
+    transaction's refused rollback over its commit's error, the handler's own handling): it
+    is terminal exactly when no earlier Google API error is chained, or the first raised is an
+    InvalidArgument too; a `TerminalError` always is."""
+    raised = api_exceptions.InvalidArgument("Transaction is invalid or expired.")
+    current: BaseException = raised
+    for kind in chain:  # each one raised before the last
+        earlier = kind("earlier")
+        current.__context__ = earlier
+        current = earlier
+    api_chain = [k for k in chain if issubclass(k, api_exceptions.GoogleAPICallError)]
+    first = api_chain[-1] if api_chain else api_exceptions.InvalidArgument
+    assert error_terminal(raised) is issubclass(first, api_exceptions.InvalidArgument)
+    terminal = TerminalError("the handler's own verdict")
+    terminal.__context__ = raised
+    assert error_terminal(terminal)
